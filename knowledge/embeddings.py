@@ -1,0 +1,117 @@
+"""Embedding models for the knowledge base, behind LangChain's `Embeddings` interface.
+
+The default is WordLlama (256 dimensions), whose weights ship inside its wheel, so
+nothing is ever downloaded. `"openai:<model>"` selects `OpenAIEmbeddings`, which
+honours `OPENAI_BASE_URL`; any `Embeddings` instance is used as it is.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
+"""Name recorded per collection for the default embedder."""
+
+WORDLLAMA_DIMENSION = 256
+_WORDLLAMA_BATCH = 1000
+_MAX_EMBED_CHARS = 8000
+"""Texts longer than this are cut before embedding: WordLlama averages token
+vectors, so the tail of a very long query adds cost and little signal."""
+
+
+class WordLlamaEmbeddings(Embeddings):
+    """WordLlama static embeddings, L2-normalised, loaded from the installed wheel."""
+
+    model_name = DEFAULT_EMBEDDING_MODEL
+    dimension = WORDLLAMA_DIMENSION
+
+    def __init__(self, batch_size: int = _WORDLLAMA_BATCH) -> None:
+        """Load the model from the weights inside the `wordllama` package."""
+        import wordllama
+        from wordllama import WordLlama
+
+        # Plain `WordLlama.load()` looks in a user cache and may try the network;
+        # the weights live next to the package itself.
+        self._model = WordLlama.load(
+            cache_dir=Path(wordllama.__file__).parent, disable_download=True
+        )
+        self._batch_size = batch_size
+        self._lock = threading.Lock()
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = [t[:_MAX_EMBED_CHARS] for t in texts[start : start + self._batch_size]]
+            with self._lock:  # the tokenizer is not documented as thread-safe
+                vectors = self._model.embed(batch, norm=True)
+            out.extend(vectors.tolist())
+        return out
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed a batch of documents."""
+        return self._embed(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        return self._embed([text])[0]
+
+    def embed_array(self, texts: list[str]) -> Any:
+        """Embed texts into a float32 numpy array of shape (n, 256), normalised."""
+        import numpy as np
+
+        parts = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = [t[:_MAX_EMBED_CHARS] for t in texts[start : start + self._batch_size]]
+            with self._lock:
+                parts.append(self._model.embed(batch, norm=True))
+        if not parts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+@lru_cache(maxsize=1)
+def default_embeddings() -> WordLlamaEmbeddings:
+    """Return the process-wide default embedder (loaded once, about 0.5 s)."""
+    return WordLlamaEmbeddings()
+
+
+def embedding_model_name(embeddings: Embeddings) -> str:
+    """Return the name recorded per collection for an embedder."""
+    name = getattr(embeddings, "model_name", None) or getattr(embeddings, "model", None)
+    if isinstance(name, str) and name:
+        if isinstance(embeddings, WordLlamaEmbeddings):
+            return name
+        prefix = "openai:" if type(embeddings).__name__ == "OpenAIEmbeddings" else ""
+        return f"{prefix}{name}"
+    return f"{type(embeddings).__module__}.{type(embeddings).__qualname__}"
+
+
+def resolve_embeddings(spec: Embeddings | str | None) -> Embeddings:
+    """Turn an embedder spec into an `Embeddings` instance.
+
+    Args:
+        spec: `None` or `"wordllama"` for the default, `"openai:<model>"`, or an
+            `Embeddings` instance.
+
+    Raises:
+        ValueError: for an unknown spec.
+    """
+    if spec is None or spec in ("wordllama", DEFAULT_EMBEDDING_MODEL):
+        return default_embeddings()
+    if isinstance(spec, Embeddings):
+        return spec
+    if isinstance(spec, str) and spec.startswith("openai:") and len(spec) > len("openai:"):
+        from langchain_openai import OpenAIEmbeddings
+
+        # check_embedding_ctx_length=False: otherwise tiktoken downloads an
+        # encoding file on first use, before any request reaches base_url.
+        return OpenAIEmbeddings(model=spec.split(":", 1)[1], check_embedding_ctx_length=False)
+    raise ValueError(
+        f"unknown embedding model {spec!r}: expected 'wordllama', 'openai:<model>' "
+        "or a langchain_core.embeddings.Embeddings instance"
+    )
