@@ -1,0 +1,120 @@
+"""The arcana-loop knowledge base: PostgreSQL + pgvector, WordLlama embeddings by default.
+
+`ingest`, `search` and `asearch` here use a lazily created default knowledge base
+(`default_knowledge_base()`: `DATABASE_URL`, else the embedded server). They fit
+the loop's `search_fn(query, collection=..., limit=..., **search_opts)` call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from knowledge.base import KnowledgeBase
+from knowledge.embeddings import (
+    WordLlamaEmbeddings,
+    default_embeddings,
+    embedding_model_name,
+    resolve_embeddings,
+)
+from knowledge.errors import (
+    CollectionNotFound,
+    DatabaseUnavailable,
+    EmbeddingMismatch,
+    IngestError,
+    KnowledgeBaseError,
+)
+from knowledge.server import database_url
+from knowledge.types import SEARCH_MODES, Chunk, CollectionInfo, IngestResult, SearchMode
+
+__all__ = [
+    "SEARCH_MODES",
+    "Chunk",
+    "CollectionInfo",
+    "CollectionNotFound",
+    "DatabaseUnavailable",
+    "EmbeddingMismatch",
+    "IngestError",
+    "IngestResult",
+    "KnowledgeBase",
+    "KnowledgeBaseError",
+    "SearchMode",
+    "WordLlamaEmbeddings",
+    "aingest",
+    "asearch",
+    "database_url",
+    "default_embeddings",
+    "default_knowledge_base",
+    "embedding_model_name",
+    "ingest",
+    "resolve_embeddings",
+    "search",
+]
+
+_default: KnowledgeBase | None = None
+_default_lock = threading.Lock()
+
+
+def default_knowledge_base() -> KnowledgeBase:
+    """Return the process-wide default knowledge base, created on first call."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = KnowledgeBase()
+        return _default
+
+
+def ingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
+    """Ingest into the default knowledge base; see `KnowledgeBase.ingest`."""
+    return default_knowledge_base().ingest(source, **kwargs)
+
+
+async def aingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
+    """Ingest into the default knowledge base in a worker thread."""
+    return await default_knowledge_base().aingest(source, **kwargs)
+
+
+def search(
+    query: str,
+    *,
+    collection: str | Sequence[str] | None = None,
+    limit: int = 5,
+    mode: str = "hybrid",
+    threshold: float | None = None,
+    ef_search: int | None = None,
+    graph: bool | None = None,
+) -> list[Chunk]:
+    """Search the default knowledge base; see `KnowledgeBase.search`."""
+    return default_knowledge_base().search(
+        query,
+        collection=collection,
+        limit=limit,
+        mode=mode,
+        threshold=threshold,
+        ef_search=ef_search,
+        graph=graph,
+    )
+
+
+async def asearch(
+    query: str,
+    *,
+    collection: str | Sequence[str] | None = None,
+    limit: int = 5,
+    mode: str = "hybrid",
+    threshold: float | None = None,
+    ef_search: int | None = None,
+    graph: bool | None = None,
+) -> list[Chunk]:
+    """Search the default knowledge base without blocking the event loop."""
+    return await default_knowledge_base().asearch(
+        query,
+        collection=collection,
+        limit=limit,
+        mode=mode,
+        threshold=threshold,
+        ef_search=ef_search,
+        graph=graph,
+    )

@@ -105,7 +105,7 @@ def resolve_embeddings(spec: Embeddings | str | None) -> Embeddings:
         return default_embeddings()
     if isinstance(spec, Embeddings):
         return spec
-    if isinstance(spec, str) and spec.startswith("openai:") and len(spec) > len("openai:"):
+    if spec.startswith("openai:") and len(spec) > len("openai:"):
         from langchain_openai import OpenAIEmbeddings
 
         # check_embedding_ctx_length=False: otherwise tiktoken downloads an

@@ -1,0 +1,508 @@
+"""`KnowledgeBase`: ingest, search and manage collections in PostgreSQL + pgvector."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from langchain_core.embeddings import Embeddings
+from pgvector.psycopg import (  # type: ignore[import-untyped]  # pgvector ships no type hints
+    register_vector,
+    register_vector_async,
+)
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from knowledge import search as q
+from knowledge.embeddings import embedding_model_name, resolve_embeddings
+from knowledge.errors import (
+    CollectionNotFound,
+    DatabaseUnavailable,
+    EmbeddingMismatch,
+    IngestError,
+    KnowledgeBaseError,
+)
+from knowledge.ingest import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
+from knowledge.loading import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_BYTES,
+    SourceDoc,
+    is_path_source,
+    read_file,
+    text_document,
+    walk_directory,
+)
+from knowledge.schema import ensure_dimension, ensure_schema
+from knowledge.server import database_url, ensure_pgvector
+from knowledge.types import Chunk, CollectionInfo, IngestResult, ProgressFn
+
+logger = logging.getLogger(__name__)
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+Source = str | os.PathLike[str]
+CollectionScope = str | Sequence[str] | None
+
+
+class KnowledgeBase:
+    """A knowledge base stored in one PostgreSQL schema.
+
+    Args:
+        url: A PostgreSQL URL. Default: `DATABASE_URL`, else the embedded server.
+        embeddings: An `Embeddings` instance or spec (see `resolve_embeddings`);
+            default WordLlama.
+        schema: The PostgreSQL schema holding the tables (created if missing).
+        pool_size: Maximum connections in each pool (sync and async).
+        exact_max_rows: Searches whose scope holds at most this many vectors use an
+            exact scan instead of HNSW (recall 1.0, and fast at that size).
+        hybrid_min_similarity: Cosine floor for semantic-only hybrid candidates.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        embeddings: Embeddings | str | None = None,
+        *,
+        schema: str = "public",
+        pool_size: int = 4,
+        exact_max_rows: int = q.DEFAULT_EXACT_MAX_ROWS,
+        hybrid_min_similarity: float = q.DEFAULT_HYBRID_MIN_SIMILARITY,
+    ) -> None:
+        if not _SCHEMA_NAME.match(schema):
+            raise ValueError(f"schema must match {_SCHEMA_NAME.pattern}, got {schema!r}")
+        self.url = url or database_url()
+        self.embeddings = resolve_embeddings(embeddings)
+        self.model_name = embedding_model_name(self.embeddings)
+        self.schema = schema
+        self.exact_max_rows = exact_max_rows
+        self.hybrid_min_similarity = hybrid_min_similarity
+        self._pool_size = max(1, pool_size)
+        self._options = f"-c search_path={schema},public"
+        self._dimension: int | None = None
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[Any] | None = None
+        self._apool: AsyncConnectionPool[Any] | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- connections ---------------------------------------------------------------
+
+    @property
+    def dimension(self) -> int:
+        """Return the embedder's dimension (probed once if the embedder does not say)."""
+        if self._dimension is None:
+            declared = getattr(self.embeddings, "dimension", None)
+            self._dimension = (
+                declared if isinstance(declared, int) else len(self.embeddings.embed_query("probe"))
+            )
+        return self._dimension
+
+    def pool(self) -> ConnectionPool[Any]:
+        """Return the sync pool, creating the schema on first use.
+
+        Raises:
+            DatabaseUnavailable: if the server cannot be reached or lacks pgvector.
+        """
+        with self._lock:
+            if self._pool is None:
+                self._prepare_database()
+                pool: ConnectionPool[Any] = ConnectionPool(
+                    self.url,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"options": self._options},
+                    configure=register_vector,
+                    open=False,
+                )
+                pool.open(wait=True, timeout=30)
+                self._pool = pool
+            return self._pool
+
+    def _prepare_database(self) -> None:
+        try:
+            with psycopg.connect(self.url, options=self._options, autocommit=True) as conn:
+                ensure_pgvector(conn)
+                ensure_schema(conn, self.schema)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    async def apool(self) -> AsyncConnectionPool[Any]:
+        """Return the async pool bound to the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._apool is None or self._apool_loop is not loop:
+            await asyncio.to_thread(self.pool)  # schema and extension, once
+            apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self.url,
+                min_size=1,
+                max_size=self._pool_size,
+                kwargs={"options": self._options},
+                configure=register_vector_async,
+                open=False,
+            )
+            await apool.open(wait=True, timeout=30)
+            self._apool, self._apool_loop = apool, loop
+        return self._apool
+
+    def close(self) -> None:
+        """Close the sync pool (the async pool is closed by `aclose`)."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    async def aclose(self) -> None:
+        """Close both pools."""
+        if self._apool is not None:
+            await self._apool.close()
+            self._apool = None
+        self.close()
+
+    # -- collections ---------------------------------------------------------------
+
+    def _collection(self, name: str, *, create: bool) -> CollectionRef:
+        """Resolve (or create) a collection, checking it was built with this embedder.
+
+        Raises:
+            EmbeddingMismatch: if the collection uses another model or dimension.
+            CollectionNotFound: if it does not exist and `create` is false.
+        """
+        value: object = name  # callers may pass anything at runtime
+        if not isinstance(value, str) or not name.strip():
+            raise ValueError(f"collection name must be a non-empty str, got {name!r}")
+        with self.pool().connection() as conn:
+            if create:
+                conn.execute(
+                    "INSERT INTO kb_collections (name, embedding_model, dimension)"
+                    " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
+                    (name, self.model_name, self.dimension),
+                )
+            row = conn.execute(
+                "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s",
+                (name,),
+            ).fetchone()
+        if row is None:
+            raise CollectionNotFound(f"no collection named {name!r}")
+        if (row[1], row[2]) != (self.model_name, self.dimension):
+            raise EmbeddingMismatch(
+                f"collection {name!r} was embedded with {row[1]!r} ({row[2]} dims); "
+                f"this knowledge base uses {self.model_name!r} ({self.dimension} dims)"
+            )
+        with self.pool().connection() as conn:
+            ensure_dimension(conn, row[2])
+        return CollectionRef(id=row[0], name=name, dimension=row[2])
+
+    def collections(self) -> list[CollectionInfo]:
+        """List collections with document and chunk counts, by name."""
+        with self.pool().connection() as conn:
+            rows = conn.execute(
+                "SELECT k.name,"
+                " (SELECT count(*) FROM kb_documents d WHERE d.collection_id = k.id),"
+                " (SELECT count(*) FROM kb_chunks c WHERE c.collection_id = k.id),"
+                " k.embedding_model, k.dimension"
+                " FROM kb_collections k ORDER BY k.name"
+            ).fetchall()
+        return [CollectionInfo(r[0], int(r[1]), int(r[2]), r[3], int(r[4])) for r in rows]
+
+    def delete_collection(self, name: str) -> None:
+        """Delete a collection with its documents, chunks and embeddings.
+
+        Raises:
+            CollectionNotFound: if no collection has this name.
+        """
+        with self.pool().connection() as conn:
+            cur = conn.execute("DELETE FROM kb_collections WHERE name = %s", (name,))
+        if cur.rowcount == 0:
+            raise CollectionNotFound(f"no collection named {name!r}")
+
+    def delete_document(
+        self,
+        *,
+        document_id: str | None = None,
+        source: str | os.PathLike[str] | None = None,
+        collection: str = "default",
+    ) -> int:
+        """Delete one document by id, or by source within `collection`; return chunks removed.
+
+        A path source is resolved the way ingest stored it (absolute path).
+
+        Raises:
+            ValueError: unless exactly one of `document_id` and `source` is given.
+            KnowledgeBaseError: if no such document exists.
+        """
+        if (document_id is None) == (source is None):
+            raise ValueError("give exactly one of document_id= or source=")
+        with self.pool().connection() as conn:
+            if document_id is not None:
+                cur = conn.execute(_DELETE_BY_ID, (document_id,))
+            else:
+                stored = str(Path(source).resolve()) if isinstance(source, os.PathLike) else source
+                cur = conn.execute(
+                    _DELETE_BY_SOURCE, ([stored, _resolved(str(stored))], collection)
+                )
+            row = cur.fetchone()
+        if row is None or row[0] == 0:
+            raise KnowledgeBaseError(f"no document matching {document_id or source!r}")
+        return int(row[0])
+
+    # -- ingest --------------------------------------------------------------------
+
+    def ingest(
+        self,
+        source: Source,
+        *,
+        collection: str = "default",
+        metadata: dict[str, Any] | None = None,
+        name: str | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: ProgressFn | None = None,
+    ) -> IngestResult:
+        """Ingest text, a file or a directory into `collection` (created if missing).
+
+        Args:
+            source: Text, or a path to a file or directory. A `Path` is always a
+                path; a `str` is a path only if it names an existing one.
+            collection: Collection name.
+            metadata: JSON-serialisable metadata stored on each document and chunk.
+            name: Source name for text input (default `text:<hash>`); re-ingesting
+                changed text under the same name replaces it.
+            chunk_size: Maximum characters per chunk.
+            chunk_overlap: Characters shared by consecutive chunks.
+            include: Globs a directory walk keeps (default: every non-hidden file).
+            exclude: Globs a directory walk drops.
+            max_bytes: Largest file accepted.
+            batch_size: Chunks embedded and written per transaction.
+            progress: Called as `progress(done_chunks, total_chunks)`.
+
+        Returns:
+            The counts; see `IngestResult`.
+
+        Raises:
+            IngestError: for an unusable explicit input (empty, binary, undecodable,
+                missing, too large); inside a directory walk these are skipped.
+            EmbeddingMismatch: if the collection was built with another embedder.
+        """
+        meta = check_metadata(metadata)
+        result = IngestResult()
+        docs = self._load(
+            source,
+            name=name,
+            metadata=meta,
+            include=include,
+            exclude=exclude,
+            max_bytes=max_bytes,
+            result=result,
+        )
+        if not docs:
+            return result
+        coll = self._collection(collection, create=True)
+        return write_documents(
+            self.pool(),
+            self.embeddings,
+            coll,
+            docs,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            batch_size=batch_size,
+            progress=progress,
+            result=result,
+        )
+
+    async def aingest(self, source: Source, **kwargs: Any) -> IngestResult:
+        """Run `ingest` in a worker thread (same arguments)."""
+        return await asyncio.to_thread(self.ingest, source, **kwargs)
+
+    def _load(
+        self,
+        source: Source,
+        *,
+        name: str | None,
+        metadata: dict[str, Any],
+        include: Sequence[str] | None,
+        exclude: Sequence[str] | None,
+        max_bytes: int,
+        result: IngestResult,
+    ) -> list[SourceDoc]:
+        value: object = source  # callers may pass anything at runtime
+        if not isinstance(value, str | os.PathLike):
+            raise TypeError(f"source must be text or a path, got {type(source).__name__}")
+        if not is_path_source(source):
+            return [text_document(str(source), name=name, metadata=metadata)]
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise IngestError(f"{path}: no such file or directory")
+        if not path.is_dir():
+            return [read_file(path, max_bytes=max_bytes, metadata=metadata)]
+        docs = []
+        for file in walk_directory(path, include=include, exclude=exclude):
+            try:
+                docs.append(read_file(file, max_bytes=max_bytes, metadata=metadata))
+            except IngestError as exc:
+                logger.warning("skipping %s", exc)
+                result.skipped_files.append((str(file), str(exc).removeprefix(f"{file}: ")))
+        return docs
+
+    # -- search --------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        collection: CollectionScope = None,
+        limit: int = 5,
+        mode: str = "hybrid",
+        threshold: float | None = None,
+        ef_search: int | None = None,
+        graph: bool | None = None,
+    ) -> list[Chunk]:
+        """Search chunks.
+
+        Args:
+            query: The query text (cut to `MAX_QUERY_CHARS`).
+            collection: `None` or `"all"` (every collection), a name, or a list of
+                names; `[]` matches nothing. Unknown names match nothing.
+            limit: Maximum chunks returned.
+            mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
+            threshold: Minimum score in the mode's own scale (cosine, ts_rank_cd, RRF).
+            ef_search: HNSW candidate list size (default `DEFAULT_EF_SEARCH`).
+            graph: Reserved for graph-enhanced search, which this module does not
+                implement yet; accepted and ignored.
+
+        Returns:
+            Chunks, best first.
+
+        Raises:
+            ValueError: for a blank query, an unknown mode or a bad limit.
+            EmbeddingMismatch: if a named collection uses another embedder.
+        """
+        del graph  # reserved, see the docstring
+        req = q.make_request(
+            query,
+            collection=collection,
+            limit=limit,
+            mode=mode,
+            threshold=threshold,
+            ef_search=ef_search,
+        )
+        if req is None:
+            return []
+        vector = self._query_vector(req)
+        with self.pool().connection() as conn:
+            scope = q.select_scope(
+                req,
+                conn.execute(*q.scope_statement(req)).fetchall(),
+                self.model_name,
+                self.dimension,
+            )
+            if not scope.ids:
+                return []
+            exact = req.mode != "fulltext" and self._exact(
+                conn.execute(*q.count_statement(scope, self.exact_max_rows)).fetchone()
+            )
+            if req.mode != "fulltext" and not exact:
+                conn.execute(*q.settings_statement(req))
+            rows = conn.execute(
+                *q.search_statement(
+                    req,
+                    scope,
+                    vector=vector,
+                    exact=exact,
+                    hybrid_min_similarity=self.hybrid_min_similarity,
+                )
+            ).fetchall()
+        return q.to_chunks(rows)
+
+    async def asearch(
+        self,
+        query: str,
+        *,
+        collection: CollectionScope = None,
+        limit: int = 5,
+        mode: str = "hybrid",
+        threshold: float | None = None,
+        ef_search: int | None = None,
+        graph: bool | None = None,
+    ) -> list[Chunk]:
+        """Search like `search`, on an async connection (never blocks the event loop)."""
+        del graph
+        req = q.make_request(
+            query,
+            collection=collection,
+            limit=limit,
+            mode=mode,
+            threshold=threshold,
+            ef_search=ef_search,
+        )
+        if req is None:
+            return []
+        vector = await self._aquery_vector(req)
+        pool = await self.apool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(*q.scope_statement(req))
+            scope = q.select_scope(req, await cur.fetchall(), self.model_name, self.dimension)
+            if not scope.ids:
+                return []
+            exact = False
+            if req.mode != "fulltext":
+                cur = await conn.execute(*q.count_statement(scope, self.exact_max_rows))
+                exact = self._exact(await cur.fetchone())
+                if not exact:
+                    await conn.execute(*q.settings_statement(req))
+            cur = await conn.execute(
+                *q.search_statement(
+                    req,
+                    scope,
+                    vector=vector,
+                    exact=exact,
+                    hybrid_min_similarity=self.hybrid_min_similarity,
+                )
+            )
+            rows = await cur.fetchall()
+        return q.to_chunks(rows)
+
+    def _exact(self, row: tuple[Any, ...] | None) -> bool:
+        return row is not None and int(row[0]) <= self.exact_max_rows
+
+    def _query_vector(self, req: q.SearchRequest) -> Any:
+        if req.mode == "fulltext":
+            return None
+        import numpy as np
+
+        return np.asarray(self.embeddings.embed_query(req.query), dtype=np.float32)
+
+    async def _aquery_vector(self, req: q.SearchRequest) -> Any:
+        if req.mode == "fulltext":
+            return None
+        import numpy as np
+
+        # WordLlama embeds a query in well under a millisecond: run it inline
+        # rather than pay a thread hop; other embedders use their async API.
+        if type(self.embeddings).__name__ == "WordLlamaEmbeddings":
+            return self._query_vector(req)
+        return np.asarray(await self.embeddings.aembed_query(req.query), dtype=np.float32)
+
+
+_DELETE_BY_ID = (
+    "WITH gone AS (DELETE FROM kb_documents WHERE id = %s RETURNING id) SELECT count(*) FROM gone"
+)
+_DELETE_BY_SOURCE = (
+    "WITH gone AS (DELETE FROM kb_documents d USING kb_collections k"
+    " WHERE k.id = d.collection_id AND d.source = ANY(%s) AND k.name = %s RETURNING d.id)"
+    " SELECT count(*) FROM gone"
+)
+
+
+def _resolved(source: str) -> str:
+    try:
+        return str(Path(source).expanduser().resolve())
+    except (OSError, RuntimeError):
+        return source

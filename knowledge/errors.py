@@ -1,0 +1,28 @@
+"""Typed errors raised by the knowledge base.
+
+Every error derives from `KnowledgeBaseError`, so a caller can catch the whole
+family at a tool boundary. Errors about bad arguments also derive from
+`ValueError`, matching what Python code usually expects for bad input.
+"""
+
+from __future__ import annotations
+
+
+class KnowledgeBaseError(Exception):
+    """Base class of every knowledge-base error."""
+
+
+class DatabaseUnavailable(KnowledgeBaseError):
+    """The database cannot be reached, or lacks what the knowledge base needs (pgvector)."""
+
+
+class CollectionNotFound(KnowledgeBaseError, LookupError):
+    """A collection named in a delete or an ingest check does not exist."""
+
+
+class EmbeddingMismatch(KnowledgeBaseError, ValueError):
+    """A collection was embedded with a different model or dimension than the one in use."""
+
+
+class IngestError(KnowledgeBaseError, ValueError):
+    """An explicit ingest input is unusable (empty, binary, undecodable, missing, too large)."""

@@ -1,0 +1,210 @@
+"""Turn ingest inputs into documents and chunks.
+
+How `source` is read: a `pathlib.Path` (any `os.PathLike`) is always a path; a
+`str` is a path when it names an existing file or directory, and text otherwise.
+Text gets the source name `text:<sha256 prefix>` unless `name=` is given, so
+re-ingesting the same text is skipped and, with a `name`, changed text replaces it.
+
+Chunking uses `RecursiveCharacterTextSplitter`: Markdown-aware separators for
+`.md`/`.markdown` files and for text with Markdown headings, plain separators
+otherwise. Defaults are 800 characters with 100 overlap: WordLlama averages token
+vectors, so chunks of a few paragraphs keep a focused embedding, and the overlap
+keeps a sentence cut at a boundary findable from either side.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
+
+from knowledge.errors import IngestError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 800
+DEFAULT_CHUNK_OVERLAP = 100
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
+_MAX_PATH_CHARS = 4096
+_HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
+_DOC_NAMESPACE = uuid.UUID("5b0f8a52-3c1e-4d0e-9a51-6b6e6f776c65")
+
+
+@dataclass
+class SourceDoc:
+    """A document read from one input, not yet split."""
+
+    source: str
+    text: str
+    markdown: bool
+    metadata: dict[str, Any]
+    content_hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Hash the content, which decides skip versus replace."""
+        self.content_hash = content_hash(self.text)
+
+
+@dataclass
+class ChunkRow:
+    """One chunk ready to be embedded and written."""
+
+    id: str
+    position: int
+    text: str
+    metadata: dict[str, Any]
+
+
+def content_hash(text: str) -> str:
+    """Return the sha256 hex digest of `text`."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def document_id(collection: str, source: str) -> str:
+    """Return the stable id of the document `source` in `collection` (kept across replaces)."""
+    return str(uuid.uuid5(_DOC_NAMESPACE, f"{collection}\x00{source}"))
+
+
+def chunk_id(doc_id: str, position: int, text: str) -> str:
+    """Return a stable chunk id: same document, position and text give the same id."""
+    return hashlib.sha256(f"{doc_id}\x00{position}\x00{text}".encode()).hexdigest()[:32]
+
+
+def is_path_source(source: str | os.PathLike[str]) -> bool:
+    """Tell a path from text: `PathLike` is a path; a `str` is one only if it exists."""
+    if isinstance(source, os.PathLike):
+        return True
+    if "\n" in source or "\x00" in source or len(source) > _MAX_PATH_CHARS:
+        return False
+    try:
+        return Path(source).expanduser().exists()
+    except OSError:  # e.g. a name too long for the filesystem
+        return False
+
+
+def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> SourceDoc:
+    """Build a document from a text string.
+
+    Raises:
+        IngestError: if the text is empty or blank.
+    """
+    if not text.strip():
+        raise IngestError("cannot ingest empty text")
+    doc = SourceDoc(source="", text=text, markdown=bool(_HEADING.search(text)), metadata={})
+    doc.source = name or f"text:{doc.content_hash[:16]}"
+    doc.metadata = {**metadata, "source": doc.source}
+    return doc
+
+
+def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> SourceDoc:
+    """Read one text file into a document.
+
+    Raises:
+        IngestError: if the file is missing, unreadable, too large, binary, not
+            UTF-8, or empty.
+    """
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise IngestError(f"{path}: file is too large ({size} bytes > max_bytes={max_bytes})")
+        raw = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise IngestError(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise IngestError(f"{path}: unreadable ({exc.strerror or exc})") from exc
+    if b"\x00" in raw:
+        raise IngestError(f"{path}: binary file (contains NUL bytes)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    if not text.strip():
+        raise IngestError(f"{path}: file is empty")
+    source = str(path.resolve())
+    return SourceDoc(
+        source=source,
+        text=text,
+        markdown=path.suffix.lower() in MARKDOWN_SUFFIXES,
+        metadata={**metadata, "source": source},
+    )
+
+
+def walk_directory(
+    root: Path,
+    *,
+    include: Sequence[str] | None,
+    exclude: Sequence[str] | None,
+) -> Iterator[Path]:
+    """Yield files under `root`, recursively, sorted, filtered by globs.
+
+    Patterns match the path relative to `root` (POSIX form) with `fnmatch`, or
+    its tail the way `PurePath.match` does, so `"*.md"` matches at any depth and
+    `"docs/*.md"` only under `docs`. Hidden files and directories (a name
+    starting with `.`) are skipped unless an include pattern names them.
+    """
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = PurePosixPath(path.relative_to(root).as_posix())
+        if include and not _matches(rel, include):
+            continue
+        if not include and any(part.startswith(".") for part in rel.parts):
+            continue
+        if exclude and _matches(rel, exclude):
+            continue
+        yield path
+
+
+def _matches(rel: PurePosixPath, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(str(rel), p) or rel.match(p) for p in patterns)
+
+
+def split_document(
+    doc: SourceDoc, *, collection: str, chunk_size: int, chunk_overlap: int
+) -> list[ChunkRow]:
+    """Split a document into chunks with stable ids and per-chunk metadata."""
+    splitter = _splitter(doc.markdown, chunk_size, chunk_overlap)
+    doc_id = document_id(collection, doc.source)
+    pieces = splitter.create_documents([doc.text])
+    rows = []
+    for position, piece in enumerate(p for p in pieces if p.page_content.strip()):
+        start = int(piece.metadata.get("start_index", -1))
+        rows.append(
+            ChunkRow(
+                id=chunk_id(doc_id, position, piece.page_content),
+                position=position,
+                text=piece.page_content,
+                metadata={**doc.metadata, "start_index": start},
+            )
+        )
+    return rows
+
+
+def _splitter(
+    markdown: bool, chunk_size: int, chunk_overlap: int
+) -> RecursiveCharacterTextSplitter:
+    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
+        raise ValueError(
+            f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size, got "
+            f"chunk_size={chunk_size}, chunk_overlap={chunk_overlap}"
+        )
+    if markdown:
+        return RecursiveCharacterTextSplitter.from_language(
+            Language.MARKDOWN,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            add_start_index=True,
+        )
+    return RecursiveCharacterTextSplitter(
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True
+    )

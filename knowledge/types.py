@@ -1,0 +1,84 @@
+"""Plain data types returned by the knowledge base.
+
+`Chunk` is a JSON-serialisable `TypedDict` because it travels through LangGraph
+state and checkpoints; `IngestResult` and `CollectionInfo` are dataclasses with
+`to_dict()` for CLIs and logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from typing_extensions import TypedDict
+
+SearchMode = Literal["semantic", "fulltext", "hybrid"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("semantic", "fulltext", "hybrid")
+
+ProgressFn = Callable[[int, int], None]
+"""Called as `progress(done_chunks, total_chunks)` after each written batch."""
+
+
+class Chunk(TypedDict):
+    """One search hit, safe to put in graph state and to `json.dumps`."""
+
+    id: str
+    """Stable id: the same document text at the same position keeps its id across re-ingests."""
+    text: str
+    """The chunk text."""
+    score: float
+    """Higher is better, comparable only within one search mode (cosine, ts_rank_cd or RRF)."""
+    collection: str
+    """Name of the collection the chunk belongs to."""
+    document_id: str
+    """Id of the document the chunk was cut from."""
+    position: int
+    """Zero-based index of the chunk within its document."""
+    metadata: dict[str, Any]
+    """Document metadata plus `source` and `start_index` (character offset in the document)."""
+
+
+@dataclass
+class IngestResult:
+    """Counts from one ingest call.
+
+    A *document* is one text or one file. Re-ingesting the same source with the
+    same content is `documents_skipped`; with changed content it is
+    `documents_replaced`, and its old chunks are deleted (`chunks_removed`) and
+    the new ones inserted (`chunks_added`) in the same transaction.
+    """
+
+    documents_added: int = 0
+    """New documents (a source not yet in the collection)."""
+    documents_skipped: int = 0
+    """Documents whose source and content hash were already stored: nothing written."""
+    documents_replaced: int = 0
+    """Documents whose source existed with a different content hash."""
+    chunks_added: int = 0
+    """Chunks inserted, for added and replaced documents."""
+    chunks_removed: int = 0
+    """Old chunks deleted because their document was replaced."""
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)
+    """`(path, reason)` for files a directory walk could not use (binary, too large, ...)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the counts as a JSON-serialisable dict."""
+        data = asdict(self)
+        data["skipped_files"] = [list(item) for item in self.skipped_files]
+        return data
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """A collection with its sizes and the embedder it was built with."""
+
+    name: str
+    documents: int
+    chunks: int
+    embedding_model: str
+    dimension: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the fields as a dict."""
+        return asdict(self)
