@@ -19,7 +19,7 @@ from pgvector.psycopg import (  # type: ignore[import-untyped]  # pgvector ships
 )
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from knowledge import search as q
+from knowledge import queries as q
 from knowledge.embeddings import embedding_model_name, resolve_embeddings
 from knowledge.errors import (
     CollectionNotFound,
@@ -28,12 +28,13 @@ from knowledge.errors import (
     IngestError,
     KnowledgeBaseError,
 )
-from knowledge.ingest import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
+from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
 from knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_BYTES,
     SourceDoc,
+    check_chunking,
     is_path_source,
     read_file,
     text_document,
@@ -291,6 +292,7 @@ class KnowledgeBase:
                 missing, too large); inside a directory walk these are skipped.
             EmbeddingMismatch: if the collection was built with another embedder.
         """
+        check_chunking(chunk_size, chunk_overlap)
         meta = check_metadata(metadata)
         result = IngestResult()
         docs = self._load(

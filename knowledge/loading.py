@@ -169,6 +169,15 @@ def _matches(rel: PurePosixPath, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatch(str(rel), p) or rel.match(p) for p in patterns)
 
 
+def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
+    """Raise `ValueError` unless `chunk_size >= 1` and `0 <= chunk_overlap < chunk_size`."""
+    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
+        raise ValueError(
+            f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size, got "
+            f"chunk_size={chunk_size}, chunk_overlap={chunk_overlap}"
+        )
+
+
 def split_document(
     doc: SourceDoc, *, collection: str, chunk_size: int, chunk_overlap: int
 ) -> list[ChunkRow]:
@@ -193,11 +202,7 @@ def split_document(
 def _splitter(
     markdown: bool, chunk_size: int, chunk_overlap: int
 ) -> RecursiveCharacterTextSplitter:
-    if chunk_size < 1 or not 0 <= chunk_overlap < chunk_size:
-        raise ValueError(
-            f"need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size, got "
-            f"chunk_size={chunk_size}, chunk_overlap={chunk_overlap}"
-        )
+    check_chunking(chunk_size, chunk_overlap)
     if markdown:
         return RecursiveCharacterTextSplitter.from_language(
             Language.MARKDOWN,

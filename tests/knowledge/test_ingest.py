@@ -1,0 +1,286 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import knowledge.writer as ingest_mod
+from knowledge import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+    IngestError,
+    KnowledgeBase,
+    KnowledgeBaseError,
+)
+from tests.knowledge.corpus import TOPICS
+from tests.knowledge.helpers import HashEmbeddings, load_topics
+
+pytestmark = pytest.mark.postgres
+
+
+def _rows(kb: KnowledgeBase, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with kb.pool().connection() as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def _chunk_ids(kb: KnowledgeBase, source: str) -> list[str]:
+    return [
+        r[0]
+        for r in _rows(
+            kb,
+            "SELECT c.id FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+            " WHERE d.source = %s ORDER BY c.position",
+            source,
+        )
+    ]
+
+
+def test_text_ingest_counts_and_metadata(kb: KnowledgeBase) -> None:
+    res = kb.ingest(TOPICS["tcp"], collection="net", name="tcp", metadata={"lang": "en"},
+                    chunk_size=300, chunk_overlap=40)
+    assert res.documents_added == 1 and res.chunks_added >= 3
+    rows = _rows(kb, "SELECT text, metadata, position FROM kb_chunks ORDER BY position")
+    assert len(rows) == res.chunks_added
+    assert all(len(text) <= 300 for text, _, _ in rows)
+    for text, meta, _ in rows:
+        assert meta["lang"] == "en" and meta["source"] == "tcp"
+        assert TOPICS["tcp"][meta["start_index"]:].startswith(text)
+    assert [p for _, _, p in rows] == list(range(len(rows)))
+    assert res.to_dict()["chunks_added"] == res.chunks_added
+    # embeddings stored one per chunk
+    assert _rows(kb, "SELECT count(*) FROM kb_embeddings_256")[0][0] == res.chunks_added
+
+
+def test_unnamed_text_is_idempotent_by_content(kb: KnowledgeBase) -> None:
+    first = kb.ingest("A short note about gardening tomatoes.")
+    again = kb.ingest("A short note about gardening tomatoes.")
+    other = kb.ingest("A different note about pruning roses.")
+    assert (first.documents_added, again.documents_skipped, again.chunks_added) == (1, 1, 0)
+    assert other.documents_added == 1
+    assert kb.collections()[0].documents == 2
+
+
+def test_reingest_unchanged_skips_and_changed_replaces(kb: KnowledgeBase) -> None:
+    kb.ingest(TOPICS["chess"], name="doc", chunk_size=300, chunk_overlap=40)
+    before = _chunk_ids(kb, "doc")
+    same = kb.ingest(TOPICS["chess"], name="doc", chunk_size=300, chunk_overlap=40)
+    assert same.documents_skipped == 1 and same.chunks_added == 0
+    assert _chunk_ids(kb, "doc") == before
+
+    changed = kb.ingest(TOPICS["bread"], name="doc", chunk_size=300, chunk_overlap=40)
+    after = _chunk_ids(kb, "doc")
+    assert changed.documents_replaced == 1 and changed.documents_added == 0
+    assert changed.chunks_removed == len(before) and changed.chunks_added == len(after)
+    assert not set(before) & set(after)
+    texts = " ".join(r[0] for r in _rows(kb, "SELECT text FROM kb_chunks"))
+    assert "sourdough" in texts.lower() and "checkmate" not in texts
+
+
+def test_failed_replace_leaves_old_document_intact(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kb.ingest(TOPICS["chess"], name="doc", chunk_size=300, chunk_overlap=40)
+    before = _chunk_ids(kb, "doc")
+    real = ingest_mod._copy_chunks
+
+    def copy_then_fail(*args: Any) -> None:
+        real(*args)  # rows are written inside the transaction, then it fails
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(ingest_mod, "_copy_chunks", copy_then_fail)
+    with pytest.raises(RuntimeError, match="injected"):
+        kb.ingest(TOPICS["bread"], name="doc", chunk_size=300, chunk_overlap=40)
+    assert _chunk_ids(kb, "doc") == before
+    assert _rows(kb, "SELECT count(*) FROM kb_embeddings_256")[0][0] == len(before)
+
+
+def test_failure_mid_ingest_never_half_writes_a_document(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for topic, text in TOPICS.items():
+        (tmp_path / f"{topic}.txt").write_text(text)
+    real = ingest_mod._copy_chunks
+    calls = {"n": 0}
+
+    def fail_second(*args: Any) -> None:
+        calls["n"] += 1
+        real(*args)
+        if calls["n"] == 2:
+            raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(ingest_mod, "_copy_chunks", fail_second)
+    with pytest.raises(RuntimeError):
+        kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
+    monkeypatch.undo()
+    stored = _rows(
+        kb, "SELECT d.source, count(c.id) FROM kb_documents d"
+        " LEFT JOIN kb_chunks c ON c.document_id = d.id GROUP BY d.source",
+    )
+    assert stored, "the first batch committed"
+    assert len(stored) < len(TOPICS), "the failed batch did not"
+    for source, count in stored:  # every stored document is complete
+        full = kb.ingest(Path(source).read_text(), name="probe-" + Path(source).stem,
+                         collection="probe", chunk_size=300, chunk_overlap=40)
+        assert count == full.chunks_added
+    # resuming completes the rest and skips what was committed
+    res = kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
+    assert res.documents_skipped == len(stored)
+    assert res.documents_added == len(TOPICS) - len(stored)
+
+
+def test_file_markdown_and_string_paths(kb: KnowledgeBase, tmp_path: Path) -> None:
+    md = tmp_path / "guide.md"
+    md.write_text("# Volcanoes\n\n" + TOPICS["volcanoes"] + "\n\n## Bread\n\n" + TOPICS["bread"])
+    res = kb.ingest(md, chunk_size=400, chunk_overlap=0)
+    assert res.documents_added == 1 and res.chunks_added >= 2
+    first = _rows(kb, "SELECT text, metadata FROM kb_chunks ORDER BY position")
+    assert first[0][0].startswith("# Volcanoes")
+    assert any(text.startswith("## Bread") for text, _ in first)  # split at the heading
+    assert first[0][1]["source"] == str(md.resolve())
+    # a str naming an existing file is a path: unchanged, so skipped
+    assert kb.ingest(str(md), chunk_size=400, chunk_overlap=0).documents_skipped == 1
+    # a str that names no path is text
+    assert kb.ingest(str(tmp_path / "nope.md")).documents_added == 1
+
+
+def test_directory_walk_with_globs_and_skips(kb: KnowledgeBase, tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one.md").write_text(TOPICS["tcp"])
+    (tmp_path / "a" / "two.txt").write_text(TOPICS["chess"])
+    (tmp_path / "three.txt").write_text(TOPICS["bread"])
+    (tmp_path / ".hidden.txt").write_text(TOPICS["volcanoes"])
+    (tmp_path / "skip_me.txt").write_text(TOPICS["aqueducts"])
+    (tmp_path / "bin.dat").write_bytes(b"\x00\x01\x02 binary")
+    (tmp_path / "latin.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (tmp_path / "empty.txt").write_text("  \n")
+    (tmp_path / "big.txt").write_text("x" * 5000)
+
+    res = kb.ingest(tmp_path, exclude=["skip_*"], max_bytes=4000)
+    reasons = {Path(p).name: r for p, r in res.skipped_files}
+    assert res.documents_added == 3
+    assert set(reasons) == {"bin.dat", "latin.txt", "empty.txt", "big.txt"}
+    assert "binary" in reasons["bin.dat"] and "UTF-8" in reasons["latin.txt"]
+    assert "empty" in reasons["empty.txt"] and "too large" in reasons["big.txt"]
+
+    only_md = kb.ingest(tmp_path, collection="md", include=["*.md"])
+    assert only_md.documents_added == 1 and only_md.skipped_files == []
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [(b"", "empty"), (b"\x00abc", "binary"), ("\xff\xfe".encode("latin-1") + b"ok", "UTF-8")],
+)
+def test_bad_single_file_is_an_error(
+    kb: KnowledgeBase, tmp_path: Path, content: bytes, match: str
+) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(content)
+    with pytest.raises(IngestError, match=match):
+        kb.ingest(path)
+    assert kb.collections() == []
+
+
+def test_other_bad_inputs(kb: KnowledgeBase, tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match="empty"):
+        kb.ingest("   \n\t ")
+    with pytest.raises(IngestError, match="no such"):
+        kb.ingest(tmp_path / "missing.txt")
+    big = tmp_path / "big.txt"
+    big.write_text("y" * 2048)
+    with pytest.raises(IngestError, match="too large"):
+        kb.ingest(big, max_bytes=1024)
+    with pytest.raises(ValueError, match="JSON"):
+        kb.ingest("text", metadata={"bad": object()})
+    with pytest.raises(ValueError, match="chunk_overlap"):
+        kb.ingest("some text", chunk_size=100, chunk_overlap=100)
+    with pytest.raises(TypeError):
+        kb.ingest(42)  # type: ignore[arg-type]
+    assert kb.collections() == []
+
+
+def test_progress_reports_every_batch(kb: KnowledgeBase) -> None:
+    calls: list[tuple[int, int]] = []
+    text = "\n\n".join(TOPICS.values())
+    res = kb.ingest(text, name="all", chunk_size=200, chunk_overlap=0, batch_size=5,
+                    progress=lambda done, total: calls.append((done, total)))
+    assert calls[0] == (0, res.chunks_added) and calls[-1] == (res.chunks_added,) * 2
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_collections_and_deletes(kb: KnowledgeBase) -> None:
+    load_topics(kb, collection="a")
+    kb.ingest(TOPICS["tcp"], collection="b", name="tcp")
+    info = {c.name: c for c in kb.collections()}
+    assert set(info) == {"a", "b"}
+    assert info["a"].documents == len(TOPICS)
+    assert info["a"].chunks == _rows(kb, "SELECT count(*) FROM kb_chunks c JOIN"
+                                     " kb_collections k ON k.id = c.collection_id"
+                                     " WHERE k.name = 'a'")[0][0]
+    assert (info["a"].embedding_model, info["a"].dimension) == (kb.model_name, 256)
+    assert info["a"].to_dict()["name"] == "a"
+
+    removed = kb.delete_document(source="chess", collection="a")
+    assert removed == 1
+    doc_id = _rows(kb, "SELECT id FROM kb_documents WHERE source = 'bread'")[0][0]
+    assert kb.delete_document(document_id=doc_id) == 1
+    assert {c.name: c.documents for c in kb.collections()}["a"] == len(TOPICS) - 2
+    with pytest.raises(KnowledgeBaseError):
+        kb.delete_document(source="chess", collection="a")
+    with pytest.raises(ValueError):
+        kb.delete_document()
+
+    kb.delete_collection("a")
+    assert [c.name for c in kb.collections()] == ["b"]
+    left = _rows(kb, "SELECT count(*) FROM kb_chunks")[0][0]
+    assert left == _rows(kb, "SELECT count(*) FROM kb_embeddings_256")[0][0] > 0
+    with pytest.raises(CollectionNotFound):
+        kb.delete_collection("a")
+
+
+def test_delete_document_by_path(kb: KnowledgeBase, tmp_path: Path) -> None:
+    path = tmp_path / "doc.txt"
+    path.write_text(TOPICS["chess"])
+    kb.ingest(path)
+    assert kb.delete_document(source=path) == 1
+    assert kb.collections()[0].documents == 0
+
+
+def test_embedder_mismatch_on_ingest(kb: KnowledgeBase, pg_url: str) -> None:
+    kb.ingest(TOPICS["tcp"], collection="wl", name="tcp")
+    other = KnowledgeBase(pg_url, embeddings=HashEmbeddings(), schema=kb.schema)
+    try:
+        with pytest.raises(EmbeddingMismatch, match="wordllama"):
+            other.ingest(TOPICS["chess"], collection="wl")
+        res = other.ingest(TOPICS["chess"], collection="hash", name="chess")
+        assert res.chunks_added > 0
+    finally:
+        other.close()
+    dims = {c.name: c.dimension for c in kb.collections()}
+    assert dims == {"wl": 256, "hash": 64}
+
+
+def test_stable_ids_across_reingest(kb: KnowledgeBase) -> None:
+    kb.ingest(TOPICS["chess"], name="doc")
+    ids = _chunk_ids(kb, "doc")
+    kb.delete_document(source="doc", collection="default")
+    kb.ingest(TOPICS["chess"], name="doc")
+    assert _chunk_ids(kb, "doc") == ids
+
+
+def test_injection_strings_are_data(kb: KnowledgeBase) -> None:
+    evil = "x'); DROP TABLE kb_chunks; --"
+    kb.ingest(TOPICS["tcp"], collection=evil, name=evil, metadata={evil: evil})
+    assert [c.name for c in kb.collections()] == [evil]
+    assert _rows(kb, "SELECT count(*) FROM kb_chunks")[0][0] > 0
+    assert kb.delete_document(source=evil, collection=evil) == 1
+
+
+def test_concurrent_schema_users_share_tables(kb: KnowledgeBase, pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        n = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename LIKE 'kb_%%'",
+            (kb.schema,),
+        ).fetchone()
+    assert n is not None and n[0] >= 4
