@@ -28,7 +28,6 @@ from knowledge.errors import (
     IngestError,
     KnowledgeBaseError,
 )
-from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
 from knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -43,6 +42,7 @@ from knowledge.loading import (
 from knowledge.schema import ensure_dimension, ensure_schema
 from knowledge.server import database_url, ensure_pgvector
 from knowledge.types import Chunk, CollectionInfo, IngestResult, ProgressFn
+from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
 
 logger = logging.getLogger(__name__)
 

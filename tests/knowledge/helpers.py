@@ -36,8 +36,13 @@ def load_topics(kb: KnowledgeBase, collection: str = "default", **kwargs: object
     total = IngestResult()
     for topic, text in TOPICS.items():
         res = kb.ingest(
-            text, collection=collection, name=topic, metadata={"topic": topic},
-            chunk_size=300, chunk_overlap=40, **kwargs,  # type: ignore[arg-type]
+            text,
+            collection=collection,
+            name=topic,
+            metadata={"topic": topic},
+            chunk_size=300,
+            chunk_overlap=40,
+            **kwargs,  # type: ignore[arg-type]
         )
         total.documents_added += res.documents_added
         total.chunks_added += res.chunks_added

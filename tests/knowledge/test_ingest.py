@@ -22,7 +22,8 @@ pytestmark = pytest.mark.postgres
 
 def _rows(kb: KnowledgeBase, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     with kb.pool().connection() as conn:
-        return conn.execute(sql, params).fetchall()
+        rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+    return rows
 
 
 def _chunk_ids(kb: KnowledgeBase, source: str) -> list[str]:
@@ -38,15 +39,21 @@ def _chunk_ids(kb: KnowledgeBase, source: str) -> list[str]:
 
 
 def test_text_ingest_counts_and_metadata(kb: KnowledgeBase) -> None:
-    res = kb.ingest(TOPICS["tcp"], collection="net", name="tcp", metadata={"lang": "en"},
-                    chunk_size=300, chunk_overlap=40)
+    res = kb.ingest(
+        TOPICS["tcp"],
+        collection="net",
+        name="tcp",
+        metadata={"lang": "en"},
+        chunk_size=300,
+        chunk_overlap=40,
+    )
     assert res.documents_added == 1 and res.chunks_added >= 3
     rows = _rows(kb, "SELECT text, metadata, position FROM kb_chunks ORDER BY position")
     assert len(rows) == res.chunks_added
     assert all(len(text) <= 300 for text, _, _ in rows)
     for text, meta, _ in rows:
         assert meta["lang"] == "en" and meta["source"] == "tcp"
-        assert TOPICS["tcp"][meta["start_index"]:].startswith(text)
+        assert TOPICS["tcp"][meta["start_index"] :].startswith(text)
     assert [p for _, _, p in rows] == list(range(len(rows)))
     assert res.to_dict()["chunks_added"] == res.chunks_added
     # embeddings stored one per chunk
@@ -115,14 +122,20 @@ def test_failure_mid_ingest_never_half_writes_a_document(
         kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
     monkeypatch.undo()
     stored = _rows(
-        kb, "SELECT d.source, count(c.id) FROM kb_documents d"
+        kb,
+        "SELECT d.source, count(c.id) FROM kb_documents d"
         " LEFT JOIN kb_chunks c ON c.document_id = d.id GROUP BY d.source",
     )
     assert stored, "the first batch committed"
     assert len(stored) < len(TOPICS), "the failed batch did not"
     for source, count in stored:  # every stored document is complete
-        full = kb.ingest(Path(source).read_text(), name="probe-" + Path(source).stem,
-                         collection="probe", chunk_size=300, chunk_overlap=40)
+        full = kb.ingest(
+            Path(source).read_text(),
+            name="probe-" + Path(source).stem,
+            collection="probe",
+            chunk_size=300,
+            chunk_overlap=40,
+        )
         assert count == full.chunks_added
     # resuming completes the rest and skips what was committed
     res = kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
@@ -203,8 +216,14 @@ def test_other_bad_inputs(kb: KnowledgeBase, tmp_path: Path) -> None:
 def test_progress_reports_every_batch(kb: KnowledgeBase) -> None:
     calls: list[tuple[int, int]] = []
     text = "\n\n".join(TOPICS.values())
-    res = kb.ingest(text, name="all", chunk_size=200, chunk_overlap=0, batch_size=5,
-                    progress=lambda done, total: calls.append((done, total)))
+    res = kb.ingest(
+        text,
+        name="all",
+        chunk_size=200,
+        chunk_overlap=0,
+        batch_size=5,
+        progress=lambda done, total: calls.append((done, total)),
+    )
     assert calls[0] == (0, res.chunks_added) and calls[-1] == (res.chunks_added,) * 2
     assert [d for d, _ in calls] == sorted(d for d, _ in calls)
 
@@ -215,9 +234,15 @@ def test_collections_and_deletes(kb: KnowledgeBase) -> None:
     info = {c.name: c for c in kb.collections()}
     assert set(info) == {"a", "b"}
     assert info["a"].documents == len(TOPICS)
-    assert info["a"].chunks == _rows(kb, "SELECT count(*) FROM kb_chunks c JOIN"
-                                     " kb_collections k ON k.id = c.collection_id"
-                                     " WHERE k.name = 'a'")[0][0]
+    assert (
+        info["a"].chunks
+        == _rows(
+            kb,
+            "SELECT count(*) FROM kb_chunks c JOIN"
+            " kb_collections k ON k.id = c.collection_id"
+            " WHERE k.name = 'a'",
+        )[0][0]
+    )
     assert (info["a"].embedding_model, info["a"].dimension) == (kb.model_name, 256)
     assert info["a"].to_dict()["name"] == "a"
 

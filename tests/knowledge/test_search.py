@@ -1,0 +1,218 @@
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any
+
+import pytest
+
+import knowledge
+from knowledge import SEARCH_MODES, EmbeddingMismatch, KnowledgeBase
+from tests.knowledge.corpus import TOPICS
+from tests.knowledge.helpers import HashEmbeddings, load_topics
+
+pytestmark = pytest.mark.postgres
+
+QUESTIONS = {
+    "volcanoes": "How do lava and ash come out of a magma chamber during an eruption?",
+    "bread": "Why does dough rise when yeast ferments it?",
+    "tcp": "How does the handshake start a reliable network connection?",
+    "photosynthesis": "How do plants turn sunlight into sugar?",
+}
+
+
+@pytest.fixture
+def loaded(kb: KnowledgeBase) -> KnowledgeBase:
+    load_topics(kb, collection="topics")
+    kb.ingest(
+        TOPICS["chess"],
+        collection="games",
+        name="chess2",
+        metadata={"topic": "chess"},
+        chunk_size=300,
+        chunk_overlap=40,
+    )
+    return kb
+
+
+def _topics(hits: list[knowledge.Chunk]) -> list[str]:
+    return [h["metadata"]["topic"] for h in hits]
+
+
+@pytest.mark.parametrize("mode", SEARCH_MODES)
+@pytest.mark.parametrize("topic", list(QUESTIONS))
+def test_each_mode_finds_the_relevant_topic(loaded: KnowledgeBase, mode: str, topic: str) -> None:
+    hits = loaded.search(QUESTIONS[topic], mode=mode, limit=3)
+    assert hits, f"{mode} found nothing for {topic}"
+    assert _topics(hits)[0] == topic
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    json.dumps(hits)  # plain JSON
+    assert set(hits[0]) == {
+        "id",
+        "text",
+        "score",
+        "collection",
+        "document_id",
+        "position",
+        "metadata",
+    }
+
+
+def test_semantic_scores_are_cosine(loaded: KnowledgeBase) -> None:
+    total = sum(c.chunks for c in loaded.collections())
+    hits = loaded.search(QUESTIONS["tcp"], mode="semantic", limit=100)
+    assert len(hits) == total  # semantic always ranks every chunk in scope
+    assert all(-1.0 <= h["score"] <= 1.0 for h in hits)
+    assert hits[0]["score"] > hits[-1]["score"]
+
+
+def test_fulltext_falls_back_to_or_of_words(loaded: KnowledgeBase) -> None:
+    hits = loaded.search("sourdough zzyzxqv", mode="fulltext")
+    assert hits and all("sourdough" in h["text"].lower() for h in hits)
+    assert loaded.search("zzyzxqv qqwwxx", mode="fulltext") == []
+
+
+def test_hybrid_excludes_chunks_matching_neither(loaded: KnowledgeBase) -> None:
+    assert loaded.search("zzyzxqv qqwwxx blorptang", mode="hybrid") == []
+    query = QUESTIONS["bread"]
+    hybrid = loaded.search(query, mode="hybrid", limit=50)
+    fulltext = {h["id"] for h in loaded.search(query, mode="fulltext", limit=100)}
+    close = {
+        h["id"]
+        for h in loaded.search(query, mode="semantic", limit=100)
+        if h["score"] >= loaded.hybrid_min_similarity
+    }
+    assert hybrid and {h["id"] for h in hybrid} <= fulltext | close
+    assert len(hybrid) < loaded.collections()[1].chunks + 1  # not everything
+    assert "volcanoes" not in _topics(hybrid)
+
+
+def test_hybrid_ranks_by_fusion(loaded: KnowledgeBase) -> None:
+    hits = loaded.search("checkmate king", mode="hybrid", limit=5)
+    assert _topics(hits)[0] == "chess"
+    assert all(0 < h["score"] <= 2 / 61 for h in hits)
+
+
+def test_scoping(loaded: KnowledgeBase) -> None:
+    query = "checkmate king"
+    everywhere = loaded.search(query, limit=20, mode="fulltext")
+    assert {h["collection"] for h in everywhere} == {"topics", "games"}
+    assert loaded.search(query, collection="all", limit=20, mode="fulltext") == everywhere
+    for mode in SEARCH_MODES:
+        only = loaded.search(query, collection="games", limit=20, mode=mode)
+        assert only and {h["collection"] for h in only} == {"games"}
+        both = loaded.search(query, collection=["games", "topics"], limit=20, mode=mode)
+        assert {h["collection"] for h in both} == {"topics", "games"}
+        assert loaded.search(query, collection=[], mode=mode) == []
+        assert loaded.search(query, collection="nope", mode=mode) == []
+        mixed = loaded.search(query, collection=["nope", "games"], limit=20, mode=mode)
+        assert {h["collection"] for h in mixed} == {"games"}
+
+
+def test_empty_scope_never_touches_the_database(tmp_path: object) -> None:
+    kb = KnowledgeBase("postgresql://nobody@/none?host=/nonexistent")
+    assert kb.search("anything", collection=[]) == []
+
+
+def test_filtered_hnsw_returns_limit_rows(loaded: KnowledgeBase) -> None:
+    loaded.exact_max_rows = 0  # force the HNSW path with a collection filter
+    hits = loaded.search(
+        QUESTIONS["bread"], collection="games", mode="semantic", limit=3, ef_search=1
+    )
+    assert len(hits) == 3 and {h["collection"] for h in hits} == {"games"}
+    exact = KnowledgeBase(loaded.url, schema=loaded.schema)
+    try:
+        want = exact.search(QUESTIONS["bread"], collection="games", mode="semantic", limit=3)
+    finally:
+        exact.close()
+    assert [h["id"] for h in hits] == [h["id"] for h in want]
+
+
+def test_threshold_and_limit(loaded: KnowledgeBase) -> None:
+    hits = loaded.search(QUESTIONS["tcp"], mode="semantic", limit=10, threshold=0.5)
+    assert all(h["score"] >= 0.5 for h in hits) and len(hits) < 10
+    assert len(loaded.search(QUESTIONS["tcp"], mode="semantic", limit=2)) == 2
+    with pytest.raises(ValueError, match="limit"):
+        loaded.search("x", limit=0)
+    with pytest.raises(ValueError, match="ef_search"):
+        loaded.search("x", ef_search=0)
+
+
+def test_bad_queries(loaded: KnowledgeBase) -> None:
+    for blank in ("", "   ", "\n\t"):
+        with pytest.raises(ValueError, match="blank"):
+            loaded.search(blank)
+    with pytest.raises(ValueError, match="semantic, fulltext, hybrid"):
+        loaded.search("lava", mode="vector")
+    with pytest.raises(TypeError):
+        loaded.search("lava", bogus=1)  # type: ignore[call-arg]
+    assert loaded.search("lava", graph=True)  # reserved, ignored
+
+
+def test_long_query_is_truncated_not_fatal(loaded: KnowledgeBase) -> None:
+    long = ("volcano lava eruption magma " * 5000) + "!!! :* & | <-> ( ' \\"
+    for mode in SEARCH_MODES:
+        hits = loaded.search(long, mode=mode)
+        assert hits and _topics(hits)[0] == "volcanoes"
+
+
+@pytest.mark.parametrize(
+    "evil",
+    ["x' OR '1'='1", "topics'; DROP TABLE kb_chunks; --", "%s", "{t}", "games\x00"],
+)
+def test_injection_strings_match_nothing(loaded: KnowledgeBase, evil: str) -> None:
+    for mode in SEARCH_MODES:
+        if "\x00" in evil:
+            continue
+        assert loaded.search("chess king", collection=evil, mode=mode) == []
+        assert loaded.search("chess king", collection=[evil], mode=mode) == []
+        loaded.search(evil + " chess", mode=mode)  # as a query: just text
+    assert {c.name for c in loaded.collections()} == {"topics", "games"}
+    assert loaded.collections()[1].chunks > 0
+
+
+def test_embedder_mismatch_on_search(loaded: KnowledgeBase) -> None:
+    other = KnowledgeBase(loaded.url, embeddings=HashEmbeddings(), schema=loaded.schema)
+    try:
+        for mode in ("semantic", "hybrid"):
+            with pytest.raises(EmbeddingMismatch, match="topics"):
+                other.search("lava", collection="topics", mode=mode)
+        # fulltext needs no embedder
+        assert other.search("lava", collection="topics", mode="fulltext")
+        # unrestricted semantic search skips collections of another embedder
+        other.ingest(TOPICS["aqueducts"], collection="hashed", name="aq")
+        hits = other.search("aqueduct water", mode="semantic", limit=50)
+        assert hits and {h["collection"] for h in hits} == {"hashed"}
+    finally:
+        other.close()
+
+
+async def test_asearch_matches_search(loaded: KnowledgeBase) -> None:
+    for mode in SEARCH_MODES:
+        sync = loaded.search(QUESTIONS["tcp"], collection=["topics"], mode=mode)
+        got = await loaded.asearch(QUESTIONS["tcp"], collection=["topics"], mode=mode)
+        assert [h["id"] for h in got] == [h["id"] for h in sync]
+    assert await loaded.asearch("lava", collection=[]) == []
+    with pytest.raises(ValueError):
+        await loaded.asearch(" ")
+    await loaded.aclose()
+
+
+async def test_module_level_api_fits_search_fn(
+    loaded: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(knowledge, "_default", loaded)
+    assert knowledge.default_knowledge_base() is loaded
+    opts: dict[str, Any] = {"mode": "semantic"}
+    hits = knowledge.search(QUESTIONS["bread"], collection="topics", limit=2, **opts)
+    ahits = await knowledge.asearch(QUESTIONS["bread"], collection="topics", limit=2, **opts)
+    assert [h["id"] for h in hits] == [h["id"] for h in ahits] and len(hits) == 2
+    for fn in (knowledge.search, knowledge.asearch):
+        params = inspect.signature(fn).parameters
+        assert {"collection", "limit", "mode", "graph"} <= set(params)
+    res = knowledge.ingest(TOPICS["volcanoes"], collection="mod", name="v")
+    assert res.documents_added == 1
+    again = await knowledge.aingest(TOPICS["volcanoes"], collection="mod", name="v")
+    assert again.documents_skipped == 1
+    await loaded.aclose()
