@@ -42,6 +42,8 @@ MAX_EF_SEARCH = 1000
 DEFAULT_EXACT_MAX_ROWS = 20_000
 DEFAULT_HYBRID_MIN_SIMILARITY = 0.35
 _WORD = re.compile(r"[^\W_]+")
+_JUNK = re.compile(r"[^\w\s\"-]+")
+_STRAY_DASH = re.compile(r"(?<![\s\"])-+|-+(?![^\W_])|-{2,}")
 
 Statement = tuple[sql.Composable, dict[str, Any]]
 
@@ -181,6 +183,17 @@ def settings_statement(req: SearchRequest) -> Statement:
     return query, {"ef": str(ef)}
 
 
+def and_query(text: str) -> str:
+    """Return the query for `websearch_to_tsquery`, keeping only its `"phrase"` and `-word` syntax.
+
+    Runs of punctuation (a reStructuredText table rule of `-` signs, for one) can
+    overflow PostgreSQL's tsquery stack ("tsquery stack too small"); only a `-`
+    directly before a word, at the start of a word, keeps its meaning.
+    """
+    kept = _JUNK.sub(" ", text)
+    return _STRAY_DASH.sub(" ", kept)
+
+
 def or_query(text: str) -> str:
     """Return the query's words OR-ed, in `websearch_to_tsquery` syntax (never a syntax error)."""
     words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:MAX_OR_WORDS]
@@ -247,7 +260,7 @@ def search_statement(
         "limit": req.limit,
         "threshold": req.threshold,
         "q": vector,
-        "text": req.query,
+        "text": and_query(req.query),
         "or_text": or_query(req.query),
         "floor": hybrid_min_similarity,
     }
