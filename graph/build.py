@@ -1,0 +1,122 @@
+"""Graph assembly: the five nodes, the conditional edges between them, and the served graph.
+
+``controller`` calls the model; tool calls go to ``tools``, which loops back until
+a tool ends the run. Then, as configured: ``answerer`` rewrites an ``answer``,
+``synthesis`` writes one when the turn budget ran out, and ``ground`` scores it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.tools import BaseTool
+from langgraph._internal._runnable import RunnableCallable  # one node with a sync and an async body
+from langgraph.graph import START, StateGraph
+
+from graph.context import LoopContext
+from graph.deps import LoopDeps, PromptFn, SynthesizerFn
+from graph.models import ModelSpec, resolve_model
+from graph.routing import Routers
+from graph.state import LoopInput, LoopOutput, LoopState
+from nodes.answerer import Answerer
+from nodes.controller import Controller
+from nodes.ground import Ground
+from nodes.synthesis import Synthesis
+from nodes.tools import Tools
+from tools.execute import SearchFn
+from tools.schemas import custom_tool_schemas
+
+GRAPH_NAME = "arcana-loop"
+
+LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
+
+
+def _prompt_fn(value: str | Callable[..., str] | None, name: str) -> PromptFn | None:
+    """Normalise a prompt given as a function of the options (strings travel in the context)."""
+    if value is None or isinstance(value, str):
+        return None
+    if not callable(value):
+        raise TypeError(f"{name} must be a string or a function of the options")
+    try:
+        takes_nothing = not inspect.signature(value).parameters
+    except (TypeError, ValueError):
+        takes_nothing = False
+    if takes_nothing:
+        zero = value
+        return lambda _opts: zero()
+    return value
+
+
+def make_deps(
+    *,
+    controller_llm: ModelSpec | None = None,
+    answer_llm: ModelSpec | None = None,
+    search_fn: SearchFn | None = None,
+    asearch_fn: SearchFn | None = None,
+    tools: Sequence[BaseTool] | None = None,
+    synthesizer: SynthesizerFn | None = None,
+    grounder: Any = None,
+    system_prompt: str | Callable[..., str] | None = None,
+    answer_prompt: str | Callable[..., str] | None = None,
+    synthesis_prompt: str | Callable[..., str] | None = None,
+) -> LoopDeps:
+    """Validate and resolve the factory dependencies of a graph."""
+    custom = list(tools or [])
+    if grounder is not None:
+        from grounding.resolve import resolve_grounder
+
+        grounder = resolve_grounder(grounder)
+    if search_fn is not None and not callable(search_fn):
+        raise TypeError("search_fn must be callable: search_fn(query, collection=..., limit=..., **search_opts)")
+    if synthesizer is not None and not callable(synthesizer):
+        raise TypeError("synthesizer must be a function (messages, opts) -> str")
+    return LoopDeps(
+        controller_llm=resolve_model(controller_llm) if controller_llm is not None else None,
+        answer_llm=resolve_model(answer_llm) if answer_llm is not None else None,
+        search_fn=search_fn,
+        asearch_fn=asearch_fn,
+        custom_tools={t.name: t for t in custom},
+        custom_schemas=custom_tool_schemas(custom),
+        synthesizer=synthesizer,
+        grounder=grounder,
+        system_prompt=_prompt_fn(system_prompt, "system_prompt"),
+        answer_prompt=_prompt_fn(answer_prompt, "answer_prompt"),
+        synthesis_prompt=_prompt_fn(synthesis_prompt, "synthesis_prompt"),
+    )
+
+
+def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
+    """Build the loop graph (uncompiled, so callers choose the checkpointer).
+
+    Args:
+        deps: resolved dependencies; or pass `make_deps` keyword arguments instead.
+
+    Returns:
+        A ``StateGraph`` to ``compile()``.
+    """
+    deps = deps if deps is not None else make_deps(**kwargs)
+    routers = Routers(deps)
+    builder: LoopGraph = StateGraph(
+        LoopState, context_schema=LoopContext, input_schema=LoopInput, output_schema=LoopOutput
+    )
+    for name, node in (
+        ("controller", Controller(deps, routers)),
+        ("tools", Tools(deps, routers)),
+        ("answerer", Answerer(deps, routers)),
+        ("synthesis", Synthesis(deps, routers)),
+        ("ground", Ground(deps, routers)),
+    ):
+        builder.add_node(name, RunnableCallable(node.sync, node.async_, name=name))
+    builder.add_edge(START, "controller")
+    builder.add_conditional_edges("controller", routers.after_controller)
+    builder.add_conditional_edges("tools", routers.after_tools)
+    builder.add_conditional_edges("answerer", routers.finish)
+    builder.add_conditional_edges("synthesis", routers.finish)
+    builder.add_edge("ground", "__end__")
+    return builder
+
+
+graph = build_graph().compile(name=GRAPH_NAME)
+"""The served graph: models, grounder and search options come from the run's context."""

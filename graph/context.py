@@ -1,0 +1,139 @@
+"""Run options: the JSON-able knobs of one run, with their defaults and environment fallbacks.
+
+Every field can be set per run (``run(...)`` keyword arguments, or the ``context``
+of a LangGraph server run). A field not given falls back to an environment
+variable ``ARCANA_LOOP_<FIELD>`` (for example ``ARCANA_LOOP_MAX_ITERATIONS=6``),
+then to the default below: explicit > environment > default. The environment is
+read when a context is created, never inside a node.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any
+
+ENV_PREFIX = "ARCANA_LOOP_"
+
+
+def _parse_env(name: str, raw: str, kind: type) -> Any:
+    try:
+        if kind is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if kind is dict:
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError(raw)
+            return value
+        return raw
+    except ValueError:
+        raise ValueError(f"environment variable {ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+
+
+def _env(name: str, default: Any, kind: type) -> Any:
+    def factory() -> Any:
+        raw = os.environ.get(ENV_PREFIX + name.upper())
+        if raw is None or raw == "":
+            return dict(default) if isinstance(default, dict) else default
+        return _parse_env(name, raw, kind)
+
+    return factory
+
+
+def _opt(name: str, default: Any, kind: type, description: str) -> Any:
+    return field(
+        default_factory=_env(name, default, kind),
+        metadata={"description": description, "default": default, "env": ENV_PREFIX + name.upper()},
+    )
+
+
+@dataclass(kw_only=True)
+class LoopContext:
+    """Options of one loop run. Every field has a default; see the module docstring for precedence."""
+
+    controller_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
+        "controller_model", None, str,
+        "Model of the controller that picks a tool each turn, as 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'.",
+    )
+    answer_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
+        "answer_model", None, str,
+        "Optional stronger model that rewrites the final answer and writes the fallback synthesis.",
+    )
+    max_iterations: int = _opt("max_iterations", 10, int, "Most controller turns before the run stops (then synthesis runs).")
+    chunk_cap: int = _opt("chunk_cap", 30, int, "Most chunks kept across searches; the lowest scores are evicted.")
+    system_prompt: str | None = _opt("system_prompt", None, str, "Replaces the default system prompt ({max_iterations} and other slots are filled).")
+    answer_prompt: str | None = _opt("answer_prompt", None, str, "Replaces the instruction sent to the answer model.")
+    synthesis_prompt: str | None = _opt("synthesis_prompt", None, str, "Replaces the instruction of the fallback synthesis call.")
+    fallback_synthesis: bool = _opt("fallback_synthesis", True, bool, "Write an answer from the gathered chunks when max_iterations is hit.")
+    temperature: float | None = _opt("temperature", None, float, "Temperature of every model call, unless a role's own is set.")
+    controller_temperature: float | None = _opt("controller_temperature", None, float, "Temperature of the controller's calls.")
+    answer_temperature: float | None = _opt("answer_temperature", None, float, "Temperature of the answer model's rewrite.")
+    fallback_temperature: float | None = _opt("fallback_temperature", None, float, "Temperature of the fallback synthesis call.")
+    grounder: str | None = _opt("grounder", None, str, "Grounder that scores the answer: 'local' (offline heuristic) or 'llm_judge'.")
+    judge_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
+        "judge_model", None, str, "Model of the 'llm_judge' grounder (defaults to the answer model, then the controller)."
+    )
+    search_opts: dict[str, Any] = _opt("search_opts", {}, dict, "Extra keyword options for every search call (e.g. mode, threshold).")
+    max_tool_calls_per_turn: int = _opt(
+        "max_tool_calls_per_turn", 16, int, "Tool calls of one turn past this many are answered as skipped, not run."
+    )
+    max_parallel_searches: int = _opt(
+        "max_parallel_searches", 4, int, "Searches of one turn that run at once on the async path."
+    )
+
+    def __post_init__(self) -> None:
+        """Reject values of the wrong type or range before anything runs."""
+        for name in ("max_iterations", "chunk_cap"):
+            _check_int(name, getattr(self, name), minimum=0)
+        for name in ("max_tool_calls_per_turn", "max_parallel_searches"):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("temperature", "controller_temperature", "answer_temperature", "fallback_temperature"):
+            _check_temperature(name, getattr(self, name))
+        for name in ("controller_model", "answer_model", "system_prompt", "answer_prompt", "synthesis_prompt", "grounder", "judge_model"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
+        if not isinstance(self.fallback_synthesis, bool):
+            raise TypeError(f"fallback_synthesis must be True or False, got {self.fallback_synthesis!r}")
+        if not isinstance(self.search_opts, dict) or not all(isinstance(k, str) for k in self.search_opts):
+            raise TypeError("search_opts must be a dict with string keys")
+
+    def role_temperature(self, role: str) -> float | None:
+        """Return the temperature for ``controller``, ``answer`` or ``fallback``: the role's own, else the shared one."""
+        own = getattr(self, f"{role}_temperature")
+        return own if own is not None else self.temperature
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}: {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
+def _check_temperature(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number or None, got {type(value).__name__}: {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
+CONTEXT_FIELDS = frozenset(f.name for f in fields(LoopContext))
+
+
+def context_defaults() -> dict[str, Any]:
+    """Return each option's documented default (the environment ignored)."""
+    return {f.name: f.metadata["default"] for f in fields(LoopContext)}

@@ -1,0 +1,78 @@
+"""Factory dependencies: the callables and objects a graph is built with.
+
+Objects that cannot travel as JSON (chat model instances, functions, custom
+tools, a grounder) are closed over by the nodes; their JSON-able counterparts
+(model names, a grounder name) come from the run's `LoopContext`. When both are
+given, the object wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.tools import BaseTool
+
+from graph.context import LoopContext
+from graph.models import ModelCaller, cached_model
+from tools.execute import SearchFn
+from tools.schemas import ToolSchema
+
+PromptFn = Callable[[dict[str, Any]], str]
+SynthesizerFn = Callable[[list[Any], dict[str, Any]], Any]
+
+
+class ConfigurationError(ValueError):
+    """An option combination that cannot run; raised before the first step."""
+
+
+@dataclass(frozen=True)
+class LoopDeps:
+    """What the nodes of one compiled graph close over."""
+
+    controller_llm: ModelCaller | None = None
+    answer_llm: ModelCaller | None = None
+    search_fn: SearchFn | None = None
+    asearch_fn: SearchFn | None = None
+    custom_tools: Mapping[str, BaseTool] = field(default_factory=dict)
+    custom_schemas: tuple[ToolSchema, ...] = ()
+    synthesizer: SynthesizerFn | None = None
+    grounder: Any = None
+    system_prompt: PromptFn | None = None
+    answer_prompt: PromptFn | None = None
+    synthesis_prompt: PromptFn | None = None
+
+    def controller(self, ctx: LoopContext) -> ModelCaller:
+        """Return the controller model: the object given, else the context's model name."""
+        if self.controller_llm is not None:
+            return self.controller_llm
+        if ctx.controller_model is not None:
+            return cached_model(ctx.controller_model)
+        from graph.models import default_controller_spec
+
+        return cached_model(default_controller_spec())
+
+    def answerer(self, ctx: LoopContext) -> ModelCaller | None:
+        """Return the answer model, or ``None`` when none is configured."""
+        if self.answer_llm is not None:
+            return self.answer_llm
+        if ctx.answer_model is not None:
+            return cached_model(ctx.answer_model)
+        return None
+
+    def has_answerer(self, ctx: LoopContext) -> bool:
+        """Whether an answer model is configured (without creating it)."""
+        return self.answer_llm is not None or ctx.answer_model is not None
+
+    def has_grounder(self, ctx: LoopContext) -> bool:
+        """Whether a grounder is configured."""
+        return self.grounder is not None or ctx.grounder is not None
+
+    def search(self) -> tuple[SearchFn, SearchFn]:
+        """Return the (sync, async) search functions; the knowledge base's by default."""
+        if self.search_fn is not None:
+            return self.search_fn, self.asearch_fn or self.search_fn
+        import knowledge
+
+        return knowledge.search, knowledge.asearch

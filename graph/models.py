@@ -1,0 +1,188 @@
+"""Chat models: turn any accepted model spec into one calling convention.
+
+A spec is a ``"provider:model"`` string (LangChain's ``init_chat_model``), a
+``("provider:model", {kwargs})`` pair, a LangChain chat model instance, or a
+callable ``(messages, tools, opts) -> AIMessage`` (sync or async). Each becomes a
+`ModelCaller` with ``invoke``/``ainvoke(messages, tools, opts)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import Runnable
+
+from tools.schemas import ToolSchema
+
+ModelSpec = str | tuple[Any, Mapping[str, Any]] | BaseChatModel | Callable[..., Any]
+
+OFFLINE = "offline"
+"""The model spec of the offline, deterministic controller (no network, no key)."""
+
+
+class ModelSpecError(ValueError):
+    """A model spec that cannot be turned into a model."""
+
+
+class ModelReplyError(RuntimeError):
+    """A model call that returned something other than an assistant message."""
+
+
+def _as_ai_message(reply: Any) -> AIMessage:
+    if isinstance(reply, AIMessage):
+        return reply
+    if isinstance(reply, str):
+        return AIMessage(content=reply)
+    raise ModelReplyError(f"the model returned {type(reply).__name__}, expected an AIMessage")
+
+
+def _temperature_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
+    temperature = opts.get("temperature")
+    return {} if temperature is None else {"temperature": temperature}
+
+
+@dataclass
+class ChatModelCaller:
+    """Calls a LangChain chat model, binding the offered tools (cached per tool list)."""
+
+    model: BaseChatModel
+    name: str
+    _bound: dict[tuple[str, ...], Runnable[Any, Any]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _runnable(self, tools: Sequence[ToolSchema]) -> Runnable[Any, Any]:
+        if not tools:
+            return self.model
+        key = tuple(str(t["function"]["name"]) + str(id(t)) for t in tools)
+        bound = self._bound.get(key)
+        if bound is None:
+            with self._lock:
+                bound = self.model.bind_tools(list(tools))
+                if len(self._bound) > 64:
+                    self._bound.clear()
+                self._bound[key] = bound
+        return bound
+
+    def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
+        """Call the model once."""
+        return _as_ai_message(self._runnable(tools).invoke(messages, **_temperature_kwargs(opts)))
+
+    async def ainvoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
+        """Call the model once on the event loop."""
+        return _as_ai_message(await self._runnable(tools).ainvoke(messages, **_temperature_kwargs(opts)))
+
+
+@dataclass
+class FunctionCaller:
+    """Calls a plain function ``(messages, tools, opts) -> AIMessage``, sync or async."""
+
+    fn: Callable[..., Any]
+    name: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def _opts(self, opts: Mapping[str, Any]) -> dict[str, Any]:
+        return {**self.extra, **opts}
+
+    def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
+        """Call the function; an awaitable result is awaited on a private loop."""
+        reply = self.fn(messages, list(tools), self._opts(opts))
+        if inspect.isawaitable(reply):
+            reply = asyncio.run(_await(reply))
+        return _as_ai_message(reply)
+
+    async def ainvoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
+        """Call the function; a synchronous one runs in a worker thread so the loop stays free."""
+        if inspect.iscoroutinefunction(self.fn):
+            reply = await self.fn(messages, list(tools), self._opts(opts))
+        else:
+            reply = await asyncio.to_thread(self.fn, messages, list(tools), self._opts(opts))
+            if inspect.isawaitable(reply):
+                reply = await reply
+        return _as_ai_message(reply)
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+ModelCaller = ChatModelCaller | FunctionCaller
+
+
+def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
+    if spec == OFFLINE:
+        from graph.offline import OfflineController
+
+        return OfflineController(**kwargs)
+    if ":" not in spec or not all(part.strip() for part in spec.split(":", 1)):
+        raise ModelSpecError(f"model spec {spec!r} is not of the form 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'")
+    from langchain.chat_models import init_chat_model
+
+    try:
+        return init_chat_model(spec, **kwargs)
+    except ImportError as exc:
+        raise ModelSpecError(f"model spec {spec!r} needs a provider package that is not installed: {exc}") from exc
+    except ValueError as exc:
+        raise ModelSpecError(f"model spec {spec!r} is not usable: {exc}") from exc
+    except Exception as exc:  # provider clients raise their own types, e.g. for a missing API key
+        raise ModelSpecError(f"model {spec!r} could not be created: {type(exc).__name__}: {exc}") from exc
+
+
+def resolve_model(spec: ModelSpec) -> ModelCaller:
+    """Turn a model spec into a `ModelCaller`.
+
+    Raises:
+        ModelSpecError: for a malformed string, an unknown provider or a client that
+            cannot be created (a missing API key, for instance).
+        TypeError: for a value that is no model spec at all.
+    """
+    if isinstance(spec, BaseChatModel):
+        return ChatModelCaller(spec, name=type(spec).__name__)
+    if isinstance(spec, str):
+        return ChatModelCaller(_init_chat_model(spec, {}), name=spec)
+    if isinstance(spec, tuple):
+        if len(spec) != 2 or not isinstance(spec[1], Mapping):
+            raise TypeError("a model pair must be ('provider:model', {kwargs})")
+        target, kwargs = spec
+        if isinstance(target, str):
+            return ChatModelCaller(_init_chat_model(target, kwargs), name=target)
+        if callable(target) and not isinstance(target, BaseChatModel):
+            return FunctionCaller(target, name=getattr(target, "__name__", "function"), extra=dict(kwargs))
+        raise TypeError("the first item of a model pair must be a 'provider:model' string or a function")
+    if callable(spec):
+        return FunctionCaller(spec, name=getattr(spec, "__name__", type(spec).__name__))
+    raise TypeError(
+        "a model must be a 'provider:model' string, a (spec, kwargs) pair, a LangChain chat model "
+        f"or a function (messages, tools, opts) -> AIMessage; got {type(spec).__name__}"
+    )
+
+
+_cache: dict[str, ModelCaller] = {}
+_cache_lock = threading.Lock()
+
+
+def cached_model(spec: str) -> ModelCaller:
+    """Resolve a model spec string once per process (server runs name models by string)."""
+    caller = _cache.get(spec)
+    if caller is None:
+        with _cache_lock:
+            caller = _cache.get(spec) or resolve_model(spec)
+            _cache[spec] = caller
+    return caller
+
+
+def default_controller_spec() -> str:
+    """Return the controller used when none is configured.
+
+    ``openai:gpt-4o-mini`` when ``OPENAI_API_KEY`` is set (``OPENAI_BASE_URL`` is
+    honoured by the client), otherwise the offline controller.
+    """
+    import os
+
+    return "openai:gpt-4o-mini" if os.environ.get("OPENAI_API_KEY") else OFFLINE

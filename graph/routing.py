@@ -1,0 +1,69 @@
+"""Where the loop goes after each node: every routing decision of the graph, in one place.
+
+Routers read ``terminated_by`` and whether the controller's last message holds
+tool calls. Which optional nodes exist for a run (an answer model, a grounder)
+depends on the graph's dependencies and the run's context, so the routers are
+made per graph by `make_routers`; each keeps a ``Literal`` return type, which is
+what makes LangGraph draw every edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, assert_never
+
+from langchain_core.messages import AIMessage
+from langgraph.graph import END
+from langgraph.runtime import Runtime
+
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.state import LoopState
+from tools.schemas import ANSWER
+
+AfterController = Literal["tools", "synthesis", "ground", "__end__"]
+AfterTools = Literal["controller", "answerer", "ground", "__end__"]
+AfterFinal = Literal["ground", "__end__"]
+
+
+def has_tool_calls(message: object) -> bool:
+    """Whether a message is an assistant message that asks for tools."""
+    return isinstance(message, AIMessage) and bool(message.tool_calls or message.invalid_tool_calls)
+
+
+@dataclass(frozen=True)
+class Routers:
+    """The routing functions of one graph."""
+
+    deps: LoopDeps
+
+    def finish(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterFinal:
+        """After the answer is settled: ground it when a grounder is configured, else stop."""
+        return "ground" if self.deps.has_grounder(runtime.context) else END
+
+    def after_controller(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterController:
+        """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes."""
+        outcome = state.get("terminated_by")
+        if outcome is None:
+            messages = state.get("messages") or []
+            if messages and has_tool_calls(messages[-1]):
+                return "tools"
+            raise ValueError("the controller ended its turn without tool calls and without an outcome")
+        if outcome == "max_iterations":
+            if runtime.context.fallback_synthesis and state.get("chunks"):
+                return "synthesis"
+            return self.finish(state, runtime)
+        if outcome in ("answered", "error", "gave_up"):
+            return self.finish(state, runtime)
+        assert_never(outcome)
+
+    def after_tools(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterTools:
+        """Back to the controller unless a tool ended the run; an ``answer`` may be rewritten first."""
+        outcome = state.get("terminated_by")
+        if outcome is None:
+            return "controller"
+        history = state.get("tool_history") or []
+        answered_by_tool = outcome == "answered" and bool(history) and history[-1]["tool"] == ANSWER
+        if answered_by_tool and self.deps.has_answerer(runtime.context):
+            return "answerer"
+        return self.finish(state, runtime)

@@ -1,0 +1,302 @@
+"""The public entry points: `run` and `arun` a question through the loop, `ground` a result."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.pregel import Pregel
+
+from graph.build import GRAPH_NAME, build_graph, make_deps
+from graph.checkpoints import resolve_checkpointer
+from graph.context import CONTEXT_FIELDS, LoopContext
+from graph.deps import ConfigurationError, SynthesizerFn
+from graph.models import ModelSpec
+from graph.state import Chunk, CollectionSpec, TerminatedBy, ToolEvent
+from tools.execute import SearchFn
+from tools.scoping import normalize_scope
+
+MAX_QUESTION_CHARS = 32_000
+"""Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
+
+_RESULT_KEYS = ("question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding", "messages")
+
+
+@dataclass
+class LoopResult:
+    """What a run produced."""
+
+    question: str
+    answer: str | None
+    terminated_by: TerminatedBy | None
+    iterations: int
+    tool_history: list[ToolEvent]
+    chunks: list[Chunk]
+    error: str | None = None
+    grounding: dict[str, Any] | None = None
+    messages: list[BaseMessage] = field(default_factory=list)
+    thread_id: str | None = None
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
+        """Build a result from graph state values."""
+        return cls(
+            question=state["question"],
+            answer=state.get("answer"),
+            terminated_by=state.get("terminated_by"),
+            iterations=state.get("iterations", 0),
+            tool_history=list(state.get("tool_history") or []),
+            chunks=list(state.get("chunks") or []),
+            error=state.get("error"),
+            grounding=state.get("grounding"),
+            messages=list(state.get("messages") or []),
+            thread_id=thread_id,
+        )
+
+    def to_dict(self, *, messages: bool = False) -> dict[str, Any]:
+        """Return the result as plain JSON-serialisable data (messages only when asked)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "messages"}
+        if messages:
+            out["messages"] = [m.model_dump(mode="json") for m in self.messages]
+        return out
+
+
+def check_question(question: Any) -> str:
+    """Return the question, or raise a clear error for one that cannot be asked."""
+    if not isinstance(question, str):
+        raise TypeError(f"question must be a string, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError("question must not be empty or blank")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(f"question is {len(question):,} characters; the most accepted is {MAX_QUESTION_CHARS:,}")
+    if "\x00" in question:
+        raise ValueError("question must not contain NUL characters")
+    return question
+
+
+class _CompiledGraphs:
+    """A small cache of compiled graphs, keyed by the identity of their dependencies.
+
+    Compiling costs more than a fast run, and callers usually pass the same models
+    and functions every time. Entries hold the dependencies themselves, so an id in
+    a key cannot be reused by another object while the entry lives.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self._entries: OrderedDict[tuple[Any, ...], tuple[Pregel[Any, Any, Any, Any], tuple[Any, ...]]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, deps_kwargs: dict[str, Any], checkpointer: Any) -> Pregel[Any, Any, Any, Any]:
+        values = (*deps_kwargs.values(), checkpointer)
+        key = tuple(_identity(v) for v in values)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit[0]
+        compiled = build_graph(make_deps(**deps_kwargs)).compile(checkpointer=checkpointer, name=GRAPH_NAME)
+        with self._lock:
+            self._entries[key] = (compiled, values)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return compiled
+
+
+def _identity(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return (type(value).__name__, value)
+    if isinstance(value, tuple | list):
+        return tuple(_identity(v) for v in value)
+    return ("id", id(value))
+
+
+_graphs = _CompiledGraphs()
+
+
+def _prepare(
+    question: Any, collection: Any, controller_llm: Any, checkpointer: Any, thread_id: str | None, deps_kwargs: dict[str, Any], options: dict[str, Any]
+) -> tuple[Pregel[Any, Any, Any, Any], dict[str, Any], RunnableConfig, LoopContext, str | None]:
+    check_question(question)
+    normalize_scope(collection)  # raises on a malformed collection before anything runs
+    unknown = set(options) - CONTEXT_FIELDS
+    if unknown:
+        raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONTEXT_FIELDS))}")
+    context = LoopContext(**{k: v for k, v in options.items() if v is not None})
+    if controller_llm is None and context.controller_model is None:
+        raise ConfigurationError(
+            "run() needs a controller: pass controller_llm= (a 'provider:model' string, a chat model or a "
+            "function) or set ARCANA_LOOP_CONTROLLER_MODEL"
+        )
+    saver = resolve_checkpointer(checkpointer)
+    compiled = _graphs.get({"controller_llm": controller_llm, **deps_kwargs}, saver)
+    config: RunnableConfig = {"recursion_limit": 4 * context.max_iterations + 20}
+    if saver is not None:
+        thread_id = thread_id or str(uuid.uuid4())
+        config["configurable"] = {"thread_id": thread_id}
+    else:
+        thread_id = None
+    return compiled, {"question": question, "collection": collection}, config, context, thread_id
+
+
+def run(
+    question: str,
+    *,
+    collection: CollectionSpec = "all",
+    controller_llm: ModelSpec | None = None,
+    answer_llm: ModelSpec | None = None,
+    max_iterations: int | None = None,
+    chunk_cap: int | None = None,
+    tools: Sequence[BaseTool] | None = None,
+    system_prompt: str | Callable[..., str] | None = None,
+    answer_prompt: str | Callable[..., str] | None = None,
+    synthesis_prompt: str | Callable[..., str] | None = None,
+    fallback_synthesis: bool | None = None,
+    synthesizer: SynthesizerFn | None = None,
+    search_fn: SearchFn | None = None,
+    search_opts: Mapping[str, Any] | None = None,
+    temperature: float | None = None,
+    controller_temperature: float | None = None,
+    answer_temperature: float | None = None,
+    fallback_temperature: float | None = None,
+    grounder: Any = None,
+    checkpointer: Any = None,
+    thread_id: str | None = None,
+    **options: Any,
+) -> LoopResult:
+    """Answer a question with the agentic loop.
+
+    Options left as ``None`` take their ``ARCANA_LOOP_*`` environment value, else their
+    default (``max_iterations`` 10, ``chunk_cap`` 30, ``fallback_synthesis`` True; see
+    the README for every option). Extra keyword options are `LoopContext` fields.
+
+    Raises:
+        TypeError, ValueError: for a bad question, collection or option, before anything runs.
+        ConfigurationError: when no controller is configured.
+    """
+    compiled, inputs, config, context, thread = _prepare(
+        question, collection, controller_llm, checkpointer, thread_id,
+        _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
+        _context_kwargs(locals(), options),
+    )
+    state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    return LoopResult.from_state(state, thread)
+
+
+async def arun(
+    question: str,
+    *,
+    collection: CollectionSpec = "all",
+    controller_llm: ModelSpec | None = None,
+    answer_llm: ModelSpec | None = None,
+    max_iterations: int | None = None,
+    chunk_cap: int | None = None,
+    tools: Sequence[BaseTool] | None = None,
+    system_prompt: str | Callable[..., str] | None = None,
+    answer_prompt: str | Callable[..., str] | None = None,
+    synthesis_prompt: str | Callable[..., str] | None = None,
+    fallback_synthesis: bool | None = None,
+    synthesizer: SynthesizerFn | None = None,
+    search_fn: SearchFn | None = None,
+    search_opts: Mapping[str, Any] | None = None,
+    temperature: float | None = None,
+    controller_temperature: float | None = None,
+    answer_temperature: float | None = None,
+    fallback_temperature: float | None = None,
+    grounder: Any = None,
+    checkpointer: Any = None,
+    thread_id: str | None = None,
+    **options: Any,
+) -> LoopResult:
+    """Answer a question with the agentic loop, on the running event loop (see `run`)."""
+    compiled, inputs, config, context, thread = _prepare(
+        question, collection, controller_llm, checkpointer, thread_id,
+        _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
+        _context_kwargs(locals(), options),
+    )
+    state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    return LoopResult.from_state(state, thread)
+
+
+_CONTEXT_ARGS = (
+    "max_iterations", "chunk_cap", "fallback_synthesis", "temperature", "controller_temperature",
+    "answer_temperature", "fallback_temperature",
+)
+
+
+def _context_kwargs(args: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    out = {name: args[name] for name in _CONTEXT_ARGS}
+    for name in ("system_prompt", "answer_prompt", "synthesis_prompt"):
+        if isinstance(args[name], str):
+            out[name] = args[name]
+    if args["search_opts"] is not None:
+        if not isinstance(args["search_opts"], Mapping):
+            raise TypeError("search_opts must be a mapping of keyword options")
+        out["search_opts"] = dict(args["search_opts"])
+    if isinstance(args["grounder"], str):
+        out["grounder"] = args["grounder"]
+    if isinstance(args["controller_llm"], str):
+        out["controller_model"] = args["controller_llm"]
+    return {**out, **options}
+
+
+def _deps_kwargs(
+    answer_llm: Any, search_fn: Any, tools: Any, synthesizer: Any, grounder: Any, system_prompt: Any, answer_prompt: Any, synthesis_prompt: Any
+) -> dict[str, Any]:
+    if isinstance(grounder, str):
+        from grounding.resolve import resolve_grounder
+
+        resolve_grounder(grounder)  # an unknown name fails now, with the known names
+        grounder = None  # named grounders are resolved per run from the context
+    return {
+        "answer_llm": answer_llm,
+        "search_fn": search_fn,
+        "tools": tuple(tools) if tools is not None else None,
+        "synthesizer": synthesizer,
+        "grounder": grounder,
+        "system_prompt": system_prompt,
+        "answer_prompt": answer_prompt,
+        "synthesis_prompt": synthesis_prompt,
+    }
+
+
+def ground(result: LoopResult | Mapping[str, Any], grounder: Any = "local", **opts: Any) -> Any:
+    """Score a finished result's answer against its chunks; the same as the graph's ``ground`` node.
+
+    Args:
+        result: a `LoopResult`, or a state mapping with ``question``, ``answer``,
+            ``chunks``, ``tool_history`` and ``error``.
+        grounder: a grounder object, a function, or a name (``"local"``, ``"llm_judge"``).
+        **opts: options for the grounder (``judge_model=``, ``threshold=``, ``timeout=``...).
+
+    Returns:
+        A copy of ``result`` (same type) with ``grounding`` set, or ``None`` when
+        grounding did not apply or failed.
+    """
+    from grounding.apply import ground_answer
+    from grounding.resolve import resolve_grounder
+
+    timeout = opts.pop("timeout", None)
+    resolved = resolve_grounder(grounder, **opts) if isinstance(grounder, str) else resolve_grounder(grounder)
+    state = result.to_dict() if isinstance(result, LoopResult) else dict(result)
+    grounding = ground_answer(
+        question=state["question"],
+        answer=state.get("answer"),
+        chunks=state.get("chunks") or [],
+        tool_history=state.get("tool_history") or [],
+        error=state.get("error"),
+        grounder=resolved,
+        timeout=timeout,
+        **({} if isinstance(grounder, str) else opts),
+    )
+    if isinstance(result, LoopResult):
+        return dataclasses.replace(result, grounding=grounding)
+    return {**state, "grounding": grounding}

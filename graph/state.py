@@ -1,0 +1,95 @@
+"""The loop's state: what exists during a run, and how each field evolves.
+
+`LoopInput` is what a caller sends, `LoopOutput` is the public result, and
+`LoopState` is everything the nodes read and write. Every node returns a partial
+update; nothing is mutated in place (a mutation would be visible to later nodes
+in the live run but missing from every checkpoint, so replay would diverge).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, Literal
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+from typing_extensions import NotRequired, TypedDict
+
+TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
+"""How a run ended.
+
+- ``answered``: the controller called ``answer`` or replied with plain text.
+- ``gave_up``: the controller called ``give_up``.
+- ``max_iterations``: the turn budget ran out before a terminating tool.
+- ``error``: the controller's LLM call failed; ``error`` says why.
+"""
+
+CollectionSpec = str | list[str] | None
+"""``"all"``/``None`` (unrestricted), one name, or a list of names (``[]`` matches nothing)."""
+
+
+class Chunk(TypedDict):
+    """A retrieved chunk as the loop keeps it: plain JSON, so it checkpoints and crosses a server."""
+
+    id: str
+    text: str
+    score: float
+    collection: NotRequired[str | None]
+    document_id: NotRequired[str | None]
+    position: NotRequired[int | None]
+    metadata: NotRequired[dict[str, Any]]
+
+
+class ToolEvent(TypedDict):
+    """One entry of the tool history: a tool call the loop executed, or the synthesis step."""
+
+    tool: str
+    """``"search"``, ``"answer"``, ``"give_up"``, ``"synthesis"`` or a custom tool's name."""
+    args: dict[str, Any]
+    """The arguments as the controller sent them (the synthesis text for ``synthesis``)."""
+    iteration: int
+    """The 0-based controller turn that made the call."""
+    summary: str
+    """The tool result the controller saw, or ``Answered.``/``Gave up: ...``/``Synthesized from N chunks``."""
+    returned_chunk_ids: list[str]
+    """Ids a search returned, in order; empty for every other tool."""
+
+
+class LoopInput(TypedDict):
+    """What a run starts from."""
+
+    question: str
+    collection: NotRequired[CollectionSpec]
+
+
+class LoopOutput(TypedDict):
+    """The public result of a run, as Studio and server clients see it."""
+
+    question: str
+    answer: str | None
+    terminated_by: TerminatedBy | None
+    iterations: int
+    tool_history: list[ToolEvent]
+    chunks: list[Chunk]
+    error: str | None
+    grounding: dict[str, Any] | None
+
+
+class LoopState(LoopInput):
+    """Everything the nodes share during a run."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    """The controller conversation without the system prompt (which is rebuilt per call).
+
+    Starts with the question; every assistant tool call is answered by a tool message,
+    so the conversation is valid for OpenAI-style APIs whenever it is sent again."""
+    tool_history: Annotated[list[ToolEvent], operator.add]
+    """Executed tool calls in order; append-only."""
+    chunks: NotRequired[list[Chunk]]
+    """Accumulated chunks, best first, capped; replaced whole by ``tools`` (the cap is a context value)."""
+    iterations: NotRequired[int]
+    """Controller turns run so far, the failing one included."""
+    terminated_by: NotRequired[TerminatedBy | None]
+    answer: NotRequired[str | None]
+    error: NotRequired[str | None]
+    grounding: NotRequired[dict[str, Any] | None]

@@ -1,0 +1,88 @@
+"""The ``answerer`` node: a stronger model rewrites the controller's draft answer.
+
+Runs only after the controller called ``answer`` and an answer model is set. On
+an error or an empty reply the draft stays: the user always gets an answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from graph import prompts
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.models import ModelCaller
+from graph.routing import Routers
+from graph.state import LoopState
+from nodes.common import describe_error, loop_opts, logger, message_text, render_instruction, system_message
+from nodes.lifecycle import emit_if_final
+
+NAME = "answerer"
+
+
+class AnswererUpdate(TypedDict, total=False):
+    """What the answerer changes."""
+
+    messages: list[BaseMessage]
+    answer: str
+
+
+class Answerer:
+    """The ``answerer`` node's sync and async functions."""
+
+    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
+        self.deps = deps
+        self.routers = routers
+
+    def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> tuple[ModelCaller | None, list[BaseMessage], HumanMessage, dict[str, Any]]:
+        ctx = runtime.context
+        opts = loop_opts(ctx, state, [], "answer")
+        instruction = HumanMessage(
+            content=render_instruction(self.deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt")
+        )
+        sent = [system_message(self.deps, ctx, state, opts), *state["messages"], instruction]
+        try:
+            model = self.deps.answerer(ctx)
+        except Exception as exc:  # an answer model that cannot be created: keep the draft
+            logger.warning("answer model unavailable, keeping the draft: %s", describe_error(exc))
+            model = None
+        return model, sent, instruction, opts
+
+    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], instruction: HumanMessage, reply: AIMessage | BaseException | None) -> AnswererUpdate:
+        update: AnswererUpdate = {}
+        if isinstance(reply, BaseException):
+            logger.warning("answer model failed, keeping the draft: %s", describe_error(reply))
+        elif reply is not None:
+            text = message_text(reply.content).strip()
+            if text:
+                update = {"messages": [instruction, AIMessage(content=text)], "answer": text}
+            else:
+                logger.warning("answer model returned no text, keeping the draft")
+        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, runtime))
+        return update
+
+    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> AnswererUpdate:
+        """Rewrite the answer."""
+        model, sent, instruction, opts = self._prepare(state, runtime)
+        reply: AIMessage | BaseException | None = None
+        if model is not None:
+            try:
+                reply = model.invoke(sent, [], opts)
+            except Exception as exc:  # the draft is the fallback
+                reply = exc
+        return self._finish(state, runtime, instruction, reply)
+
+    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> AnswererUpdate:
+        """Rewrite the answer on the event loop."""
+        model, sent, instruction, opts = self._prepare(state, runtime)
+        reply: AIMessage | BaseException | None = None
+        if model is not None:
+            try:
+                reply = await model.ainvoke(sent, [], opts)
+            except Exception as exc:  # the draft is the fallback
+                reply = exc
+        return self._finish(state, runtime, instruction, reply)

@@ -1,0 +1,108 @@
+"""Helpers the nodes share: rendered prompts, per-role options, live events."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import SystemMessage
+from langgraph.runtime import Runtime
+
+from graph import prompts
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.state import LoopState
+from tools.schemas import ToolSchema, controller_tools, tool_name
+from tools.scoping import Scope, normalize_scope
+
+logger = logging.getLogger("arcana_loop")
+
+Role = str  # "controller", "answer" or "fallback"
+
+
+def scope_of(state: LoopState) -> Scope:
+    """Return the run's collection scope (validated when the run started)."""
+    return normalize_scope(state.get("collection", "all"))
+
+
+def offered_tools(deps: LoopDeps, scope: Scope) -> list[ToolSchema]:
+    """Return the schemas the controller is offered this run."""
+    return controller_tools(scope, deps.custom_schemas)
+
+
+def loop_opts(ctx: LoopContext, state: LoopState, tools: Sequence[ToolSchema], role: Role) -> dict[str, Any]:
+    """Return the resolved options a function model, synthesizer or prompt function receives.
+
+    ``temperature`` is present only when one applies to the role.
+    """
+    opts: dict[str, Any] = {
+        "role": role,
+        "question": state["question"],
+        "collection": scope_of(state).to_value(),
+        "max_iterations": ctx.max_iterations,
+        "chunk_cap": ctx.chunk_cap,
+        "iterations": state.get("iterations", 0),
+        "tools": [tool_name(t) for t in tools],
+    }
+    temperature = ctx.role_temperature(role)
+    if temperature is not None:
+        opts["temperature"] = temperature
+    return opts
+
+
+def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: LoopState, opts: Mapping[str, Any]) -> str:
+    """Return the system prompt: the function given, else the context's string, else the default."""
+    if deps.system_prompt is not None:
+        return _checked(deps.system_prompt(dict(opts)), "system_prompt")
+    if ctx.system_prompt is not None:
+        return ctx.system_prompt
+    scope = scope_of(state)
+    section = ""
+    if scope.kind == "pick":
+        names = ", ".join(f"`{n}`" for n in scope.names)
+        section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
+    return prompts.SYSTEM_PROMPT.format(
+        collections_section=section, max_iterations=ctx.max_iterations, budget_section=""
+    )
+
+
+def render_instruction(
+    fn: Callable[[dict[str, Any]], str] | None, text: str | None, default: str, opts: Mapping[str, Any], name: str
+) -> str:
+    """Return an answer or synthesis instruction: the function given, else the string, else the default."""
+    if fn is not None:
+        return _checked(fn(dict(opts)), name)
+    return text if text is not None else default
+
+
+def _checked(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} function returned {type(value).__name__}, expected str")
+    return value
+
+
+def system_message(deps: LoopDeps, ctx: LoopContext, state: LoopState, opts: Mapping[str, Any]) -> SystemMessage:
+    """Return the system message sent ahead of the conversation."""
+    return SystemMessage(content=render_system_prompt(deps, ctx, state, opts))
+
+
+def emit(runtime: Runtime[LoopContext], event: dict[str, Any]) -> None:
+    """Send a live event to ``stream_mode="custom"`` listeners (a no-op when nobody listens)."""
+    runtime.stream_writer(event)
+
+
+def describe_error(exc: BaseException) -> str:
+    """Return a one-line, readable description of an exception."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def message_text(content: Any) -> str:
+    """Return the text of a message's content, whether a string or a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p if isinstance(p, str) else p.get("text", "") for p in content if isinstance(p, str | dict)]
+        return "".join(str(p) for p in parts)
+    return ""

@@ -1,0 +1,124 @@
+"""The ``controller`` node: one LLM round-trip that picks the next tool calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.models import ModelCaller
+from graph.routing import Routers
+from graph.state import LoopState, TerminatedBy
+from nodes.common import describe_error, emit, loop_opts, message_text, offered_tools, scope_of, system_message
+from nodes.lifecycle import emit_if_final, start_event
+from tools.schemas import ToolSchema
+
+NAME = "controller"
+
+
+class ControllerUpdate(TypedDict, total=False):
+    """What the controller changes."""
+
+    messages: list[BaseMessage]
+    iterations: int
+    terminated_by: TerminatedBy
+    answer: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One prepared controller call."""
+
+    model: ModelCaller
+    sent: list[BaseMessage]
+    tools: list[ToolSchema]
+    opts: dict[str, Any]
+    new: list[BaseMessage]
+    """Messages this turn adds before the reply (the question, on the first turn)."""
+
+
+def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
+    """Give every tool call a unique, non-empty id, so each can be answered by a tool message."""
+    seen: set[str] = set()
+    fixed: list[dict[str, Any]] = []
+    for index, call in enumerate([*reply.tool_calls, *reply.invalid_tool_calls]):
+        call_id = call.get("id") or f"call_{iteration}_{index}"
+        while call_id in seen:
+            call_id = f"{call_id}_{index}"
+        seen.add(call_id)
+        fixed.append({**call, "id": call_id})
+    originals = [c.get("id") for c in [*reply.tool_calls, *reply.invalid_tool_calls]]
+    if originals == [c["id"] for c in fixed]:
+        return reply
+    count = len(reply.tool_calls)
+    return reply.model_copy(update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]})
+
+
+class Controller:
+    """The ``controller`` node's sync and async functions over the graph's dependencies."""
+
+    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
+        self.deps = deps
+        self.routers = routers
+
+    def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> Turn | ControllerUpdate:
+        ctx = runtime.context
+        iterations = state.get("iterations", 0)
+        if iterations >= ctx.max_iterations:
+            return {"terminated_by": "max_iterations"}
+        tools = offered_tools(self.deps, scope_of(state))
+        opts = loop_opts(ctx, state, tools, "controller")
+        new: list[BaseMessage] = []
+        if not state.get("messages"):
+            emit(runtime, start_event(state, ctx, len(tools)))
+            new.append(HumanMessage(content=state["question"]))
+        try:
+            model = self.deps.controller(ctx)
+        except Exception as exc:  # a model that cannot be created fails like a model call
+            return {"messages": new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(exc)}
+        sent = [system_message(self.deps, ctx, state, opts), *state.get("messages", []), *new]
+        return Turn(model, sent, tools, opts, new)
+
+    def _finish(self, state: LoopState, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
+        iterations = state.get("iterations", 0)
+        if isinstance(reply, BaseException):
+            return {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
+        reply = normalize_reply(reply, iterations)
+        update: ControllerUpdate = {"messages": [*turn.new, reply], "iterations": iterations + 1}
+        if not (reply.tool_calls or reply.invalid_tool_calls):
+            update["terminated_by"] = "answered"
+            update["answer"] = message_text(reply.content)
+        return update
+
+    def _settle(self, state: LoopState, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
+        view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
+        emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, runtime))
+        return update
+
+    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> ControllerUpdate:
+        """Run one controller turn."""
+        turn = self._prepare(state, runtime)
+        if not isinstance(turn, Turn):
+            return self._settle(state, runtime, turn)
+        try:
+            reply: AIMessage | BaseException = turn.model.invoke(turn.sent, turn.tools, turn.opts)
+        except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
+            reply = exc
+        return self._settle(state, runtime, self._finish(state, turn, reply))
+
+    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> ControllerUpdate:
+        """Run one controller turn on the event loop."""
+        turn = self._prepare(state, runtime)
+        if not isinstance(turn, Turn):
+            return self._settle(state, runtime, turn)
+        try:
+            reply: AIMessage | BaseException = await turn.model.ainvoke(turn.sent, turn.tools, turn.opts)
+        except Exception as exc:  # the one catch-all, as in sync
+            reply = exc
+        return self._settle(state, runtime, self._finish(state, turn, reply))

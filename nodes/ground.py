@@ -1,0 +1,89 @@
+"""The ``ground`` node: score the answer against the gathered chunks, claim by claim.
+
+Runs only when a grounder is configured. Grounding never loses the answer: a
+grounder that fails, times out or returns garbage leaves ``grounding`` as ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.models import ChatModelCaller, cached_model
+from graph.routing import Routers
+from graph.state import LoopState
+from nodes.common import emit
+from nodes.lifecycle import emit_if_final
+
+NAME = "ground"
+
+
+class GroundUpdate(TypedDict, total=False):
+    """What the grounding changes."""
+
+    grounding: dict[str, Any] | None
+
+
+def judge_model_for(deps: LoopDeps, ctx: LoopContext) -> Any:
+    """Return the judge model for ``llm_judge``: the context's, else the answer model, else the controller."""
+    if ctx.judge_model is not None:
+        return ctx.judge_model  # the judge resolves model names itself
+    for caller in (deps.answer_llm, deps.controller_llm):
+        if isinstance(caller, ChatModelCaller):
+            return caller.model
+    spec = ctx.answer_model or ctx.controller_model
+    caller = cached_model(spec) if spec else None
+    return caller.model if isinstance(caller, ChatModelCaller) else None
+
+
+def grounder_for(deps: LoopDeps, ctx: LoopContext) -> Any:
+    """Return the run's grounder: the object given, else the one named in the context."""
+    if deps.grounder is not None:
+        return deps.grounder
+    from grounding.resolve import resolve_grounder
+
+    if ctx.grounder == "llm_judge":
+        return resolve_grounder("llm_judge", judge_model=judge_model_for(deps, ctx))
+    return resolve_grounder(ctx.grounder)
+
+
+def _inputs(state: LoopState) -> dict[str, Any]:
+    return {
+        "question": state["question"],
+        "answer": state.get("answer"),
+        "chunks": state.get("chunks") or [],
+        "tool_history": state.get("tool_history") or [],
+        "error": state.get("error"),
+    }
+
+
+class Ground:
+    """The ``ground`` node's sync and async functions."""
+
+    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
+        self.deps = deps
+        self.routers = routers
+
+    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None) -> GroundUpdate:
+        emit_if_final(self.deps, runtime, {**state, "grounding": grounding}, "__end__")
+        return {"grounding": grounding}
+
+    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> GroundUpdate:
+        """Ground the answer."""
+        from grounding.apply import ground_answer
+
+        grounder = grounder_for(self.deps, runtime.context)
+        result = ground_answer(**_inputs(state), grounder=grounder, emit=lambda e: emit(runtime, e))
+        return self._finish(state, runtime, result)
+
+    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> GroundUpdate:
+        """Ground the answer on the event loop."""
+        from grounding.apply import aground_answer
+
+        grounder = grounder_for(self.deps, runtime.context)
+        result = await aground_answer(**_inputs(state), grounder=grounder, emit=lambda e: emit(runtime, e))
+        return self._finish(state, runtime, result)

@@ -1,0 +1,52 @@
+"""Run start/stop and per-tool-call events, streamed live through ``stream_mode="custom"``.
+
+A run has no single last node (it may end after the controller, the tools, the
+answerer, the synthesis or the grounding), so each node asks the graph's own
+router where it goes next and emits the stop event when the answer is "the end".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph import END
+from langgraph.runtime import Runtime
+
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.state import LoopState, ToolEvent
+from nodes.common import emit, offered_tools, scope_of
+
+LOOP_START = "loop_start"
+LOOP_STOP = "loop_stop"
+TOOL_CALL = "tool_call"
+
+
+def start_event(state: LoopState, ctx: LoopContext, tool_count: int) -> dict[str, Any]:
+    """Return the run's start event."""
+    return {"event": LOOP_START, "question": state["question"], "max_iterations": ctx.max_iterations, "tool_count": tool_count}
+
+
+def tool_call_event(entry: ToolEvent, history_size: int) -> dict[str, Any]:
+    """Return the event of one history entry."""
+    return {"event": TOOL_CALL, **entry, "history_size": history_size}
+
+
+def stop_event(view: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> dict[str, Any]:
+    """Return the run's stop event: the start keys plus how the run ended."""
+    return {
+        "event": LOOP_STOP,
+        "question": view["question"],
+        "max_iterations": ctx.max_iterations,
+        "tool_count": tool_count,
+        "iterations": view.get("iterations", 0),
+        "terminated_by": view.get("terminated_by"),
+    }
+
+
+def emit_if_final(deps: LoopDeps, runtime: Runtime[LoopContext], view: Any, next_node: str) -> None:
+    """Emit the stop event when the node that produced ``view`` is the run's last."""
+    if next_node == END:
+        tool_count = len(offered_tools(deps, scope_of(view)))
+        emit(runtime, stop_event(view, runtime.context, tool_count))

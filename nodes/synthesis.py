@@ -1,0 +1,111 @@
+"""The ``synthesis`` node: one tool-less call that writes an answer when the turn budget ran out.
+
+The writer is, in order: the ``synthesizer(messages, opts) -> str`` function given,
+the answer model, the controller. A failure leaves ``answer`` as ``None``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from graph import prompts
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.routing import Routers
+from graph.state import LoopState, ToolEvent
+from nodes.common import describe_error, emit, loop_opts, logger, message_text, render_instruction, system_message
+from nodes.lifecycle import emit_if_final, tool_call_event
+from tools.schemas import SYNTHESIS
+
+NAME = "synthesis"
+SUMMARY = "Synthesized from {count} chunks"
+
+
+class SynthesisUpdate(TypedDict, total=False):
+    """What the synthesis changes."""
+
+    messages: list[BaseMessage]
+    answer: str
+    tool_history: list[ToolEvent]
+
+
+class Synthesis:
+    """The ``synthesis`` node's sync and async functions."""
+
+    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
+        self.deps = deps
+        self.routers = routers
+
+    def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> tuple[list[BaseMessage], HumanMessage, dict[str, Any]]:
+        ctx = runtime.context
+        opts = loop_opts(ctx, state, [], "fallback")
+        instruction = HumanMessage(
+            content=render_instruction(self.deps.synthesis_prompt, ctx.synthesis_prompt, prompts.SYNTHESIS_PROMPT, opts, "synthesis_prompt")
+        )
+        return [system_message(self.deps, ctx, state, opts), *state["messages"], instruction], instruction, opts
+
+    def _writer(self, ctx: LoopContext) -> Any:
+        return self.deps.answerer(ctx) or self.deps.controller(ctx)
+
+    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], instruction: HumanMessage, text: Any) -> SynthesisUpdate:
+        update: SynthesisUpdate = {}
+        if isinstance(text, BaseException):
+            logger.warning("fallback synthesis failed: %s", describe_error(text))
+        else:
+            written = (message_text(text.content) if isinstance(text, AIMessage) else text) or ""
+            if isinstance(written, str) and written.strip():
+                count = len(state.get("chunks") or [])
+                entry: ToolEvent = {
+                    "tool": SYNTHESIS,
+                    "args": {"text": written},
+                    "iteration": state.get("iterations", 0),
+                    "summary": SUMMARY.format(count=count),
+                    "returned_chunk_ids": [],
+                }
+                update = {"messages": [instruction, AIMessage(content=written)], "answer": written, "tool_history": [entry]}
+                emit(runtime, tool_call_event(entry, len(state.get("tool_history") or []) + 1))
+            else:
+                logger.warning("fallback synthesis returned no text")
+        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, runtime))
+        return update
+
+    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> SynthesisUpdate:
+        """Write the fallback answer."""
+        sent, instruction, opts = self._prepare(state, runtime)
+        result: Any
+        try:
+            if self.deps.synthesizer is not None:
+                result = self.deps.synthesizer(sent, opts)
+                if inspect.isawaitable(result):
+                    result = asyncio.run(_await(result))
+            else:
+                result = self._writer(runtime.context).invoke(sent, [], opts)
+        except Exception as exc:  # a failed synthesis leaves the answer unset
+            result = exc
+        return self._finish(state, runtime, instruction, result)
+
+    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> SynthesisUpdate:
+        """Write the fallback answer on the event loop."""
+        sent, instruction, opts = self._prepare(state, runtime)
+        result: Any
+        try:
+            if self.deps.synthesizer is not None:
+                if inspect.iscoroutinefunction(self.deps.synthesizer):
+                    result = await self.deps.synthesizer(sent, opts)
+                else:
+                    result = await asyncio.to_thread(self.deps.synthesizer, sent, opts)
+            else:
+                result = await self._writer(runtime.context).ainvoke(sent, [], opts)
+        except Exception as exc:  # a failed synthesis leaves the answer unset
+            result = exc
+        return self._finish(state, runtime, instruction, result)
+
+
+async def _await(value: Any) -> Any:
+    return await value

@@ -1,0 +1,91 @@
+"""The ``tools`` node: execute the turn's tool calls and fold their outcomes into the state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from graph.context import LoopContext
+from graph.deps import LoopDeps
+from graph.routing import Routers
+from graph.state import Chunk, LoopState, TerminatedBy, ToolEvent
+from nodes.common import emit, scope_of
+from nodes.lifecycle import emit_if_final, tool_call_event
+from tools.chunks import merge_chunks
+from tools.execute import CallOutcome, Planned, arun_planned, plan_calls, run_planned
+
+NAME = "tools"
+
+
+class ToolsUpdate(TypedDict, total=False):
+    """What the tools node changes."""
+
+    messages: list[ToolMessage]
+    tool_history: list[ToolEvent]
+    chunks: list[Chunk]
+    terminated_by: TerminatedBy
+    answer: str
+
+
+class Tools:
+    """The ``tools`` node's sync and async functions over the graph's dependencies."""
+
+    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
+        self.deps = deps
+        self.routers = routers
+
+    def _plan(self, state: LoopState, runtime: Runtime[LoopContext]) -> list[Planned]:
+        last = state["messages"][-1]
+        if not isinstance(last, AIMessage):
+            raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
+        return plan_calls(
+            last.tool_calls,
+            last.invalid_tool_calls,
+            scope=scope_of(state),
+            custom_tools=self.deps.custom_tools,
+            max_calls=runtime.context.max_tool_calls_per_turn,
+        )
+
+    def _fold(self, state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
+        iteration = max(state.get("iterations", 1) - 1, 0)
+        messages = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
+        recorded = [o for o in outcomes if o.recorded]
+        history: list[ToolEvent] = [
+            {"tool": o.name, "args": o.args, "iteration": iteration, "summary": o.summary, "returned_chunk_ids": o.returned_chunk_ids}
+            for o in recorded
+        ]
+        update: ToolsUpdate = {"messages": messages, "tool_history": history}
+        found = [c for o in recorded for c in o.found]
+        if found:
+            update["chunks"] = merge_chunks(state.get("chunks") or [], found, runtime.context.chunk_cap)
+        terminal = next((o for o in recorded if o.terminal is not None), None)
+        if terminal is not None and terminal.terminal is not None and terminal.answer is not None:
+            update["terminated_by"] = terminal.terminal
+            update["answer"] = terminal.answer
+        size = len(state.get("tool_history") or [])
+        for offset, entry in enumerate(history, start=1):
+            emit(runtime, tool_call_event(entry, size + offset))
+        view: Any = {**state, **update, "tool_history": [*(state.get("tool_history") or []), *history]}
+        emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, runtime))
+        return update
+
+    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> ToolsUpdate:
+        """Execute the turn's tool calls in order."""
+        search_fn, _ = self.deps.search()
+        opts = runtime.context.search_opts
+        outcomes = [run_planned(step, search_fn, opts) for step in self._plan(state, runtime)]
+        return self._fold(state, runtime, outcomes)
+
+    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> ToolsUpdate:
+        """Execute the turn's tool calls; searches run concurrently, results stay in call order."""
+        _, asearch_fn = self.deps.search()
+        opts = runtime.context.search_opts
+        limiter = asyncio.Semaphore(runtime.context.max_parallel_searches)
+        serial = asyncio.Lock()
+        plan = self._plan(state, runtime)
+        outcomes = await asyncio.gather(*(arun_planned(s, asearch_fn, opts, limiter, serial) for s in plan))
+        return self._fold(state, runtime, list(outcomes))

@@ -1,0 +1,19 @@
+"""Shared test set-up: no real model or network call ever leaves a unit test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest_plugins = ["tests.fixtures.postgres"]
+
+
+@pytest.fixture(autouse=True)
+def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep real provider keys and run defaults out of tests (tests set what they need)."""
+    for name in list(os.environ):
+        if name.startswith("ARCANA_LOOP_") and name not in ("ARCANA_LOOP_PGDATA",):
+            monkeypatch.delenv(name, raising=False)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
+        monkeypatch.delenv(name, raising=False)

@@ -1,0 +1,102 @@
+"""Chunks as the loop keeps them: normalised from any search result, merged, capped, shown."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from graph.state import Chunk
+
+SHOWN_PER_SEARCH = 5
+"""How many chunks of one search result the controller reads in full."""
+
+NO_RESULTS = "No results."
+FOUND_TEMPLATE = "Found {total} chunks. Top {shown}:"
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _score(value: Any) -> float:
+    if isinstance(value, bool):
+        return 0.0
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return score if math.isfinite(score) else 0.0
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return str(value)
+
+
+def to_chunk(obj: Any) -> Chunk | None:
+    """Normalise one search result into a `Chunk`, or ``None`` when it is not a chunk at all.
+
+    A result may be a mapping or an object with attributes. A missing text becomes
+    ``""``; a missing id becomes a stable id derived from the text (``anon-`` plus a
+    hash), so the same text always deduplicates; a missing, non-numeric or non-finite
+    score becomes ``0.0``.
+    """
+    if obj is None or isinstance(obj, str | bytes | int | float):
+        return None
+    text = _field(obj, "text")
+    text = text if isinstance(text, str) else ("" if text is None else str(text))
+    raw_id = _field(obj, "id")
+    if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+        chunk_id = "anon-" + hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
+    else:
+        chunk_id = str(raw_id)
+    chunk: Chunk = {"id": chunk_id, "text": text, "score": _score(_field(obj, "score"))}
+    for key in ("collection", "document_id"):
+        value = _field(obj, key)
+        if value is not None:
+            chunk[key] = str(value)  # type: ignore[literal-required]  # both keys are str fields
+    position = _field(obj, "position")
+    if isinstance(position, int) and not isinstance(position, bool):
+        chunk["position"] = position
+    metadata = _field(obj, "metadata")
+    if isinstance(metadata, Mapping):
+        chunk["metadata"] = _json_safe(metadata)
+    return chunk
+
+
+def to_chunks(results: Iterable[Any]) -> list[Chunk]:
+    """Normalise a search result list, dropping entries that are not chunks."""
+    return [c for c in (to_chunk(r) for r in results) if c is not None]
+
+
+def merge_chunks(existing: Sequence[Chunk], new: Sequence[Chunk], cap: int) -> list[Chunk]:
+    """Merge newly found chunks into the accumulated ones.
+
+    Deduplicated by id, keeping the higher-scored copy; sorted best first (a stable
+    sort, so ties keep discovery order); capped at ``cap``, evicting the lowest scores.
+    """
+    best: dict[str, Chunk] = {}
+    for chunk in [*existing, *new]:
+        held = best.get(chunk["id"])
+        if held is None or chunk["score"] > held["score"]:
+            best[chunk["id"]] = chunk  # an existing key keeps its first-discovery slot
+    ranked = sorted(best.values(), key=lambda c: c["score"], reverse=True)
+    return ranked[: max(cap, 0)]
+
+
+def format_search_result(chunks: Sequence[Chunk]) -> str:
+    """Render a search result as the controller reads it: full text, stable ids, search order."""
+    if not chunks:
+        return NO_RESULTS
+    shown = chunks[:SHOWN_PER_SEARCH]
+    body = "\n\n".join(f"{i}. [{c['id']}]\n{c['text']}" for i, c in enumerate(shown, start=1))
+    return f"{FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))}\n\n{body}"

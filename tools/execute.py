@@ -1,0 +1,245 @@
+"""Tool execution: what each tool call of a controller turn does.
+
+The error policy lives here. Nothing a controller sends crashes the run: a bad
+call becomes a tool result that says what was wrong, and the loop goes on. Calls
+are first *planned* (pure: arguments checked, scope resolved, terminating call
+found), then the searches and custom tools are *run* (the only I/O, sync or async),
+then the outcomes are *folded* into one state update by the ``tools`` node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.tools import BaseTool
+
+from graph.state import Chunk, TerminatedBy
+from tools import schemas
+from tools.chunks import format_search_result, to_chunks
+from tools.scoping import Scope, ScopeError
+
+MAX_SEARCH_LIMIT = 50
+
+SEARCH_ERROR = "search error: {reason}"
+MISSING_QUERY = "missing :query argument"
+TOOL_ERROR = "Tool error: {reason}"
+UNKNOWN_TOOL = "Unknown tool: {name}"
+INVALID_ARGUMENTS = "Tool error: the arguments of {name} are not valid JSON ({reason})"
+MISSING_ANSWER_TEXT = "Tool error: answer needs a non-empty string `text` argument"
+MISSING_GIVE_UP_REASON = "Tool error: give_up needs a non-empty string `reason` argument"
+SKIPPED_AFTER_END = "Skipped: the run ended at an earlier tool call in this turn."
+SKIPPED_TOO_MANY = "Skipped: more than {limit} tool calls in one turn."
+GIVE_UP_ANSWER = "Could not answer: {reason}"
+ANSWERED_SUMMARY = "Answered."
+GAVE_UP_SUMMARY = "Gave up: {answer}"
+
+SearchFn = Callable[..., Any]
+"""``search_fn(query, collection=<scope>, limit=<n>, **search_opts) -> list of chunks`` (sync or async)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What one tool call did: its tool message, its history entry, what it found."""
+
+    call_id: str
+    name: str
+    args: dict[str, Any]
+    content: str
+    summary: str
+    returned_chunk_ids: list[str] = field(default_factory=list)
+    found: list[Chunk] = field(default_factory=list)
+    terminal: TerminatedBy | None = None
+    answer: str | None = None
+    recorded: bool = True
+    """False for calls that were skipped: they get a tool message but no history entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchCall:
+    """A search ready to run."""
+
+    call_id: str
+    args: dict[str, Any]
+    query: str
+    collection: str | list[str] | None
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class CustomCall:
+    """A custom tool call ready to run."""
+
+    call_id: str
+    args: dict[str, Any]
+    tool: BaseTool
+
+
+Planned = CallOutcome | SearchCall | CustomCall
+
+
+def _search_error(call_id: str, args: dict[str, Any], reason: str) -> CallOutcome:
+    text = SEARCH_ERROR.format(reason=reason)
+    return CallOutcome(call_id, schemas.SEARCH, args, text, text)
+
+
+def _plan_search(call_id: str, args: dict[str, Any], scope: Scope) -> Planned:
+    query = args.get("query")
+    if query is None:
+        return _search_error(call_id, args, MISSING_QUERY)
+    if not isinstance(query, str) or not query.strip():
+        return _search_error(call_id, args, "query must be a non-blank string")
+    limit = args.get("limit", schemas.DEFAULT_SEARCH_LIMIT)
+    if limit is None:
+        limit = schemas.DEFAULT_SEARCH_LIMIT
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return _search_error(call_id, args, f"limit must be a positive integer, got {limit!r}")
+    try:
+        collection = scope.resolve(args.get("collection"))
+    except ScopeError as exc:
+        return _search_error(call_id, args, str(exc))
+    return SearchCall(call_id, args, query, collection, min(limit, MAX_SEARCH_LIMIT))
+
+
+def _plan_terminal(call_id: str, name: str, args: dict[str, Any]) -> CallOutcome:
+    key, missing = ("text", MISSING_ANSWER_TEXT) if name == schemas.ANSWER else ("reason", MISSING_GIVE_UP_REASON)
+    value = args.get(key)
+    if not isinstance(value, str) or not value.strip():
+        return CallOutcome(call_id, name, args, missing, missing)
+    if name == schemas.ANSWER:
+        return CallOutcome(call_id, name, args, value, ANSWERED_SUMMARY, terminal="answered", answer=value)
+    answer = GIVE_UP_ANSWER.format(reason=value)
+    return CallOutcome(
+        call_id, name, args, answer, GAVE_UP_SUMMARY.format(answer=answer), terminal="gave_up", answer=answer
+    )
+
+
+def plan_calls(
+    tool_calls: Sequence[Mapping[str, Any]],
+    invalid_calls: Sequence[Mapping[str, Any]],
+    *,
+    scope: Scope,
+    custom_tools: Mapping[str, BaseTool],
+    max_calls: int,
+) -> list[Planned]:
+    """Plan a turn's tool calls in order, stopping execution at the first terminating call.
+
+    Every call gets an entry (so every call gets a tool message); calls after a
+    terminating one, and calls beyond ``max_calls``, are planned as skipped.
+    """
+    planned: list[Planned] = []
+    ended = False
+    for index, call in enumerate(tool_calls):
+        call_id, name = str(call["id"]), str(call["name"])
+        args = dict(call.get("args") or {})
+        if ended or index >= max_calls:
+            content = SKIPPED_AFTER_END if ended else SKIPPED_TOO_MANY.format(limit=max_calls)
+            planned.append(CallOutcome(call_id, name, args, content, content, recorded=False))
+            continue
+        step: Planned
+        if name == schemas.SEARCH:
+            step = _plan_search(call_id, args, scope)
+        elif name in (schemas.ANSWER, schemas.GIVE_UP):
+            step = _plan_terminal(call_id, name, args)
+            ended = step.terminal is not None
+        elif name in custom_tools:
+            step = CustomCall(call_id, args, custom_tools[name])
+        else:
+            text = UNKNOWN_TOOL.format(name=name)
+            step = CallOutcome(call_id, name, args, text, text)
+        planned.append(step)
+    for call in invalid_calls:
+        name = str(call.get("name") or "unknown")
+        text = INVALID_ARGUMENTS.format(name=name, reason=str(call.get("error") or "unparseable"))
+        raw = call.get("args")
+        planned.append(CallOutcome(str(call["id"]), name, {"raw_arguments": raw}, text, text, recorded=not ended))
+    return planned
+
+
+def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
+    if not isinstance(results, list | tuple):
+        return _search_error(call.call_id, call.args, f"the search returned {type(results).__name__}, not a list of chunks")
+    found = to_chunks(results)
+    text = format_search_result(found)
+    return CallOutcome(call.call_id, schemas.SEARCH, call.args, text, text, [c["id"] for c in found], found)
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _tool_text(result: Any) -> str:
+    content = getattr(result, "content", result)  # a tool may return a ToolMessage
+    if isinstance(content, str):
+        return content
+    try:
+        return json.dumps(content, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(content)
+
+
+def _custom_outcome(call: CustomCall, result: Any = None, error: BaseException | None = None) -> CallOutcome:
+    text = TOOL_ERROR.format(reason=str(error) or type(error).__name__) if error else _tool_text(result)
+    return CallOutcome(call.call_id, call.tool.name, call.args, text, text)
+
+
+def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, Any]) -> CallOutcome:
+    """Run one planned call synchronously."""
+    if isinstance(step, CallOutcome):
+        return step
+    if isinstance(step, SearchCall):
+        try:
+            results = search_fn(step.query, collection=step.collection, limit=step.limit, **search_opts)
+            if inspect.isawaitable(results):
+                results = asyncio.run(_awaited(results))
+        except Exception as exc:  # the tool boundary: a failing search is a tool result
+            return _search_error(step.call_id, step.args, _describe(exc))
+        return _search_outcome(step, results)
+    try:
+        return _custom_outcome(step, step.tool.invoke(step.args))
+    except Exception as exc:  # the tool boundary: a failing custom tool is a tool result
+        return _custom_outcome(step, error=exc)
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+async def arun_planned(
+    step: Planned,
+    search_fn: SearchFn,
+    search_opts: Mapping[str, Any],
+    limiter: asyncio.Semaphore,
+    serial: asyncio.Lock,
+) -> CallOutcome:
+    """Run one planned call on the event loop; searches run concurrently, custom tools one at a time."""
+    if isinstance(step, CallOutcome):
+        return step
+    if isinstance(step, SearchCall):
+        async with limiter:
+            try:
+                if inspect.iscoroutinefunction(search_fn):
+                    results = await search_fn(step.query, collection=step.collection, limit=step.limit, **search_opts)
+                else:
+                    # a synchronous search must not block the server's event loop
+                    results = await asyncio.to_thread(
+                        search_fn, step.query, collection=step.collection, limit=step.limit, **search_opts
+                    )
+                    if inspect.isawaitable(results):
+                        results = await results
+            except Exception as exc:  # the tool boundary, as in run_planned
+                return _search_error(step.call_id, step.args, _describe(exc))
+        return _search_outcome(step, results)
+    async with serial:
+        try:
+            return _custom_outcome(step, await step.tool.ainvoke(step.args))
+        except Exception as exc:  # the tool boundary, as in run_planned
+            return _custom_outcome(step, error=exc)
+
+
+ExecutionMode = Literal["sync", "async"]

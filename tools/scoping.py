@@ -1,0 +1,123 @@
+"""Collection scoping: what a run may search, and what each search call receives.
+
+The scope decides the ``search`` tool's schema (see ``tools.schemas``) and resolves
+the controller's optional ``collection`` argument. A scope never widens: a locked
+or empty scope ignores or refuses whatever collection the controller names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ALL = "all"
+"""The collection value meaning "unrestricted"."""
+
+MAX_COLLECTION_NAME_CHARS = 200
+
+ScopeKind = Literal["all", "lock", "pick", "none"]
+
+NOT_ALLOWED_TEMPLATE = 'collection "{name}" is not in the allowed list ({allowed})'
+
+
+class ScopeError(ValueError):
+    """A collection argument the scope does not allow; its text goes back to the controller."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A normalised collection scope.
+
+    Attributes:
+        kind: ``all`` (unrestricted), ``lock`` (one collection), ``pick`` (the controller
+            may choose among ``names``), or ``none`` (``[]``: matches nothing).
+        names: the allowed collections, in the caller's order.
+    """
+
+    kind: ScopeKind
+    names: tuple[str, ...] = ()
+
+    @property
+    def allowed_text(self) -> str:
+        """The allowed names as the controller sees them: ``"a", "b"``."""
+        return ", ".join(f'"{n}"' for n in self.names)
+
+    def resolve(self, requested: Any) -> str | list[str] | None:
+        """Return the collection value for one search call.
+
+        Args:
+            requested: the controller's ``collection`` argument, or ``None`` when absent.
+
+        Returns:
+            ``None`` for unrestricted, one name, or a list of names (``[]`` for none).
+
+        Raises:
+            ScopeError: when ``requested`` is outside the scope.
+        """
+        if self.kind == "lock":
+            return self.names[0]  # the lock wins over anything the controller sends
+        if requested is None:
+            if self.kind == "all":
+                return None
+            return list(self.names)
+        if self.kind == "all":
+            # Only a custom schema offers the argument here; narrowing is harmless.
+            if isinstance(requested, str) and requested and requested != ALL:
+                return requested
+            if requested == ALL:
+                return None
+        elif isinstance(requested, str) and requested in self.names:
+            return requested
+        raise ScopeError(NOT_ALLOWED_TEMPLATE.format(name=_shown(requested), allowed=self.allowed_text))
+
+    def to_value(self) -> str | list[str]:
+        """Return the scope as the ``collection`` value a caller would pass."""
+        if self.kind == "all":
+            return ALL
+        if self.kind == "lock":
+            return self.names[0]
+        return list(self.names)
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"collection names must be strings, got {type(name).__name__}: {name!r}")
+    if not name.strip():
+        raise ValueError("collection names must not be empty or blank")
+    if len(name) > MAX_COLLECTION_NAME_CHARS:
+        raise ValueError(f"collection names are at most {MAX_COLLECTION_NAME_CHARS} characters")
+    if "\x00" in name:
+        raise ValueError("collection names must not contain NUL characters")
+    return name
+
+
+def normalize_scope(collection: Any) -> Scope:
+    """Turn a ``collection`` option into a `Scope`.
+
+    ``"all"`` or ``None``: unrestricted. A name or a one-element list: locked to it.
+    Two or more names: the controller picks per call. ``[]``: matches nothing.
+
+    Raises:
+        TypeError: for a value that is not ``None``, a string, or a list/tuple of strings.
+        ValueError: for blank, over-long or NUL-containing names.
+    """
+    if collection is None or collection == ALL:
+        return Scope("all")
+    if isinstance(collection, str):
+        return Scope("lock", (_check_name(collection),))
+    if isinstance(collection, list | tuple):
+        names = tuple(dict.fromkeys(_check_name(n) for n in collection))
+        if not names:
+            return Scope("none")
+        if len(names) == 1:
+            return Scope("lock", names)
+        return Scope("pick", names)
+    raise TypeError(
+        "collection must be 'all', None, a collection name, or a list of names; "
+        f"got {type(collection).__name__}"
+    )
