@@ -60,8 +60,8 @@ class KnowledgeBase:
             default WordLlama.
         schema: The PostgreSQL schema holding the tables (created if missing).
         pool_size: Maximum connections in each pool (sync and async).
-        exact_max_rows: Searches whose scope holds at most this many vectors use an
-            exact scan instead of HNSW (recall 1.0, and fast at that size).
+        exact_max_rows: Searches whose scope holds at most this many vectors (planner
+            estimate) use an exact scan instead of HNSW (recall 1.0, fast at that size).
         hybrid_min_similarity: Cosine floor for semantic-only hybrid candidates.
     """
 
@@ -408,7 +408,7 @@ class KnowledgeBase:
             if not scope.ids:
                 return []
             exact = req.mode != "fulltext" and self._exact(
-                conn.execute(*q.count_statement(scope, self.exact_max_rows)).fetchone()
+                conn.execute(*q.count_statement(scope)).fetchone()
             )
             if req.mode != "fulltext" and not exact:
                 conn.execute(*q.settings_statement(req))
@@ -455,7 +455,7 @@ class KnowledgeBase:
                 return []
             exact = False
             if req.mode != "fulltext":
-                cur = await conn.execute(*q.count_statement(scope, self.exact_max_rows))
+                cur = await conn.execute(*q.count_statement(scope))
                 exact = self._exact(await cur.fetchone())
                 if not exact:
                     await conn.execute(*q.settings_statement(req))
@@ -472,7 +472,7 @@ class KnowledgeBase:
         return q.to_chunks(rows)
 
     def _exact(self, row: tuple[Any, ...] | None) -> bool:
-        return row is not None and int(row[0]) <= self.exact_max_rows
+        return q.estimated_rows(row) <= self.exact_max_rows
 
     def _query_vector(self, req: q.SearchRequest) -> Any:
         if req.mode == "fulltext":

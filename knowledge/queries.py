@@ -22,6 +22,7 @@ Modes:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,13 +165,28 @@ def candidate_pool(req: SearchRequest) -> int:
     return req.limit if req.mode == "semantic" else max(4 * req.limit, 40)
 
 
-def count_statement(scope: Scope, cap: int) -> Statement:
-    """Count scoped vectors up to `cap + 1`, to choose between an exact scan and HNSW."""
+def count_statement(scope: Scope) -> Statement:
+    """Estimate the scoped vectors from planner statistics, to choose exact scan or HNSW.
+
+    A real bounded count cost 5-7 ms at 100k rows, more than the HNSW search
+    itself; the planner's estimate costs a fraction of a millisecond. A wrong
+    estimate (no statistics yet) only changes speed or recall a little, never
+    which rows are eligible.
+    """
     query = sql.SQL(
-        "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE collection_id = ANY(%(ids)s)"
-        " LIMIT %(cap)s) s"
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {t} WHERE collection_id = ANY(%(ids)s)"
     ).format(t=embeddings_table(scope.dimension))
-    return query, {"ids": scope.ids, "cap": cap + 1}
+    return query, {"ids": scope.ids}
+
+
+def estimated_rows(row: Sequence[Any] | None) -> int:
+    """Read the row estimate from the result of `count_statement`."""
+    if row is None:
+        return 0
+    plan = row[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 def settings_statement(req: SearchRequest) -> Statement:

@@ -131,6 +131,8 @@ def write_documents(
         if bulk:
             with pool.connection() as conn:
                 create_hnsw_index(conn, coll.dimension)
+                # fresh statistics for the exact-versus-HNSW choice in search
+                conn.execute(sql.SQL("ANALYZE {t}").format(t=embeddings_table(coll.dimension)))
     return result
 
 
