@@ -1,0 +1,105 @@
+"""The graph's shape, its live events, and the async path."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from graph import arun, build_graph, make_deps, run
+from graph.build import graph as served_graph
+from graph.context import LoopContext
+from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
+
+
+def test_graph_shape_matches_the_snapshot():
+    drawn = served_graph.get_graph().draw_mermaid(with_styles=False)
+    # To change the topology on purpose: write the new drawing to the snapshot and review it.
+    assert drawn == SNAPSHOT.read_text()
+    for node in ("controller", "tools", "answerer", "synthesis", "ground"):
+        assert node in served_graph.nodes
+
+
+def test_custom_stream_shows_start_each_tool_call_and_stop():
+    model = ScriptedChatModel(responses=[search("a"), search("b"), answer("done")])
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]))).compile()
+    events = [e for e in compiled.stream({"question": "Q?"}, context=LoopContext(), stream_mode="custom")]
+    kinds = [e["event"] for e in events]
+    assert kinds == ["loop_start", "tool_call", "tool_call", "tool_call", "loop_stop"]
+    assert events[0] == {"event": "loop_start", "question": "Q?", "max_iterations": 10, "tool_count": 3}
+    assert events[1]["tool"] == "search" and events[1]["returned_chunk_ids"] == ["c1"] and events[1]["history_size"] == 1
+    assert events[-1]["terminated_by"] == "answered" and events[-1]["iterations"] == 3 and events[-1]["tool_count"] == 3
+
+
+@pytest.mark.parametrize(
+    ("responses", "options", "outcome"),
+    [
+        (["plain"], {}, "answered"),
+        ([RuntimeError("x")], {}, "error"),
+        ([search("a")], {"max_iterations": 1}, "max_iterations"),
+        ([search("a"), "synth"], {"max_iterations": 1}, "max_iterations"),
+    ],
+)
+def test_stop_event_is_emitted_exactly_once_on_every_path(responses, options, outcome):
+    model = ScriptedChatModel(responses=list(responses))
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]] if len(responses) > 1 else [[]]))).compile()
+    events = list(compiled.stream({"question": "Q?"}, context=LoopContext(**options), stream_mode="custom"))
+    stops = [e for e in events if e["event"] == "loop_stop"]
+    assert len(stops) == 1 and stops[0]["terminated_by"] == outcome
+
+
+async def test_arun_gives_the_same_result_as_run():
+    def script():
+        return ScriptedChatModel(responses=[search("a"), calls(tool_call("search", query="b"), tool_call("search", query="c")), answer("x")])
+
+    results = {"a": [chunk("ca", score=0.3)], "b": [chunk("cb", score=0.9)], "c": [chunk("cc", score=0.6)]}
+    sync_result = run("Q?", controller_llm=script(), search_fn=ScriptedSearch(results))
+    async_result = await arun("Q?", controller_llm=script(), search_fn=ScriptedSearch(results))
+    assert async_result.tool_history == sync_result.tool_history
+    assert async_result.chunks == sync_result.chunks
+    assert [m.content for m in async_result.messages] == [m.content for m in sync_result.messages]
+
+
+async def test_async_searches_of_one_turn_run_concurrently_in_call_order():
+    async def slow_search(query, **kwargs):
+        await asyncio.sleep(0.2)
+        return [chunk(f"c-{query}")]
+
+    turn = calls(*[tool_call("search", query=q) for q in "abcd"])
+    started = time.perf_counter()
+    result = await arun("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=slow_search)
+    elapsed = time.perf_counter() - started
+    assert [e["args"]["query"] for e in result.tool_history[:4]] == list("abcd")
+    assert elapsed < 0.6  # four 0.2 s searches, concurrently
+
+
+async def test_async_path_runs_sync_search_functions_off_the_event_loop():
+    loop_threads = []
+
+    def blocking_search(query, **kwargs):
+        import threading
+
+        loop_threads.append(threading.current_thread() is threading.main_thread())
+        return [chunk("c1")]
+
+    await arun("Q?", controller_llm=ScriptedChatModel(responses=[search("a"), answer("x")]), search_fn=blocking_search)
+    assert loop_threads == [False]
+
+
+def test_served_graph_reads_models_from_the_context(monkeypatch):
+    from graph import models
+
+    model = ScriptedChatModel(responses=[answer("from context")])
+    monkeypatch.setitem(models._cache, "scripted:test", models.resolve_model(model))
+    out = served_graph.invoke({"question": "Q?"}, context=LoopContext(controller_model="scripted:test"))
+    assert out["answer"] == "from context" and out["terminated_by"] == "answered"
+    assert set(out) <= {"question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding"}
+
+
+def test_served_graph_with_a_bad_model_name_ends_as_error():
+    out = served_graph.invoke({"question": "Q?"}, context=LoopContext(controller_model="nosuchprovider:x"))
+    assert out["terminated_by"] == "error" and "nosuchprovider" in out["error"]
