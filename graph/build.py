@@ -92,6 +92,7 @@ def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
 
     Args:
         deps: resolved dependencies; or pass `make_deps` keyword arguments instead.
+        **kwargs: `make_deps` keyword arguments, when ``deps`` is not given.
 
     Returns:
         A ``StateGraph`` to ``compile()``.

@@ -106,7 +106,8 @@ class LoopContext:
                 raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
         if not isinstance(self.fallback_synthesis, bool):
             raise TypeError(f"fallback_synthesis must be True or False, got {self.fallback_synthesis!r}")
-        if not isinstance(self.search_opts, dict) or not all(isinstance(k, str) for k in self.search_opts):
+        search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
+        if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
             raise TypeError("search_opts must be a dict with string keys")
 
     def role_temperature(self, role: str) -> float | None:

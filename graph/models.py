@@ -119,13 +119,15 @@ def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
     if spec == OFFLINE:
         from graph.offline import OfflineController
 
-        return OfflineController(**kwargs)
+        offline: BaseChatModel = OfflineController(**kwargs)
+        return offline
     if ":" not in spec or not all(part.strip() for part in spec.split(":", 1)):
         raise ModelSpecError(f"model spec {spec!r} is not of the form 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'")
     from langchain.chat_models import init_chat_model
 
     try:
-        return init_chat_model(spec, **kwargs)
+        model: BaseChatModel = init_chat_model(spec, **kwargs)
+        return model
     except ImportError as exc:
         raise ModelSpecError(f"model spec {spec!r} needs a provider package that is not installed: {exc}") from exc
     except ValueError as exc:
@@ -147,7 +149,8 @@ def resolve_model(spec: ModelSpec) -> ModelCaller:
     if isinstance(spec, str):
         return ChatModelCaller(_init_chat_model(spec, {}), name=spec)
     if isinstance(spec, tuple):
-        if len(spec) != 2 or not isinstance(spec[1], Mapping):
+        pair: tuple[Any, ...] = spec
+        if len(pair) != 2 or not isinstance(pair[1], Mapping):
             raise TypeError("a model pair must be ('provider:model', {kwargs})")
         target, kwargs = spec
         if isinstance(target, str):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Literal, assert_never
 
 from langchain_core.messages import AIMessage
-from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from graph.context import LoopContext
@@ -39,7 +38,7 @@ class Routers:
 
     def finish(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterFinal:
         """After the answer is settled: ground it when a grounder is configured, else stop."""
-        return "ground" if self.deps.has_grounder(runtime.context) else END
+        return "ground" if self.deps.has_grounder(runtime.context) else "__end__"
 
     def after_controller(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterController:
         """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes."""
@@ -49,13 +48,15 @@ class Routers:
             if messages and has_tool_calls(messages[-1]):
                 return "tools"
             raise ValueError("the controller ended its turn without tool calls and without an outcome")
-        if outcome == "max_iterations":
-            if runtime.context.fallback_synthesis and state.get("chunks"):
-                return "synthesis"
-            return self.finish(state, runtime)
-        if outcome in ("answered", "error", "gave_up"):
-            return self.finish(state, runtime)
-        assert_never(outcome)
+        match outcome:
+            case "max_iterations":
+                if runtime.context.fallback_synthesis and state.get("chunks"):
+                    return "synthesis"
+                return self.finish(state, runtime)
+            case "answered" | "error" | "gave_up":
+                return self.finish(state, runtime)
+            case _:
+                assert_never(outcome)
 
     def after_tools(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterTools:
         """Back to the controller unless a tool ended the run; an ``answer`` may be rewritten first."""

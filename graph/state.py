@@ -9,11 +9,11 @@ in the live run but missing from every checkpoint, so replay would diverge).
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.

@@ -1,0 +1,1 @@
+"""The loop's nodes: one module per node, each a sync and an async body."""

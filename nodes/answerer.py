@@ -18,7 +18,14 @@ from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers
 from graph.state import LoopState
-from nodes.common import describe_error, loop_opts, logger, message_text, render_instruction, system_message
+from nodes.common import (
+    describe_error,
+    logger,
+    loop_opts,
+    message_text,
+    render_instruction,
+    system_message,
+)
 from nodes.lifecycle import emit_if_final
 
 NAME = "answerer"
@@ -44,7 +51,7 @@ class Answerer:
         instruction = HumanMessage(
             content=render_instruction(self.deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt")
         )
-        sent = [system_message(self.deps, ctx, state, opts), *state["messages"], instruction]
+        sent: list[BaseMessage] = [system_message(self.deps, ctx, state, opts), *state["messages"], instruction]
         try:
             model = self.deps.answerer(ctx)
         except Exception as exc:  # an answer model that cannot be created: keep the draft

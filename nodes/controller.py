@@ -14,7 +14,15 @@ from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers
 from graph.state import LoopState, TerminatedBy
-from nodes.common import describe_error, emit, loop_opts, message_text, offered_tools, scope_of, system_message
+from nodes.common import (
+    describe_error,
+    emit,
+    loop_opts,
+    message_text,
+    offered_tools,
+    scope_of,
+    system_message,
+)
 from nodes.lifecycle import emit_if_final, start_event
 from tools.schemas import ToolSchema
 

@@ -19,7 +19,15 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.routing import Routers
 from graph.state import LoopState, ToolEvent
-from nodes.common import describe_error, emit, loop_opts, logger, message_text, render_instruction, system_message
+from nodes.common import (
+    describe_error,
+    emit,
+    logger,
+    loop_opts,
+    message_text,
+    render_instruction,
+    system_message,
+)
 from nodes.lifecycle import emit_if_final, tool_call_event
 from tools.schemas import SYNTHESIS
 

@@ -1,0 +1,1 @@
+"""The controller's tools: schemas, scoping, execution and chunk bookkeeping."""

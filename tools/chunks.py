@@ -63,7 +63,7 @@ def to_chunk(obj: Any) -> Chunk | None:
     for key in ("collection", "document_id"):
         value = _field(obj, key)
         if value is not None:
-            chunk[key] = str(value)  # type: ignore[literal-required]  # both keys are str fields
+            chunk[key] = str(value)
     position = _field(obj, "position")
     if isinstance(position, int) and not isinstance(position, bool):
         chunk["position"] = position

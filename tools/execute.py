@@ -14,13 +14,13 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from graph.state import Chunk, TerminatedBy
 from tools import schemas
-from tools.chunks import format_search_result, to_chunks
+from tools.chunks import NO_RESULTS, format_search_result, to_chunks
 from tools.scoping import Scope, ScopeError
 
 MAX_SEARCH_LIMIT = 50
@@ -102,6 +102,10 @@ def _plan_search(call_id: str, args: dict[str, Any], scope: Scope) -> Planned:
         collection = scope.resolve(args.get("collection"))
     except ScopeError as exc:
         return _search_error(call_id, args, str(exc))
+    if collection == []:
+        # Match-nothing is decided here, not left to the search function, which could
+        # mistake an empty list for "no filter".
+        return CallOutcome(call_id, schemas.SEARCH, args, NO_RESULTS, NO_RESULTS)
     return SearchCall(call_id, args, query, collection, min(limit, MAX_SEARCH_LIMIT))
 
 
@@ -241,5 +245,3 @@ async def arun_planned(
         except Exception as exc:  # the tool boundary, as in run_planned
             return _custom_outcome(step, error=exc)
 
-
-ExecutionMode = Literal["sync", "async"]
