@@ -8,18 +8,20 @@ a tool ends the run. Then, as configured: ``answerer`` rewrites an ``answer``,
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool
 from langgraph._internal._runnable import RunnableCallable  # one node with a sync and an async body
 from langgraph.graph import START, StateGraph
+from langgraph.runtime import Runtime
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from graph.models import ModelSpec, resolve_model
 from graph.routing import Routers
-from graph.state import LoopInput, LoopOutput, LoopState
+from graph.state import LoopInput, LoopOutput, LoopState, add_usage
 from nodes.answerer import Answerer
 from nodes.controller import Controller
 from nodes.ground import Ground
@@ -31,6 +33,30 @@ from tools.schemas import custom_tool_schemas
 GRAPH_NAME = "arcana-loop"
 
 LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
+
+
+def _with_seconds(name: str, update: Any, seconds: float) -> Any:
+    timing = {"node_seconds": {name: seconds}}
+    if not isinstance(update, dict):
+        return update
+    usage = update.get("usage")
+    return {**update, "usage": add_usage(usage, timing) if usage else timing}
+
+
+def _timed(name: str, sync_body: Callable[..., Any], async_body: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Wrap a node's bodies so each adds its wall time to ``usage["node_seconds"]``."""
+
+    def timed_sync(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
+        started = time.perf_counter()
+        update = sync_body(state, runtime)
+        return _with_seconds(name, update, time.perf_counter() - started)
+
+    async def timed_async(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
+        started = time.perf_counter()
+        update = await async_body(state, runtime)
+        return _with_seconds(name, update, time.perf_counter() - started)
+
+    return timed_sync, timed_async
 
 
 def _prompt_fn(value: str | Callable[..., str] | None, name: str) -> PromptFn | None:
@@ -109,7 +135,8 @@ def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
         ("synthesis", Synthesis(deps, routers)),
         ("ground", Ground(deps, routers)),
     ):
-        builder.add_node(name, RunnableCallable(node.sync, node.async_, name=name))
+        sync_body, async_body = _timed(name, node.sync, node.async_)
+        builder.add_node(name, RunnableCallable(sync_body, async_body, name=name))
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", routers.after_controller)
     builder.add_conditional_edges("tools", routers.after_tools)

@@ -91,21 +91,54 @@ class LoopContext:
     max_parallel_searches: int = _opt(
         "max_parallel_searches", 4, int, "Searches of one turn that run at once on the async path."
     )
+    budget_ledger: bool = _opt(
+        "budget_ledger", True, bool, "Show the controller its budget status (turns, searches, chunks, tokens, time) every turn."
+    )
+    max_tokens_total: int | None = _opt(
+        "max_tokens_total", None, int, "End the loop (with synthesis) once the models have used this many tokens."
+    )
+    max_seconds: float | None = _opt(
+        "max_seconds", None, float, "End the loop (with synthesis) once this many seconds have passed."
+    )
+    duplicate_guard: bool = _opt(
+        "duplicate_guard", True, bool, "Answer a repeated search from the history instead of sending it again."
+    )
+    duplicate_similarity: float | None = _opt(
+        "duplicate_similarity", None, float,
+        "Also treat a query as repeated when its embedding's cosine similarity to an earlier one is at least this.",
+    )
+    show_chunks_once: bool = _opt(
+        "show_chunks_once", True, bool, "Show a chunk's full text only in the first result that returned it."
+    )
+    min_support: float | None = _opt(
+        "min_support", None, float, "Send an answer whose grounding score is below this back to the controller once."
+    )
+    max_repairs: int = _opt("max_repairs", 1, int, "Most times an under-supported answer goes back to the controller.")
+    repair_turns: int = _opt("repair_turns", 2, int, "Extra controller turns each repair is given.")
 
     def __post_init__(self) -> None:
         """Reject values of the wrong type or range before anything runs."""
-        for name in ("max_iterations", "chunk_cap"):
+        for name in ("max_iterations", "chunk_cap", "max_repairs", "repair_turns"):
             _check_int(name, getattr(self, name), minimum=0)
+        if self.max_tokens_total is not None:
+            _check_int("max_tokens_total", self.max_tokens_total, minimum=1)
+        for name in ("max_seconds", "duplicate_similarity", "min_support"):
+            _check_number(name, getattr(self, name))
+        for name in ("duplicate_similarity", "min_support"):
+            value = getattr(self, name)
+            if value is not None and value > 1:
+                raise ValueError(f"{name} must be between 0 and 1, got {value}")
         for name in ("max_tool_calls_per_turn", "max_parallel_searches"):
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("temperature", "controller_temperature", "answer_temperature", "fallback_temperature"):
-            _check_temperature(name, getattr(self, name))
+            _check_number(name, getattr(self, name))
         for name in ("controller_model", "answer_model", "system_prompt", "answer_prompt", "synthesis_prompt", "grounder", "judge_model"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
-        if not isinstance(self.fallback_synthesis, bool):
-            raise TypeError(f"fallback_synthesis must be True or False, got {self.fallback_synthesis!r}")
+        for name in ("fallback_synthesis", "budget_ledger", "duplicate_guard", "show_chunks_once"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
         if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
             raise TypeError("search_opts must be a dict with string keys")
@@ -123,7 +156,7 @@ def _check_int(name: str, value: Any, *, minimum: int) -> None:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
-def _check_temperature(name: str, value: Any) -> None:
+def _check_number(name: str, value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):

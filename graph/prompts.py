@@ -58,3 +58,18 @@ from the information already gathered above. Reply in plain Markdown and call no
 as if you know the facts directly: do not mention the knowledge base, chunks, context or \
 sources, and avoid phrases like "based on the context" or "according to the text". If the \
 information is incomplete, answer what you can and say briefly what is missing."""
+
+BUDGET_SECTION = """
+# Budget status
+This is turn {turn} of {turns}. Searches made: {searches}. Chunks gathered: {chunks} of \
+{chunk_cap}. Tokens used so far: {tokens:,}. Elapsed: {elapsed:.1f} s{limits}. \
+When little budget is left, answer with what you have.
+"""
+
+REPAIR_PROMPT = """\
+Your answer states things the gathered evidence does not support (support score {score:.2f}, \
+below the required {min_support:.2f}). Unsupported claims:
+{claims}
+
+Search for evidence for these claims, or answer again without them. Call `answer` with the \
+corrected reply, or `give_up` if the question cannot be answered from the knowledge base."""

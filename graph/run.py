@@ -20,14 +20,17 @@ from graph.checkpoints import resolve_checkpointer
 from graph.context import CONTEXT_FIELDS, LoopContext
 from graph.deps import ConfigurationError, SynthesizerFn
 from graph.models import ModelSpec
-from graph.state import Chunk, CollectionSpec, TerminatedBy, ToolEvent
+from graph.state import BudgetStop, Chunk, CollectionSpec, Coverage, TerminatedBy, ToolEvent
 from tools.execute import SearchFn
 from tools.scoping import normalize_scope
 
 MAX_QUESTION_CHARS = 32_000
 """Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
-_RESULT_KEYS = ("question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding", "messages")
+_RESULT_KEYS = (
+    "question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding",
+    "messages", "usage", "coverage", "repair", "budget_stop",
+)
 
 
 @dataclass
@@ -44,6 +47,14 @@ class LoopResult:
     grounding: dict[str, Any] | None = None
     messages: list[BaseMessage] = field(default_factory=list)
     thread_id: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Tokens per role and overall (``total``), and seconds per node (``node_seconds``)."""
+    coverage: Coverage | None = None
+    """With grounding: ``supported``, ``partially_supported`` or ``unsupported``."""
+    repair: dict[str, Any] | None = None
+    """When an under-supported answer went back to the controller: the scores before and after."""
+    budget_stop: BudgetStop | None = None
+    """For ``max_iterations`` runs: which budget ran out (``iterations``, ``tokens``, ``seconds``)."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
@@ -59,6 +70,10 @@ class LoopResult:
             grounding=state.get("grounding"),
             messages=list(state.get("messages") or []),
             thread_id=thread_id,
+            usage=dict(state.get("usage") or {}),
+            coverage=state.get("coverage"),
+            repair=state.get("repair"),
+            budget_stop=state.get("budget_stop"),
         )
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:

@@ -53,6 +53,29 @@ class ToolEvent(TypedDict):
     """The tool result the controller saw, or ``Answered.``/``Gave up: ...``/``Synthesized from N chunks``."""
     returned_chunk_ids: list[str]
     """Ids a search returned, in order; empty for every other tool."""
+    duplicate_of: NotRequired[int]
+    """For a search not sent again because it repeated one: the iteration of the earlier search."""
+
+
+Coverage = Literal["supported", "partially_supported", "unsupported"]
+"""How much of a grounded answer the evidence holds (see ``graph.evidence``)."""
+
+BudgetStop = Literal["iterations", "tokens", "seconds"]
+"""Which budget ended a ``max_iterations`` run."""
+
+
+def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Sum two usage records key by key (nested dicts are summed recursively)."""
+    out: dict[str, Any] = dict(left or {})
+    for key, value in (right or {}).items():
+        held = out.get(key)
+        if isinstance(value, dict):
+            out[key] = add_usage(held if isinstance(held, dict) else None, value)
+        elif isinstance(value, int | float) and isinstance(held, int | float):
+            out[key] = held + value
+        else:
+            out[key] = value
+    return out
 
 
 class LoopInput(TypedDict):
@@ -73,6 +96,9 @@ class LoopOutput(TypedDict):
     chunks: list[Chunk]
     error: str | None
     grounding: dict[str, Any] | None
+    usage: dict[str, Any]
+    coverage: Coverage | None
+    repair: dict[str, Any] | None
 
 
 class LoopState(LoopInput):
@@ -93,3 +119,13 @@ class LoopState(LoopInput):
     answer: NotRequired[str | None]
     error: NotRequired[str | None]
     grounding: NotRequired[dict[str, Any] | None]
+    usage: Annotated[dict[str, Any], add_usage]
+    """Tokens per role (``controller``, ``answerer``, ``synthesis``) and seconds per node, summed."""
+    started_at: NotRequired[float]
+    """Wall-clock time (``time.time()``) of the first controller turn, for the time budget."""
+    budget_stop: NotRequired[BudgetStop | None]
+    repairs: NotRequired[int]
+    """Answers sent back to the controller because their grounding fell below ``min_support``."""
+    repair: NotRequired[dict[str, Any] | None]
+    """``{"ran", "unsupported_claims", "score_before", "score_after"}`` once a repair ran."""
+    coverage: NotRequired[Coverage | None]

@@ -16,6 +16,7 @@ from graph import prompts
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
+from graph.budget import usage_of
 from graph.routing import Routers
 from graph.state import LoopState
 from nodes.common import (
@@ -36,6 +37,7 @@ class AnswererUpdate(TypedDict, total=False):
 
     messages: list[BaseMessage]
     answer: str
+    usage: dict[str, Any]
 
 
 class Answerer:
@@ -66,7 +68,7 @@ class Answerer:
         elif reply is not None:
             text = message_text(reply.content).strip()
             if text:
-                update = {"messages": [instruction, AIMessage(content=text)], "answer": text}
+                update = {"messages": [instruction, AIMessage(content=text)], "answer": text, "usage": usage_of("answerer", reply)}
             else:
                 logger.warning("answer model returned no text, keeping the draft")
         emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, runtime))

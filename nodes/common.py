@@ -10,6 +10,7 @@ from langchain_core.messages import SystemMessage
 from langgraph.runtime import Runtime
 
 from graph import prompts
+from graph.budget import budget_section
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.state import LoopState
@@ -63,7 +64,7 @@ def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: LoopState, opt
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
     return prompts.SYSTEM_PROMPT.format(
-        collections_section=section, max_iterations=ctx.max_iterations, budget_section=""
+        collections_section=section, max_iterations=ctx.max_iterations, budget_section=budget_section(state, ctx)
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,8 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers
-from graph.state import LoopState, TerminatedBy
+from graph.budget import exhausted, usage_of
+from graph.state import BudgetStop, LoopState, TerminatedBy
 from nodes.common import (
     describe_error,
     emit,
@@ -37,6 +39,9 @@ class ControllerUpdate(TypedDict, total=False):
     terminated_by: TerminatedBy
     answer: str | None
     error: str | None
+    usage: dict[str, Any]
+    started_at: float
+    budget_stop: BudgetStop
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,7 @@ class Turn:
     opts: dict[str, Any]
     new: list[BaseMessage]
     """Messages this turn adds before the reply (the question, on the first turn)."""
+    started_at: float | None
 
 
 def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
@@ -78,27 +84,32 @@ class Controller:
     def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> Turn | ControllerUpdate:
         ctx = runtime.context
         iterations = state.get("iterations", 0)
-        if iterations >= ctx.max_iterations:
-            return {"terminated_by": "max_iterations"}
+        stop = exhausted(state, ctx)
+        if stop is not None:
+            return {"terminated_by": "max_iterations", "budget_stop": stop}
         tools = offered_tools(self.deps, scope_of(state))
         opts = loop_opts(ctx, state, tools, "controller")
         new: list[BaseMessage] = []
         if not state.get("messages"):
             emit(runtime, start_event(state, ctx, len(tools)))
             new.append(HumanMessage(content=state["question"]))
+            state = {**state, "started_at": time.time()}
         try:
             model = self.deps.controller(ctx)
         except Exception as exc:  # a model that cannot be created fails like a model call
             return {"messages": new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(exc)}
         sent = [system_message(self.deps, ctx, state, opts), *state.get("messages", []), *new]
-        return Turn(model, sent, tools, opts, new)
+        return Turn(model, sent, tools, opts, new, state.get("started_at"))
 
     def _finish(self, state: LoopState, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
         iterations = state.get("iterations", 0)
         if isinstance(reply, BaseException):
-            return {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
+            update_error: ControllerUpdate = {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
+            return update_error
         reply = normalize_reply(reply, iterations)
-        update: ControllerUpdate = {"messages": [*turn.new, reply], "iterations": iterations + 1}
+        update: ControllerUpdate = {"messages": [*turn.new, reply], "iterations": iterations + 1, "usage": usage_of("controller", reply)}
+        if turn.started_at is not None and "started_at" not in state:
+            update["started_at"] = turn.started_at
         if not (reply.tool_calls or reply.invalid_tool_calls):
             update["terminated_by"] = "answered"
             update["answer"] = message_text(reply.content)

@@ -17,6 +17,7 @@ from typing_extensions import TypedDict
 from graph import prompts
 from graph.context import LoopContext
 from graph.deps import LoopDeps
+from graph.budget import usage_of
 from graph.routing import Routers
 from graph.state import LoopState, ToolEvent
 from nodes.common import (
@@ -41,6 +42,7 @@ class SynthesisUpdate(TypedDict, total=False):
     messages: list[BaseMessage]
     answer: str
     tool_history: list[ToolEvent]
+    usage: dict[str, Any]
 
 
 class Synthesis:
@@ -76,7 +78,12 @@ class Synthesis:
                     "summary": SUMMARY.format(count=count),
                     "returned_chunk_ids": [],
                 }
-                update = {"messages": [instruction, AIMessage(content=written)], "answer": written, "tool_history": [entry]}
+                update = {
+                    "messages": [instruction, AIMessage(content=written)],
+                    "answer": written,
+                    "tool_history": [entry],
+                    "usage": usage_of("synthesis", text),
+                }
                 emit(runtime, tool_call_event(entry, len(state.get("tool_history") or []) + 1))
             else:
                 logger.warning("fallback synthesis returned no text")
