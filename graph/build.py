@@ -142,7 +142,7 @@ def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
     builder.add_conditional_edges("tools", routers.after_tools)
     builder.add_conditional_edges("answerer", routers.finish)
     builder.add_conditional_edges("synthesis", routers.finish)
-    builder.add_edge("ground", "__end__")
+    builder.add_conditional_edges("ground", routers.after_ground)
     return builder
 
 

@@ -23,6 +23,7 @@ from tools.schemas import ANSWER
 AfterController = Literal["tools", "synthesis", "ground", "__end__"]
 AfterTools = Literal["controller", "answerer", "ground", "__end__"]
 AfterFinal = Literal["ground", "__end__"]
+AfterGround = Literal["controller", "__end__"]
 
 
 def has_tool_calls(message: object) -> bool:
@@ -68,3 +69,7 @@ class Routers:
         if answered_by_tool and self.deps.has_answerer(runtime.context):
             return "answerer"
         return self.finish(state, runtime)
+
+    def after_ground(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterGround:
+        """Stop, unless the answer went back to the controller for a repair."""
+        return "controller" if state.get("terminated_by") is None else "__end__"

@@ -151,6 +151,8 @@ def _prepare(
             "run() needs a controller: pass controller_llm= (a 'provider:model' string, a chat model or a "
             "function) or set ARCANA_LOOP_CONTROLLER_MODEL"
         )
+    if context.min_support is not None and deps_kwargs.get("grounder") is None and context.grounder is None:
+        raise ConfigurationError("min_support needs a grounder (grounder='local', 'llm_judge' or an object)")
     saver = resolve_checkpointer(checkpointer)
     compiled = _graphs.get({"controller_llm": controller_llm, **deps_kwargs}, saver)
     config: RunnableConfig = {"recursion_limit": 4 * context.max_iterations + 20}

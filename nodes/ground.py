@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.runtime import Runtime
-from typing_extensions import TypedDict
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps
+from graph.evidence import ground_update
 from graph.models import ChatModelCaller, cached_model
 from graph.routing import Routers
 from graph.state import LoopState
@@ -20,12 +20,6 @@ from nodes.common import emit
 from nodes.lifecycle import emit_if_final
 
 NAME = "ground"
-
-
-class GroundUpdate(TypedDict, total=False):
-    """What the grounding changes."""
-
-    grounding: dict[str, Any] | None
 
 
 def judge_model_for(deps: LoopDeps, ctx: LoopContext) -> Any:
@@ -68,11 +62,13 @@ class Ground:
         self.deps = deps
         self.routers = routers
 
-    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None) -> GroundUpdate:
-        emit_if_final(self.deps, runtime, {**state, "grounding": grounding}, "__end__")
-        return {"grounding": grounding}
+    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None) -> Any:
+        update = ground_update(state, runtime.context, grounding)
+        view: Any = {**state, **update}
+        emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, runtime))
+        return update
 
-    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> GroundUpdate:
+    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         """Ground the answer."""
         from grounding.apply import ground_answer
 
@@ -80,7 +76,7 @@ class Ground:
         result = ground_answer(**_inputs(state), grounder=grounder, emit=lambda e: emit(runtime, e))
         return self._finish(state, runtime, result)
 
-    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> GroundUpdate:
+    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         """Ground the answer on the event loop."""
         from grounding.apply import aground_answer
 

@@ -16,7 +16,8 @@ from graph.state import Chunk, LoopState, TerminatedBy, ToolEvent
 from nodes.common import emit, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
 from tools.chunks import merge_chunks
-from tools.execute import CallOutcome, Planned, arun_planned, plan_calls, run_planned
+from tools.duplicates import past_searches
+from tools.execute import CallOutcome, DuplicateGuard, Planned, arun_planned, plan_calls, render_turn, run_planned
 
 NAME = "tools"
 
@@ -31,6 +32,24 @@ class ToolsUpdate(TypedDict, total=False):
     answer: str
 
 
+def _iteration(state: LoopState) -> int:
+    """The 0-based turn whose calls are being executed (the controller already counted it)."""
+    return max(state.get("iterations", 1) - 1, 0)
+
+
+def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
+    entry: ToolEvent = {
+        "tool": outcome.name,
+        "args": outcome.args,
+        "iteration": iteration,
+        "summary": outcome.summary,
+        "returned_chunk_ids": outcome.returned_chunk_ids,
+    }
+    if outcome.duplicate is not None:
+        entry["duplicate_of"] = outcome.duplicate.iteration
+    return entry
+
+
 class Tools:
     """The ``tools`` node's sync and async functions over the graph's dependencies."""
 
@@ -42,22 +61,26 @@ class Tools:
         last = state["messages"][-1]
         if not isinstance(last, AIMessage):
             raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
+        ctx = runtime.context
+        scope = scope_of(state)
+        history = state.get("tool_history") or []
+        guard = DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity) if ctx.duplicate_guard else None
         return plan_calls(
             last.tool_calls,
             last.invalid_tool_calls,
-            scope=scope_of(state),
+            scope=scope,
             custom_tools=self.deps.custom_tools,
-            max_calls=runtime.context.max_tool_calls_per_turn,
+            max_calls=ctx.max_tool_calls_per_turn,
+            iteration=_iteration(state),
+            guard=guard,
         )
 
     def _fold(self, state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
-        iteration = max(state.get("iterations", 1) - 1, 0)
+        iteration = _iteration(state)
+        outcomes = render_turn(outcomes, state.get("tool_history") or [], iteration, show_once=runtime.context.show_chunks_once)
         messages = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
         recorded = [o for o in outcomes if o.recorded]
-        history: list[ToolEvent] = [
-            {"tool": o.name, "args": o.args, "iteration": iteration, "summary": o.summary, "returned_chunk_ids": o.returned_chunk_ids}
-            for o in recorded
-        ]
+        history = [_entry(o, iteration) for o in recorded]
         update: ToolsUpdate = {"messages": messages, "tool_history": history}
         found = [c for o in recorded for c in o.found]
         if found:

@@ -93,10 +93,25 @@ def merge_chunks(existing: Sequence[Chunk], new: Sequence[Chunk], cap: int) -> l
     return ranked[: max(cap, 0)]
 
 
-def format_search_result(chunks: Sequence[Chunk]) -> str:
-    """Render a search result as the controller reads it: full text, stable ids, search order."""
+SHOWN_BEFORE = "(full text in the search result of iteration {iteration} above)"
+
+
+def format_search_result(chunks: Sequence[Chunk], shown_before: Mapping[str, int] | None = None) -> str:
+    """Render a search result as the controller reads it: full text, stable ids, search order.
+
+    Args:
+        chunks: the result, in the order the search returned it.
+        shown_before: chunk id -> iteration of the result that already showed its
+            full text; those chunks appear by id with a pointer instead.
+    """
     if not chunks:
         return NO_RESULTS
     shown = chunks[:SHOWN_PER_SEARCH]
-    body = "\n\n".join(f"{i}. [{c['id']}]\n{c['text']}" for i, c in enumerate(shown, start=1))
+    earlier = shown_before or {}
+    body = "\n\n".join(
+        f"{i}. [{c['id']}] " + SHOWN_BEFORE.format(iteration=earlier[c["id"]])
+        if c["id"] in earlier
+        else f"{i}. [{c['id']}]\n{c['text']}"
+        for i, c in enumerate(shown, start=1)
+    )
     return f"{FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))}\n\n{body}"

@@ -13,14 +13,15 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from graph.state import Chunk, TerminatedBy
 from tools import schemas
-from tools.chunks import NO_RESULTS, format_search_result, to_chunks
+from tools.chunks import NO_RESULTS, SHOWN_PER_SEARCH, format_search_result, to_chunks
+from tools.duplicates import PastSearch, find_duplicate, normalize_query, scope_key
 from tools.scoping import Scope, ScopeError
 
 MAX_SEARCH_LIMIT = 50
@@ -57,6 +58,10 @@ class CallOutcome:
     answer: str | None = None
     recorded: bool = True
     """False for calls that were skipped: they get a tool message but no history entry."""
+    duplicate: PastSearch | None = None
+    """For a search not sent because it repeats this earlier one."""
+    rendered: bool = True
+    """False for search results whose text `render_turn` writes (it depends on what was shown before)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +92,15 @@ def _search_error(call_id: str, args: dict[str, Any], reason: str) -> CallOutcom
     return CallOutcome(call_id, schemas.SEARCH, args, text, text)
 
 
-def _plan_search(call_id: str, args: dict[str, Any], scope: Scope) -> Planned:
+@dataclass(frozen=True, slots=True)
+class DuplicateGuard:
+    """What the duplicate-search guard compares a new search with."""
+
+    past: list[PastSearch]
+    similarity: float | None = None
+
+
+def _plan_search(call_id: str, args: dict[str, Any], scope: Scope, guard: DuplicateGuard | None, iteration: int) -> Planned:
     query = args.get("query")
     if query is None:
         return _search_error(call_id, args, MISSING_QUERY)
@@ -106,6 +119,12 @@ def _plan_search(call_id: str, args: dict[str, Any], scope: Scope) -> Planned:
         # Match-nothing is decided here, not left to the search function, which could
         # mistake an empty list for "no filter".
         return CallOutcome(call_id, schemas.SEARCH, args, NO_RESULTS, NO_RESULTS)
+    if guard is not None:
+        key = scope_key(collection)
+        earlier = find_duplicate(query, key, guard.past, similarity=guard.similarity)
+        if earlier is not None:
+            return CallOutcome(call_id, schemas.SEARCH, args, "", "", duplicate=earlier, rendered=False)
+        guard.past.append(PastSearch(query, normalize_query(query), key, iteration, call_id))
     return SearchCall(call_id, args, query, collection, min(limit, MAX_SEARCH_LIMIT))
 
 
@@ -129,11 +148,14 @@ def plan_calls(
     scope: Scope,
     custom_tools: Mapping[str, BaseTool],
     max_calls: int,
+    iteration: int = 0,
+    guard: DuplicateGuard | None = None,
 ) -> list[Planned]:
     """Plan a turn's tool calls in order, stopping execution at the first terminating call.
 
     Every call gets an entry (so every call gets a tool message); calls after a
-    terminating one, and calls beyond ``max_calls``, are planned as skipped.
+    terminating one, and calls beyond ``max_calls``, are planned as skipped. With a
+    ``guard``, a search that repeats an earlier one is planned as a duplicate.
     """
     planned: list[Planned] = []
     ended = False
@@ -146,7 +168,7 @@ def plan_calls(
             continue
         step: Planned
         if name == schemas.SEARCH:
-            step = _plan_search(call_id, args, scope)
+            step = _plan_search(call_id, args, scope, guard, iteration)
         elif name in (schemas.ANSWER, schemas.GIVE_UP):
             step = _plan_terminal(call_id, name, args)
             ended = step.terminal is not None
@@ -168,8 +190,7 @@ def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
     if not isinstance(results, list | tuple):
         return _search_error(call.call_id, call.args, f"the search returned {type(results).__name__}, not a list of chunks")
     found = to_chunks(results)
-    text = format_search_result(found)
-    return CallOutcome(call.call_id, schemas.SEARCH, call.args, text, text, [c["id"] for c in found], found)
+    return CallOutcome(call.call_id, schemas.SEARCH, call.args, "", "", [c["id"] for c in found], found, rendered=False)
 
 
 def _describe(exc: BaseException) -> str:
@@ -245,3 +266,49 @@ async def arun_planned(
         except Exception as exc:  # the tool boundary, as in run_planned
             return _custom_outcome(step, error=exc)
 
+
+
+DUPLICATE_SEARCH = (
+    "Not searched again: you already searched {query!r} at iteration {iteration}, and it returned {ids}. "
+    "Rephrase the query to look for something new, or answer with what you have."
+)
+
+
+def shown_chunks(history: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Return, per chunk id, the iteration of the search result that showed its full text."""
+    shown: dict[str, int] = {}
+    for entry in history:
+        if entry["tool"] == schemas.SEARCH and "duplicate_of" not in entry:
+            for chunk_id in entry["returned_chunk_ids"][:SHOWN_PER_SEARCH]:
+                shown.setdefault(chunk_id, entry["iteration"])
+    return shown
+
+
+def render_turn(
+    outcomes: Sequence[CallOutcome], history: Sequence[Mapping[str, Any]], iteration: int, *, show_once: bool
+) -> list[CallOutcome]:
+    """Write the text of the turn's search results, in call order.
+
+    With ``show_once``, a chunk whose full text an earlier result already showed
+    appears by id with a pointer to that result, so the conversation does not grow
+    with repeats. A duplicate search gets the ids its earlier twin returned.
+    """
+    shown = shown_chunks(history) if show_once else {}
+    by_call = {o.call_id: o for o in outcomes}
+    rendered = []
+    for outcome in outcomes:
+        if outcome.rendered:
+            rendered.append(outcome)
+            continue
+        if outcome.duplicate is not None:
+            earlier = outcome.duplicate
+            ids = list(earlier.returned_chunk_ids)
+            if earlier.call_id is not None and earlier.call_id in by_call:
+                ids = by_call[earlier.call_id].returned_chunk_ids
+            text = DUPLICATE_SEARCH.format(query=earlier.query, iteration=earlier.iteration, ids=", ".join(ids) or "no chunks")
+        else:
+            text = format_search_result(outcome.found, shown if show_once else None)
+            for chunk in outcome.found[:SHOWN_PER_SEARCH]:
+                shown.setdefault(chunk["id"], iteration)
+        rendered.append(replace(outcome, content=text, summary=text, rendered=True))
+    return rendered

@@ -1,0 +1,72 @@
+"""Evidence-checked answers: how well the evidence holds an answer, and the one repair.
+
+With a grounder and ``min_support`` set, an answer whose grounding score falls
+below it goes back to the controller (at most ``max_repairs`` times) with its
+unsupported claims listed; ``terminated_by`` keeps its four values and the result
+says separately how well the final answer is supported (``coverage``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from graph import prompts
+from graph.context import LoopContext
+from graph.state import Coverage
+
+FULL_SUPPORT = 0.999
+"""A score at or above this (with no ``min_support``) counts as fully supported."""
+MAX_LISTED_CLAIMS = 10
+
+
+def coverage_of(grounding: Mapping[str, Any] | None, min_support: float | None) -> Coverage | None:
+    """Return ``supported``, ``partially_supported`` or ``unsupported`` for a grounding result."""
+    if grounding is None:
+        return None
+    score = float(grounding.get("score", 0.0))
+    if score >= (min_support if min_support is not None else FULL_SUPPORT):
+        return "supported"
+    return "partially_supported" if score > 0 else "unsupported"
+
+
+def unsupported_claims(grounding: Mapping[str, Any]) -> list[str]:
+    """Return the texts of the claims the evidence does not support, in answer order."""
+    claims = grounding.get("claims") or []
+    texts = [c.get("text", "") for c in claims if isinstance(c, Mapping) and c.get("verdict") != "supported"]
+    if not texts:
+        texts = [s.get("text", "") for s in grounding.get("hallucinated_spans") or [] if isinstance(s, Mapping)]
+    return [t for t in texts if t]
+
+
+def ground_update(state: Mapping[str, Any], ctx: LoopContext, grounding: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the ``ground`` node's update: the grounding, its coverage, and a repair when due."""
+    update: dict[str, Any] = {"grounding": grounding, "coverage": coverage_of(grounding, ctx.min_support)}
+    repair = state.get("repair")
+    score = None if grounding is None else float(grounding.get("score", 0.0))
+    if repair is not None and repair.get("score_after") is None:
+        update["repair"] = {**repair, "score_after": score}
+    due = (
+        ctx.min_support is not None
+        and score is not None
+        and score < ctx.min_support
+        and int(state.get("repairs") or 0) < ctx.max_repairs
+        and state.get("terminated_by") in ("answered", "max_iterations")
+    )
+    if not due or grounding is None or score is None or ctx.min_support is None:
+        return update
+    claims = unsupported_claims(grounding)[:MAX_LISTED_CLAIMS]
+    listed = "\n".join(f"- {c}" for c in claims) or "- (the grounder listed none)"
+    instruction = prompts.REPAIR_PROMPT.format(score=score, min_support=ctx.min_support, claims=listed)
+    update.update(
+        {
+            "messages": [HumanMessage(content=instruction)],
+            "terminated_by": None,
+            "budget_stop": None,
+            "repairs": int(state.get("repairs") or 0) + 1,
+            "repair": {"ran": True, "unsupported_claims": claims, "score_before": score, "score_after": None},
+        }
+    )
+    return update
