@@ -1,0 +1,108 @@
+"""Grounding a finished run: short-circuits, the grounder call, validation and attribution.
+
+Used by both the graph's ``ground`` node and ``graph.ground``, so the two agree.
+Grounding never loses the answer: a grounder that raises, times out or returns
+garbage leaves the grounding as ``None`` and logs why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from grounding.attribution import enrich
+from grounding.resolve import grounder_name
+from grounding.types import GroundingResult
+
+logger = logging.getLogger("grounding")
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _applies(answer: Any, chunks: Sequence[Any], error: Any) -> bool:
+    return error is None and answer is not None and bool(chunks)
+
+
+def _stop(question: str, name: str, result: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "event": "ground_stop",
+        "question": question,
+        "grounder": name,
+        "score": None if result is None else result["score"],
+        "hallucinated_span_count": None if result is None else len(result["hallucinated_spans"]),
+        "faithful_span_count": None if result is None else len(result["faithful_spans"]),
+    }
+
+
+def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] | None:
+    try:
+        return enrich(GroundingResult.from_mapping(raw).to_dict(), tool_history)
+    except Exception as exc:  # garbage from a grounder: no grounding, the answer stays
+        logger.warning("grounder %s returned an unusable result: %s", name, exc)
+        return None
+
+
+def ground_answer(
+    *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
+    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None, **opts: Any,
+) -> dict[str, Any] | None:
+    """Ground an answer synchronously; ``None`` when grounding does not apply or fails."""
+    if not _applies(answer, chunks, error) or grounder is None:
+        return None
+    assert answer is not None
+    name = grounder_name(grounder)
+    if emit:
+        emit({"event": "ground_start", "question": question, "grounder": name})
+
+    def call() -> Any:
+        if hasattr(grounder, "ground"):
+            return grounder.ground(answer, list(chunks), question=question, **opts)
+        return asyncio.run(grounder.aground(answer, list(chunks), question=question, **opts))
+
+    result = None
+    try:
+        if timeout is None:
+            raw = call()
+        else:
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+            try:
+                raw = pool.submit(call).result(timeout=timeout)
+            finally:
+                pool.shutdown(wait=False)
+        result = _finish(raw, tool_history, name)
+    except Exception as exc:  # a failing grounder never loses the answer
+        logger.warning("grounder %s failed: %s: %s", name, type(exc).__name__, exc)
+    if emit:
+        emit(_stop(question, name, result))
+    return result
+
+
+async def aground_answer(
+    *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
+    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None, **opts: Any,
+) -> dict[str, Any] | None:
+    """Ground an answer on the event loop; a synchronous grounder runs in a worker thread."""
+    if not _applies(answer, chunks, error) or grounder is None:
+        return None
+    assert answer is not None
+    name = grounder_name(grounder)
+    if emit:
+        emit({"event": "ground_start", "question": question, "grounder": name})
+    aground = getattr(grounder, "aground", None)
+    if aground is not None and inspect.iscoroutinefunction(aground):
+        pending = aground(answer, list(chunks), question=question, **opts)
+    else:
+        pending = asyncio.to_thread(grounder.ground, answer, list(chunks), question=question, **opts)
+    result = None
+    try:
+        raw = await asyncio.wait_for(pending, timeout)
+        result = _finish(raw, tool_history, name)
+    except Exception as exc:  # a failing grounder never loses the answer
+        logger.warning("grounder %s failed: %s: %s", name, type(exc).__name__, exc)
+    if emit:
+        emit(_stop(question, name, result))
+    return result
