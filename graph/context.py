@@ -116,7 +116,7 @@ class LoopContext:
     max_repairs: int = _opt("max_repairs", 1, int, "Most times an under-supported answer goes back to the controller.")
     repair_turns: int = _opt("repair_turns", 2, int, "Extra controller turns each repair is given.")
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901  # a flat list of checks, one per option group
         """Reject values of the wrong type or range before anything runs."""
         for name in ("max_iterations", "chunk_cap", "max_repairs", "repair_turns"):
             _check_int(name, getattr(self, name), minimum=0)

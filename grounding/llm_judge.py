@@ -17,7 +17,7 @@ DEFAULT_TEMPERATURE = 0.0
 DEFAULT_MAX_TOKENS = 2048
 
 
-def parse_judge_json(text: str) -> dict[str, Any]:
+def parse_judge_json(text: str) -> dict[str, Any]:  # noqa: C901  # a small scanner: one branch per character class
     """Return the first balanced JSON object in a reply (braces inside strings do not count).
 
     Raises:

@@ -61,7 +61,7 @@ class HeuristicSentenceGrounder:
         embedder = self._embedder()
         vectors = np.asarray(embedder.embed_documents([*answer_sentences, *evidence]), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = vectors / np.where(norms == 0, 1, norms)
+        vectors = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
         left, right = vectors[: len(answer_sentences)], vectors[len(answer_sentences) :]
         result: list[list[float]] = np.clip(left @ right.T, 0.0, 1.0).tolist()
         return result

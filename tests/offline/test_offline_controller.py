@@ -1,0 +1,43 @@
+"""The offline controller's decisions, asserted on the tool calls it makes."""
+
+from __future__ import annotations
+
+from graph import run
+from graph.offline import question_parts
+from tests.fakes import chunk
+
+TEXTS = {
+    "wait": "asyncio.wait_for runs a coroutine with a timeout. It cancels the task when the timeout expires.",
+    "json": "json.loads parses a JSON document from a string. It returns Python dicts and lists.",
+    "path": "pathlib.Path represents a filesystem path with methods such as exists and read_text.",
+}
+
+
+def memory_search(query, collection=None, limit=5, **_):
+    words = {w.lower() for w in query.split()}
+    hits = [chunk(k, t, score=len(words & set(t.lower().split())) / len(words)) for k, t in TEXTS.items()]
+    return sorted([h for h in hits if h["score"] > 0], key=lambda h: h["score"], reverse=True)[:limit]
+
+
+def test_single_part_question_searches_once_and_answers_with_chunk_ids():
+    result = run("How do I run a coroutine with a timeout?", controller_llm="offline", search_fn=memory_search)
+    assert [e["tool"] for e in result.tool_history] == ["search", "answer"]
+    assert result.tool_history[0]["args"]["query"] == "run a coroutine with a timeout"
+    assert "asyncio.wait_for" in result.answer and "[wait]" in result.answer
+
+
+def test_multi_part_question_gets_one_search_per_part():
+    result = run("How do I parse a JSON string; and how do I check a filesystem path exists?", controller_llm="offline", search_fn=memory_search)
+    queries = [e["args"]["query"] for e in result.tool_history if e["tool"] == "search"]
+    assert len(queries) == 2
+    assert "[json]" in result.answer and "[path]" in result.answer
+
+
+def test_unanswerable_question_refines_once_then_gives_up():
+    result = run("What is the capital of Peru?", controller_llm="offline", search_fn=memory_search)
+    assert [e["tool"] for e in result.tool_history] == ["search", "search", "give_up"]
+    assert result.terminated_by == "gave_up"
+
+
+def test_filler_is_dropped_from_queries():
+    assert question_parts("Can you please tell me how do I parse JSON?") == ["parse JSON"]
