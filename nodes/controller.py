@@ -10,11 +10,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from graph.budget import exhausted, usage_of
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers
-from graph.budget import exhausted, usage_of
 from graph.state import BudgetStop, LoopState, TerminatedBy
 from nodes.common import (
     describe_error,

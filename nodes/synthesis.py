@@ -15,9 +15,9 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from graph import prompts
+from graph.budget import usage_of
 from graph.context import LoopContext
 from graph.deps import LoopDeps
-from graph.budget import usage_of
 from graph.routing import Routers
 from graph.state import LoopState, ToolEvent
 from nodes.common import (

@@ -17,7 +17,15 @@ from nodes.common import emit, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
 from tools.chunks import merge_chunks
 from tools.duplicates import past_searches
-from tools.execute import CallOutcome, DuplicateGuard, Planned, arun_planned, plan_calls, render_turn, run_planned
+from tools.execute import (
+    CallOutcome,
+    DuplicateGuard,
+    Planned,
+    arun_planned,
+    plan_calls,
+    render_turn,
+    run_planned,
+)
 
 NAME = "tools"
 

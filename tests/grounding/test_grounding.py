@@ -16,7 +16,7 @@ from grounding.llm_judge import LLMJudgeGrounder, parse_judge_json
 from grounding.local import HeuristicSentenceGrounder
 from grounding.resolve import resolve_grounder
 from grounding.sentences import split_sentences
-from grounding.types import GroundingError, GroundingResult
+from grounding.types import GroundingError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 CHUNKS = [

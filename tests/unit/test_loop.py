@@ -10,7 +10,16 @@ from langchain_core.tools import tool
 
 from graph import run
 from graph.deps import ConfigurationError
-from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, give_up, search, tool_call
+from tests.fakes import (
+    ScriptedChatModel,
+    ScriptedSearch,
+    answer,
+    calls,
+    chunk,
+    give_up,
+    search,
+    tool_call,
+)
 
 
 def scripted(*responses):
