@@ -56,6 +56,13 @@ def _relevance(part: str, text: str) -> float:
     return len(terms & content_terms(text)) / len(terms) if terms else 0.0
 
 
+def _cited(sentence: str, chunk_id: str) -> str:
+    """Put the chunk id inside the sentence, so a sentence splitter keeps them together."""
+    if sentence[-1:] in ".!?":
+        return f"{sentence[:-1]} [{chunk_id}]{sentence[-1]}"
+    return f"{sentence} [{chunk_id}]"
+
+
 def extractive_answer(question: str, chunks: Sequence[tuple[str, str]]) -> str | None:
     """Return the most relevant chunk sentences per question part with their chunk ids, or ``None``."""
     lines: list[str] = []
@@ -71,7 +78,7 @@ def extractive_answer(question: str, chunks: Sequence[tuple[str, str]]) -> str |
         for _, sentence, chunk_id in scored:
             if sentence not in seen and len(seen) < MAX_ANSWER_SENTENCES:
                 seen.add(sentence)
-                lines.append(f"{sentence} [{chunk_id}]")
+                lines.append(_cited(sentence, chunk_id))
     return "\n".join(lines) or None
 
 

@@ -1,0 +1,1 @@
+"""The ``arcana-loop`` command line."""

