@@ -82,7 +82,7 @@ def ingest(
     for path_text, result in rows:
         table.add_row(path_text, str(result.documents_added), str(result.documents_skipped), str(result.documents_replaced), str(result.chunks_added), str(result.chunks_removed))
     out.print(table)
-    for path_text, result in rows:
+    for _, result in rows:
         for skipped, reason in result.skipped_files:
             err.print(f"[yellow]skipped[/] {skipped}: {reason}")
 
