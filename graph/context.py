@@ -72,7 +72,7 @@ class LoopContext:
     )
     max_iterations: int = _opt("max_iterations", 10, int, "Most controller turns before the run stops (then synthesis runs).")
     chunk_cap: int = _opt("chunk_cap", 30, int, "Most chunks kept across searches; the lowest scores are evicted.")
-    system_prompt: str | None = _opt("system_prompt", None, str, "Replaces the default system prompt ({max_iterations} and other slots are filled).")
+    system_prompt: str | None = _opt("system_prompt", None, str, "Replaces the default system prompt, used as given (pass a function to run() to build it from the options).")
     answer_prompt: str | None = _opt("answer_prompt", None, str, "Replaces the instruction sent to the answer model.")
     synthesis_prompt: str | None = _opt("synthesis_prompt", None, str, "Replaces the instruction of the fallback synthesis call.")
     fallback_synthesis: bool = _opt("fallback_synthesis", True, bool, "Write an answer from the gathered chunks when max_iterations is hit.")
