@@ -46,7 +46,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
@@ -311,8 +311,8 @@ def make_runners(model: BaseChatModel, savers: dict[str, BaseCheckpointSaver[Any
         arcana = graph.build_graph(graph.make_deps(controller_llm=model, search_fn=instant_search)).compile(checkpointer=saver, name="arcana-loop")
         inputs = {"messages": [HumanMessage(content=QUESTION)]}
         runners[f"stategraph/{column}"] = (lambda g=minimal, s=saver: g.invoke({"question": QUESTION}, _config(s)))
-        runners[f"react_agent/{column}"] = (lambda g=react, s=saver: g.invoke(inputs, _config(s)))
-        runners[f"create_agent/{column}"] = (lambda g=agent, s=saver: g.invoke(inputs, _config(s)))
+        runners[f"react_agent/{column}"] = (lambda g=react, s=saver, i=inputs: g.invoke(i, _config(s)))
+        runners[f"create_agent/{column}"] = (lambda g=agent, s=saver, i=inputs: g.invoke(i, _config(s)))
         runners[f"arcana_run/{column}"] = (lambda s=saver: graph.run(QUESTION, controller_llm=model, search_fn=instant_search, checkpointer=s))
         runners[f"arcana_compiled/{column}"] = (
             lambda g=arcana, s=saver: g.invoke({"question": QUESTION}, _config(s), context=LoopContext())
