@@ -10,10 +10,11 @@ what makes LangGraph draw every edge.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
 from langchain_core.messages import AIMessage
-from langgraph.runtime import Runtime
+from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps
@@ -31,17 +32,29 @@ def has_tool_calls(message: object) -> bool:
     return isinstance(message, AIMessage) and bool(message.tool_calls or message.invalid_tool_calls)
 
 
+def _context(config: RunnableConfig) -> LoopContext:
+    """Return the run's context; a state edit outside a run (``update_state``) has none, so defaults apply."""
+    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    context = getattr(runtime, "context", None)
+    return context if isinstance(context, LoopContext) else LoopContext()
+
+
+def as_config(runtime: Any) -> RunnableConfig:
+    """Wrap a node's runtime as the config a router reads, so nodes can ask where they go next."""
+    return {"configurable": {CONFIG_KEY_RUNTIME: runtime}}
+
+
 @dataclass(frozen=True)
 class Routers:
     """The routing functions of one graph."""
 
     deps: LoopDeps
 
-    def finish(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterFinal:
+    def finish(self, state: LoopState, config: RunnableConfig) -> AfterFinal:
         """After the answer is settled: ground it when a grounder is configured, else stop."""
-        return "ground" if self.deps.has_grounder(runtime.context) else "__end__"
+        return "ground" if self.deps.has_grounder(_context(config)) else "__end__"
 
-    def after_controller(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterController:
+    def after_controller(self, state: LoopState, config: RunnableConfig) -> AfterController:
         """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes."""
         outcome = state.get("terminated_by")
         if outcome is None:
@@ -51,25 +64,25 @@ class Routers:
             raise ValueError("the controller ended its turn without tool calls and without an outcome")
         match outcome:
             case "max_iterations":
-                if runtime.context.fallback_synthesis and state.get("chunks"):
+                if _context(config).fallback_synthesis and state.get("chunks"):
                     return "synthesis"
-                return self.finish(state, runtime)
+                return self.finish(state, config)
             case "answered" | "error" | "gave_up":
-                return self.finish(state, runtime)
+                return self.finish(state, config)
             case _:
                 assert_never(outcome)
 
-    def after_tools(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterTools:
+    def after_tools(self, state: LoopState, config: RunnableConfig) -> AfterTools:
         """Back to the controller unless a tool ended the run; an ``answer`` may be rewritten first."""
         outcome = state.get("terminated_by")
         if outcome is None:
             return "controller"
         history = state.get("tool_history") or []
         answered_by_tool = outcome == "answered" and bool(history) and history[-1]["tool"] == ANSWER
-        if answered_by_tool and self.deps.has_answerer(runtime.context):
+        if answered_by_tool and self.deps.has_answerer(_context(config)):
             return "answerer"
-        return self.finish(state, runtime)
+        return self.finish(state, config)
 
-    def after_ground(self, state: LoopState, runtime: Runtime[LoopContext]) -> AfterGround:
+    def after_ground(self, state: LoopState, config: RunnableConfig) -> AfterGround:
         """Stop, unless the answer went back to the controller for a repair."""
         return "controller" if state.get("terminated_by") is None else "__end__"

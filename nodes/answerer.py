@@ -17,7 +17,7 @@ from graph.budget import usage_of
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
-from graph.routing import Routers
+from graph.routing import Routers, as_config
 from graph.state import LoopState
 from nodes.common import (
     describe_error,
@@ -71,7 +71,7 @@ class Answerer:
                 update = {"messages": [instruction, AIMessage(content=text)], "answer": text, "usage": usage_of("answerer", reply)}
             else:
                 logger.warning("answer model returned no text, keeping the draft")
-        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, runtime))
+        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, as_config(runtime)))
         return update
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> AnswererUpdate:

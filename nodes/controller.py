@@ -14,7 +14,7 @@ from graph.budget import exhausted, usage_of
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
-from graph.routing import Routers
+from graph.routing import Routers, as_config
 from graph.state import BudgetStop, LoopState, TerminatedBy
 from nodes.common import (
     describe_error,
@@ -117,7 +117,7 @@ class Controller:
 
     def _settle(self, state: LoopState, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
         view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
-        emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, runtime))
+        emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, as_config(runtime)))
         return update
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> ControllerUpdate:

@@ -14,7 +14,7 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.evidence import ground_update
 from graph.models import ChatModelCaller, cached_model
-from graph.routing import Routers
+from graph.routing import Routers, as_config
 from graph.state import LoopState
 from nodes.common import emit
 from nodes.lifecycle import emit_if_final
@@ -65,7 +65,7 @@ class Ground:
     def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None) -> Any:
         update = ground_update(state, runtime.context, grounding)
         view: Any = {**state, **update}
-        emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, runtime))
+        emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, as_config(runtime)))
         return update
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:

@@ -18,7 +18,7 @@ from graph import prompts
 from graph.budget import usage_of
 from graph.context import LoopContext
 from graph.deps import LoopDeps
-from graph.routing import Routers
+from graph.routing import Routers, as_config
 from graph.state import LoopState, ToolEvent
 from nodes.common import (
     describe_error,
@@ -87,7 +87,7 @@ class Synthesis:
                 emit(runtime, tool_call_event(entry, len(state.get("tool_history") or []) + 1))
             else:
                 logger.warning("fallback synthesis returned no text")
-        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, runtime))
+        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, as_config(runtime)))
         return update
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> SynthesisUpdate:

@@ -11,7 +11,7 @@ from typing_extensions import TypedDict
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps
-from graph.routing import Routers
+from graph.routing import Routers, as_config
 from graph.state import Chunk, LoopState, TerminatedBy, ToolEvent
 from nodes.common import emit, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
@@ -101,7 +101,7 @@ class Tools:
         for offset, entry in enumerate(history, start=1):
             emit(runtime, tool_call_event(entry, size + offset))
         view: Any = {**state, **update, "tool_history": [*(state.get("tool_history") or []), *history]}
-        emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, runtime))
+        emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, as_config(runtime)))
         return update
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> ToolsUpdate:
