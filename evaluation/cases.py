@@ -1,0 +1,119 @@
+"""Labelled cases: questions with their relevant chunks or sources, key facts and expected outcome.
+
+A case file is JSON: ``{"name": ..., "collection": ..., "cases": [case, ...]}`` (a bare
+list of cases is accepted too). Retrieval evaluation needs ``relevant_ids`` or
+``relevant_sources``; loop evaluation needs ``key_facts`` or ``reference`` and
+``expected``. A chunk matches a source when its ``metadata["source"]`` equals it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Outcome = Literal["answered", "gave_up"]
+OUTCOMES: tuple[Outcome, ...] = ("answered", "gave_up")
+
+DATA_DIR = Path(__file__).parent / "data"
+PYTHON_DOCS_EVAL = DATA_DIR / "python_docs_eval.json"
+"""The labelled set shipped for the demo corpus (``knowledge.stdlib_docs``)."""
+
+
+@dataclass
+class EvalCase:
+    """One labelled question."""
+
+    id: str
+    question: str
+    key_facts: list[str] = field(default_factory=list)
+    """Short strings a correct answer contains (compared case- and punctuation-insensitively)."""
+    reference: str | None = None
+    """A reference answer, for the LLM judge; optional."""
+    relevant_ids: list[str] = field(default_factory=list)
+    relevant_sources: list[str] = field(default_factory=list)
+    expected: Outcome = "answered"
+    """``gave_up`` for a question the collection cannot answer."""
+    kind: str = "single"
+    """Free label for breakdowns: ``single``, ``multi``, ``unanswerable``, ``generated``..."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ValueError(f"case {self.id!r}: question must be a non-empty string")
+        if self.expected not in OUTCOMES:
+            raise ValueError(f"case {self.id!r}: expected must be one of {OUTCOMES}, got {self.expected!r}")
+
+    @property
+    def relevant(self) -> tuple[str, list[str]]:
+        """What relevance is labelled by (``"id"`` or ``"source"``) and the relevant keys."""
+        return ("id", self.relevant_ids) if self.relevant_ids else ("source", self.relevant_sources)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as a JSON-ready mapping."""
+        return asdict(self)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], index: int = 0) -> EvalCase:
+        """Build a case from a mapping, rejecting unknown fields."""
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"case {data.get('id', index)!r}: unknown field(s) {sorted(unknown)}")
+        return cls(**{"id": f"case-{index}", **data})
+
+
+@dataclass
+class CaseSet:
+    """A named list of cases over one collection."""
+
+    cases: list[EvalCase]
+    name: str = "cases"
+    collection: str | None = None
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case set as a case file's JSON object."""
+        return {"name": self.name, "collection": self.collection, "description": self.description, "cases": [c.to_dict() for c in self.cases]}
+
+
+def load_cases(path: str | Path) -> CaseSet:
+    """Read a case file.
+
+    Raises:
+        ValueError: for a malformed file, duplicate ids or an invalid case.
+    """
+    data = json.loads(Path(path).read_text())
+    raw = data if isinstance(data, list) else data.get("cases")
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a list of cases or an object with 'cases'")
+    cases = [EvalCase.from_mapping(c, i) for i, c in enumerate(raw)]
+    ids = [c.id for c in cases]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: duplicate case ids")
+    meta = data if isinstance(data, dict) else {}
+    return CaseSet(cases, name=meta.get("name", Path(path).stem), collection=meta.get("collection"), description=meta.get("description", ""))
+
+
+def save_cases(cases: CaseSet | Iterable[EvalCase], path: str | Path, **meta: Any) -> Path:
+    """Write cases as a case file (``meta``: ``name``, ``collection``, ``description``)."""
+    case_set = cases if isinstance(cases, CaseSet) else CaseSet(list(cases), **meta)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(case_set.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    return target
+
+
+def as_cases(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]]) -> list[EvalCase]:
+    """Accept a case set, cases, or plain mappings."""
+    items = cases.cases if isinstance(cases, CaseSet) else cases
+    return [c if isinstance(c, EvalCase) else EvalCase.from_mapping(c, i) for i, c in enumerate(items)]
+
+
+def chunk_key(chunk: Mapping[str, Any], by: str) -> str:
+    """A retrieved chunk's relevance key: its id, or its document source."""
+    if by == "id":
+        return str(chunk["id"])
+    metadata = chunk.get("metadata") or {}
+    return str(metadata.get("source") or chunk.get("source") or chunk.get("document_id") or "")
