@@ -1,19 +1,22 @@
 """The loop's state: what exists during a run, and how each field evolves.
 
 `LoopInput` is what a caller sends, `LoopOutput` is the public result, and
-`LoopState` is everything the nodes read and write. Every node returns a partial
+`LoopState` is everything the nodes read and write. The growing fields (messages,
+tool history, chunks) are delta channels (see ``graph.channels``): checkpoints store
+what each step added, not the whole list again. Every node returns a partial
 update; nothing is mutated in place (a mutation would be visible to later nodes
 in the live run but missing from every checkpoint, so replay would diverge).
 """
 
 from __future__ import annotations
 
-import operator
 from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
+from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
+
+from graph.channels import fold_appended, fold_chunks, fold_messages
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.
@@ -104,15 +107,16 @@ class LoopOutput(TypedDict):
 class LoopState(LoopInput):
     """Everything the nodes share during a run."""
 
-    messages: Annotated[list[AnyMessage], add_messages]
+    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
     """The controller conversation without the system prompt (which is rebuilt per call).
 
     Starts with the question; every assistant tool call is answered by a tool message,
     so the conversation is valid for OpenAI-style APIs whenever it is sent again."""
-    tool_history: Annotated[list[ToolEvent], operator.add]
+    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
     """Executed tool calls in order; append-only."""
-    chunks: NotRequired[list[Chunk]]
-    """Accumulated chunks, best first, capped; replaced whole by ``tools`` (the cap is a context value)."""
+    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
+    """Accumulated chunks, best first, capped. ``tools`` writes a `ChunkMerge` of the turn's
+    finds (the cap travels in the write, since it is a context value); a list replaces them."""
     iterations: NotRequired[int]
     """Controller turns run so far, the failing one included."""
     terminated_by: NotRequired[TerminatedBy | None]

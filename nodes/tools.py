@@ -9,13 +9,13 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from graph.channels import ChunkMerge, merge_chunks
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.routing import Routers, as_config
 from graph.state import Chunk, LoopState, TerminatedBy, ToolEvent
 from nodes.common import emit, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
-from tools.chunks import merge_chunks
 from tools.duplicates import past_searches
 from tools.execute import (
     CallOutcome,
@@ -35,7 +35,7 @@ class ToolsUpdate(TypedDict, total=False):
 
     messages: list[ToolMessage]
     tool_history: list[ToolEvent]
-    chunks: list[Chunk]
+    chunks: ChunkMerge
     terminated_by: TerminatedBy
     answer: str
 
@@ -91,8 +91,10 @@ class Tools:
         history = [_entry(o, iteration) for o in recorded]
         update: ToolsUpdate = {"messages": messages, "tool_history": history}
         found = [c for o in recorded for c in o.found]
+        chunks: list[Chunk] = state.get("chunks") or []
         if found:
-            update["chunks"] = merge_chunks(state.get("chunks") or [], found, runtime.context.chunk_cap)
+            update["chunks"] = {"merge": found, "cap": runtime.context.chunk_cap}
+            chunks = merge_chunks(chunks, found, runtime.context.chunk_cap)
         terminal = next((o for o in recorded if o.terminal is not None), None)
         if terminal is not None and terminal.terminal is not None and terminal.answer is not None:
             update["terminated_by"] = terminal.terminal
@@ -100,7 +102,7 @@ class Tools:
         size = len(state.get("tool_history") or [])
         for offset, entry in enumerate(history, start=1):
             emit(runtime, tool_call_event(entry, size + offset))
-        view: Any = {**state, **update, "tool_history": [*(state.get("tool_history") or []), *history]}
+        view: Any = {**state, **update, "chunks": chunks, "tool_history": [*(state.get("tool_history") or []), *history]}
         emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, as_config(runtime)))
         return update
 

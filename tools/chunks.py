@@ -7,7 +7,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from graph.channels import merge_chunks
 from graph.state import Chunk
+
+__all__ = ["merge_chunks"]
 
 SHOWN_PER_SEARCH = 5
 """How many chunks of one search result the controller reads in full."""
@@ -76,21 +79,6 @@ def to_chunk(obj: Any) -> Chunk | None:
 def to_chunks(results: Iterable[Any]) -> list[Chunk]:
     """Normalise a search result list, dropping entries that are not chunks."""
     return [c for c in (to_chunk(r) for r in results) if c is not None]
-
-
-def merge_chunks(existing: Sequence[Chunk], new: Sequence[Chunk], cap: int) -> list[Chunk]:
-    """Merge newly found chunks into the accumulated ones.
-
-    Deduplicated by id, keeping the higher-scored copy; sorted best first (a stable
-    sort, so ties keep discovery order); capped at ``cap``, evicting the lowest scores.
-    """
-    best: dict[str, Chunk] = {}
-    for chunk in [*existing, *new]:
-        held = best.get(chunk["id"])
-        if held is None or chunk["score"] > held["score"]:
-            best[chunk["id"]] = chunk  # an existing key keeps its first-discovery slot
-    ranked = sorted(best.values(), key=lambda c: c["score"], reverse=True)
-    return ranked[: max(cap, 0)]
 
 
 SHOWN_BEFORE = "(full text in the search result of iteration {iteration} above)"

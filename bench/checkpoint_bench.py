@@ -1,0 +1,182 @@
+"""Checkpoint growth: bytes a checkpointer stores for one loop, against the final state's size.
+
+Run: `python -m bench.checkpoint_bench [--turns 2 5 10 20] [--no-postgres]`. Each loop is
+``turns - 1`` searches returning 5 chunks of ~800 characters, then ``answer``, with an
+instant scripted model. Stored bytes are everything the saver keeps for the thread
+(checkpoints, metadata, channel blobs, pending writes); the final state's size is the
+JSON of its values. Two graphs are measured in the same run: arcana-loop, and the
+minimal hand-written StateGraph of ``bench.loop_bench`` (``add_messages`` stored
+whole), which is the baseline. Results go to `bench/results/checkpoints.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+from bench.loop_bench import ANSWER_TEXT, instant_search, minimal_stategraph
+
+RESULTS = Path(__file__).parent / "results" / "checkpoints.json"
+TURNS = (2, 5, 10, 20)
+TARGET_RATIO = 3.0
+
+
+class TurnsModel(BaseChatModel):
+    """Searches ``turns - 1`` times with distinct queries, then answers."""
+
+    turns: int
+
+    @property
+    def _llm_type(self) -> str:
+        return "turns-scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # the script knows its tools
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        turn = sum(isinstance(m, AIMessage) for m in messages)
+        call = (
+            {"name": "search", "args": {"query": f"checkpoint growth aspect {turn}"}, "id": f"call_{turn}", "type": "tool_call"}
+            if turn < self.turns - 1
+            else {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": f"call_{turn}", "type": "tool_call"}
+        )
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+
+
+def state_json_bytes(values: dict[str, Any]) -> int:
+    """The JSON size of a state's values (messages in LangChain's dict form)."""
+    plain = {k: messages_to_dict(v) if k == "messages" else v for k, v in values.items()}
+    return len(json.dumps(plain, default=str).encode())
+
+
+def stored_bytes(saver: BaseCheckpointSaver[Any], thread_id: str) -> int:
+    """Every byte the saver keeps for one thread."""
+    if isinstance(saver, InMemorySaver):
+        total = 0
+        for checkpoints in saver.storage.get(thread_id, {}).values():
+            for (_, checkpoint), (_, metadata), _parent in checkpoints.values():
+                total += len(checkpoint) + len(metadata)
+        total += sum(len(blob) for key, (_, blob) in saver.blobs.items() if key[0] == thread_id)
+        for key, writes in saver.writes.items():
+            if key[0] == thread_id:
+                total += sum(len(value[1]) for _, _, value, _ in writes.values())
+        return total
+    conn = getattr(saver, "conn", None)
+    if isinstance(conn, sqlite3.Connection):
+        row = conn.execute(
+            "SELECT (SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints WHERE thread_id = ?)"
+            " + (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE thread_id = ?)",
+            (thread_id, thread_id),
+        ).fetchone()
+        return int(row[0])
+    with saver._cursor() as cur:  # type: ignore[attr-defined]  # PostgresSaver's own cursor helper
+        cur.execute(
+            "SELECT (SELECT COALESCE(SUM(pg_column_size(checkpoint) + pg_column_size(metadata)), 0) FROM checkpoints WHERE thread_id = %(t)s)"
+            " + (SELECT COALESCE(SUM(COALESCE(octet_length(blob), 0)), 0) FROM checkpoint_blobs WHERE thread_id = %(t)s)"
+            " + (SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(t)s) AS total",
+            {"t": thread_id},
+        )
+        row = cur.fetchone()
+        return int(row["total"] if isinstance(row, dict) else row[0])
+
+
+@contextlib.contextmanager
+def savers(with_postgres: bool) -> Iterator[dict[str, BaseCheckpointSaver[Any]]]:
+    """Fresh savers per kind (so stored bytes belong to this benchmark only)."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with tempfile.TemporaryDirectory() as tmp:
+        found: dict[str, BaseCheckpointSaver[Any]] = {
+            "memory": InMemorySaver(),
+            "sqlite": SqliteSaver(sqlite3.connect(str(Path(tmp) / "bench.sqlite"), check_same_thread=False)),
+        }
+        if with_postgres:
+            from graph.checkpoints import resolve_checkpointer
+
+            found["postgres"] = resolve_checkpointer("postgres")  # type: ignore[assignment]
+        yield found
+
+
+def run_arcana(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[str, Any]]:
+    import graph
+
+    result = graph.run(
+        "How do checkpoints grow?", controller_llm=TurnsModel(turns=turns), search_fn=instant_search,
+        checkpointer=saver, max_iterations=turns + 1, chunk_cap=5 * turns,
+    )
+    assert result.terminated_by == "answered" and result.iterations == turns, (result.terminated_by, result.iterations)
+    assert result.thread_id is not None
+    from graph.build import build_graph, make_deps
+
+    compiled = build_graph(make_deps(controller_llm=TurnsModel(turns=turns), search_fn=instant_search)).compile(checkpointer=saver)
+    values = compiled.get_state({"configurable": {"thread_id": result.thread_id}}).values
+    return result.thread_id, dict(values)
+
+
+def run_minimal(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[str, Any]]:
+    compiled = minimal_stategraph(TurnsModel(turns=turns)).compile(checkpointer=saver)
+    thread_id = str(uuid.uuid4())
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}, "recursion_limit": 200}
+    compiled.invoke({"question": "How do checkpoints grow?"}, config)
+    return thread_id, dict(compiled.get_state(config).values)
+
+
+def measure(turn_counts: tuple[int, ...], with_postgres: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with savers(with_postgres) as found:
+        for kind, saver in found.items():
+            for variant, runner in (("minimal StateGraph", run_minimal), ("arcana-loop", run_arcana)):
+                for turns in turn_counts:
+                    thread_id, values = runner(saver, turns)
+                    stored, final = stored_bytes(saver, thread_id), state_json_bytes(values)
+                    rows.append({"saver": kind, "variant": variant, "turns": turns, "stored_bytes": stored, "final_state_bytes": final, "ratio": round(stored / final, 2)})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], turn_counts: tuple[int, ...]) -> None:
+    print(f"stored bytes / final state JSON bytes (target <= {TARGET_RATIO}x, linear in turns)")
+    print(f"{'saver':<9} {'variant':<20} " + " ".join(f"{t:>14}" for t in turn_counts))
+    keys = sorted({(r["saver"], r["variant"]) for r in rows}, key=lambda k: (k[0], k[1] != "minimal StateGraph"))
+    for saver, variant in keys:
+        cells = []
+        for t in turn_counts:
+            r = next(r for r in rows if (r["saver"], r["variant"], r["turns"]) == (saver, variant, t))
+            cells.append(f"{r['ratio']:>5.1f}x {r['stored_bytes'] / 1024:>6.0f}kB")
+        print(f"{saver:<9} {variant:<20} " + " ".join(f"{c:>14}" for c in cells))
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--turns", type=int, nargs="+", default=list(TURNS))
+    parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL checkpointer")
+    args = parser.parse_args(argv)
+    turn_counts = tuple(args.turns)
+    rows = measure(turn_counts, with_postgres=not args.no_postgres)
+    print_table(rows, turn_counts)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"target_ratio": TARGET_RATIO, "rows": rows}, indent=2) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

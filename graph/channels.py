@@ -1,0 +1,89 @@
+"""Reducers of the state's growing fields, stored as deltas so checkpoints grow linearly.
+
+LangGraph's default reducer channels store a field's whole value in every checkpoint
+that changes it. The conversation, the tool history and the chunks change on every
+turn, so a 20-turn loop would store the conversation 40 times over (quadratic bytes).
+These fields use `langgraph.channels.delta.DeltaChannel` instead: a checkpoint keeps
+only the step's writes, and a state is rebuilt by folding its ancestors' writes through
+the reducer. That only works if every reducer here is a deterministic left fold, so
+that replaying the writes in any batching gives the same value; nodes still see and
+send the whole conversation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+if TYPE_CHECKING:
+    from graph.state import Chunk
+
+_MESSAGE_IDS = uuid.UUID("5d0b6c8e-9a57-4f4e-9a0c-6f0f2c1d7a31")
+
+
+class ChunkMerge(TypedDict):
+    """A write to ``chunks`` that merges newly found chunks instead of replacing the list."""
+
+    merge: list[Chunk]
+    cap: int
+
+
+def merge_chunks(existing: Sequence[Chunk], new: Sequence[Chunk], cap: int) -> list[Chunk]:
+    """Merge newly found chunks into the accumulated ones.
+
+    Deduplicated by id, keeping the higher-scored copy; sorted best first (a stable
+    sort, so ties keep discovery order); capped at ``cap``, evicting the lowest scores.
+    """
+    best: dict[str, Chunk] = {}
+    for chunk in [*existing, *new]:
+        held = best.get(chunk["id"])
+        if held is None or chunk["score"] > held["score"]:
+            best[chunk["id"]] = chunk  # an existing key keeps its first-discovery slot
+    ranked = sorted(best.values(), key=lambda c: c["score"], reverse=True)
+    return ranked[: max(cap, 0)]
+
+
+def fold_chunks(current: list[Chunk], writes: Sequence[list[Chunk] | ChunkMerge]) -> list[Chunk]:
+    """Apply ``chunks`` writes in order: a list replaces the chunks, a `ChunkMerge` merges into them."""
+    out = list(current)
+    for write in writes:
+        if isinstance(write, dict) and "merge" in write:
+            out = merge_chunks(out, write["merge"], write["cap"])
+        else:
+            out = list(write)
+    return out
+
+
+def fold_appended(current: list[Any], writes: Sequence[Any]) -> list[Any]:
+    """Append each write (a list of items, or one item) in order."""
+    out = list(current)
+    for write in writes:
+        out.extend(write if isinstance(write, list) else [write])
+    return out
+
+
+def fold_messages(current: list[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
+    """`add_messages` over each write in order, giving id-less messages deterministic ids.
+
+    `add_messages` gives an id-less message a random id, which a rebuild from stored
+    writes would not reproduce; a stable id from the message's position and content does.
+    """
+    out: list[AnyMessage] = list(current)
+    for write in writes:
+        incoming = convert_to_messages(write if isinstance(write, list) else [write])
+        stamped: list[Any] = [_with_id(m, len(out) + i) for i, m in enumerate(incoming)]
+        merged: Any = add_messages(list[Any](out), stamped)  # it returns messages when given messages
+        out = merged
+    return out
+
+
+def _with_id(message: BaseMessage, position: int) -> BaseMessage:
+    if message.id is not None:
+        return message
+    seed = f"{position}:{message.type}:{message.content!s}:{getattr(message, 'tool_call_id', '')}"
+    return message.model_copy(update={"id": str(uuid.uuid5(_MESSAGE_IDS, seed))})
