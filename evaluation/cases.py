@@ -40,10 +40,22 @@ class EvalCase:
     """Free label for breakdowns: ``single``, ``multi``, ``unanswerable``, ``generated``..."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.question, str) or not self.question.strip():
+        ident: Any = self.id  # typed as str, but case files hold any JSON
+        question: Any = self.question
+        if not isinstance(ident, str) or not ident.strip():
+            raise ValueError(f"case id must be a non-empty string, got {ident!r}")
+        if not isinstance(question, str) or not question.strip():
             raise ValueError(f"case {self.id!r}: question must be a non-empty string")
         if self.expected not in OUTCOMES:
             raise ValueError(f"case {self.id!r}: expected must be one of {OUTCOMES}, got {self.expected!r}")
+        for name in ("key_facts", "relevant_ids", "relevant_sources"):
+            value: Any = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ValueError(f"case {self.id!r}: {name} must be a list of non-empty strings")
+        if self.reference is not None and not isinstance(self.reference, str):
+            raise ValueError(f"case {self.id!r}: reference must be a string or null")
+        if self.expected == "gave_up" and (self.key_facts or self.reference):
+            raise ValueError(f"case {self.id!r}: a case expected to give up cannot have key facts or a reference")
 
     @property
     def relevant(self) -> tuple[str, list[str]]:
@@ -57,6 +69,8 @@ class EvalCase:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], index: int = 0) -> EvalCase:
         """Build a case from a mapping, rejecting unknown fields."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"case {index} must be a JSON object, got {type(data).__name__}")
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
@@ -82,16 +96,21 @@ def load_cases(path: str | Path) -> CaseSet:
     """Read a case file.
 
     Raises:
+        FileNotFoundError: when there is no such file.
         ValueError: for a malformed file, duplicate ids or an invalid case.
     """
-    data = json.loads(Path(path).read_text())
-    raw = data if isinstance(data, list) else data.get("cases")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    raw = data if isinstance(data, list) else data.get("cases") if isinstance(data, dict) else None
     if not isinstance(raw, list):
         raise ValueError(f"{path}: expected a list of cases or an object with 'cases'")
     cases = [EvalCase.from_mapping(c, i) for i, c in enumerate(raw)]
     ids = [c.id for c in cases]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{path}: duplicate case ids")
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{path}: duplicate case ids {duplicates}")
     meta = data if isinstance(data, dict) else {}
     return CaseSet(cases, name=meta.get("name", Path(path).stem), collection=meta.get("collection"), description=meta.get("description", ""))
 

@@ -1,6 +1,6 @@
-"""Retrieval metrics: pure functions of a ranked list of keys and a set of relevant keys.
+"""Evaluation metrics: retrieval metrics over ranked keys, and answer metrics over key facts.
 
-A *key* is whatever relevance is labelled by: a chunk id, or a document source such
+Retrieval metrics are pure functions of a ranked list of keys and a set of relevant keys. A *key* is whatever relevance is labelled by: a chunk id, or a document source such
 as ``pydoc:asyncio.tasks``. Several retrieved chunks may share one source key, so
 recall counts *distinct* relevant keys found, while precision counts relevant
 *positions* in the top ``k`` and always divides by ``k`` (a short list is not rewarded).
@@ -8,7 +8,9 @@ recall counts *distinct* relevant keys found, while precision counts relevant
 
 from __future__ import annotations
 
+import re
 import statistics
+import unicodedata
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
@@ -68,3 +70,54 @@ def mean_scores(rows: Iterable[Mapping[str, float]]) -> dict[str, float]:
         for name, value in row.items():
             columns.setdefault(name, []).append(float(value))
     return {name: statistics.fmean(values) for name, values in columns.items()}
+
+
+_NON_WORD = re.compile(r"[^\w]+")
+
+
+def normalize_text(text: str) -> str:
+    """Return text for containment checks: NFKC, case-folded, punctuation as single spaces.
+
+    ``"(done, pending)"`` and ``"done pending"`` compare equal; underscores are kept,
+    so ``cache_info`` stays one word.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(_NON_WORD.sub(" ", folded).split())
+
+
+def fact_found(fact: str, text: str) -> bool:
+    """Whether a key fact occurs in a text, compared normalised and on word boundaries."""
+    wanted = normalize_text(fact)
+    if not wanted:
+        raise ValueError(f"key fact {fact!r} is empty once normalised")
+    return f" {wanted} " in f" {normalize_text(text)} "
+
+
+def key_fact_recall(answer: str | None, key_facts: Sequence[str]) -> float:
+    """Share of the key facts an answer contains (0.0 for no answer, 1.0 when there are none)."""
+    if not key_facts:
+        return 1.0
+    if not answer:
+        return 0.0
+    return sum(1 for fact in key_facts if fact_found(fact, answer)) / len(key_facts)
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile of the values (``None`` for none)."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q must be between 0 and 1, got {q}")
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def distribution(values: Iterable[float]) -> dict[str, float | int | None]:
+    """``count``, ``mean``, ``p50``, ``p95``, ``min`` and ``max`` of the values."""
+    items = [float(v) for v in values]
+    if not items:
+        return {"count": 0, "mean": None, "p50": None, "p95": None, "min": None, "max": None}
+    return {
+        "count": len(items), "mean": statistics.fmean(items), "p50": quantile(items, 0.5),
+        "p95": quantile(items, 0.95), "min": min(items), "max": max(items),
+    }

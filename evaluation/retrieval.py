@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from evaluation.cases import CaseSet, EvalCase, as_cases, chunk_key
-from evaluation.metrics import DEFAULT_KS, mean_scores, retrieval_scores
+from evaluation.metrics import DEFAULT_KS, mean_scores, quantile, retrieval_scores
 
 SearchLike = Callable[..., list[Mapping[str, Any]]]
 """``search(query, collection=..., limit=..., mode=...) -> ranked chunks`` (``KnowledgeBase.search``)."""
@@ -34,7 +34,13 @@ def evaluate_retrieval(
         ``{"kind": "retrieval", "collection", "ks", "cases", "modes": {mode: {"summary": means,
         "latency_ms": {...}, "per_case": [...]}}}``.
     """
-    ks = tuple(sorted(set(k)))
+    wanted: list[Any] = list(k)  # typed as ints, but CLI and JSON callers send anything
+    if not wanted or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in wanted):
+        raise ValueError(f"k must be one or more integers >= 1, got {wanted}")
+    ks = tuple(sorted(set(wanted)))
+    modes = list(modes)
+    if not modes:
+        raise ValueError("modes must name at least one search mode")
     if collection is None and isinstance(cases, CaseSet):
         collection = cases.collection
     labelled = [c for c in as_cases(cases) if c.relevant[1]]
@@ -52,13 +58,8 @@ def evaluate_retrieval(
         latencies = sorted(row["latency_ms"] for row in per_case)
         report["modes"][mode] = {
             "summary": mean_scores({n: v for n, v in row.items() if "@" in n or n == "mrr"} for row in per_case),
-            "latency_ms": {"p50": _quantile(latencies, 0.5), "p95": _quantile(latencies, 0.95)},
+            "latency_ms": {"p50": quantile(latencies, 0.5), "p95": quantile(latencies, 0.95)},
             "per_case": per_case,
         }
     return report
 
-
-def _quantile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
