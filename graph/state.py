@@ -133,3 +133,6 @@ class LoopState(LoopInput):
     repair: NotRequired[dict[str, Any] | None]
     """``{"ran", "unsupported_claims", "score_before", "score_after"}`` once a repair ran."""
     coverage: NotRequired[Coverage | None]
+    options: NotRequired[dict[str, Any]]
+    """The run's options (its `LoopContext` as JSON), written on the first turn: LangGraph
+    does not checkpoint the context, and traces and recorded replays need it."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -42,6 +42,7 @@ class ControllerUpdate(TypedDict, total=False):
     usage: dict[str, Any]
     started_at: float
     budget_stop: BudgetStop
+    options: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,9 @@ class Controller:
         return update
 
     def _settle(self, state: LoopState, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
+        if "options" not in state:
+            # the context is not checkpointed; traces and recorded replays need it
+            update["options"] = asdict(runtime.context)
         view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
         emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, as_config(runtime)))
         return update

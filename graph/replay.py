@@ -1,0 +1,317 @@
+"""Re-running threads: time travel and forks from a checkpoint, and recorded replays.
+
+`fork` (and `replay`, a fork without edits) copies a thread's state at one of its
+checkpoints into a new thread and runs the loop on from there, so the original thread
+is never touched. `record_of` turns a finished thread into a `Record`: the question,
+the options, every LLM reply and every search result, read from the checkpoint
+history. `replay_record` runs the loop again from a record alone, with no model and
+no database, and reproduces the same answer, tool history and chunks; a record saved
+as JSON makes a bug report reproducible anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import ConfigDict, Field
+
+from graph.build import build_graph, make_deps
+from graph.checkpoints import resolve_checkpointer
+from graph.context import CONTEXT_FIELDS, LoopContext
+from graph.run import _RESULT_KEYS, LoopResult, run
+from graph.state import Chunk
+from graph.trace import history
+from tools.execute import SEARCH_ERROR
+
+_SEARCH_ERROR_PREFIX = SEARCH_ERROR.split("{", 1)[0]
+_COMPARED = ("answer", "terminated_by", "iterations", "tool_history", "chunks")
+"""What a recorded replay must reproduce exactly."""
+
+
+class ReplayError(ValueError):
+    """A thread or record cannot be replayed (unknown checkpoint, unfinished record...)."""
+
+
+def fork(
+    thread_id: str,
+    *,
+    checkpointer: Any,
+    checkpoint_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    new_thread_id: str | None = None,
+    controller_llm: Any = None,
+    answer_llm: Any = None,
+    search_fn: Any = None,
+    grounder: Any = None,
+    **options: Any,
+) -> LoopResult:
+    """Copy a thread's state at a checkpoint into a new thread, edit it, and run on.
+
+    Args:
+        thread_id: the thread to fork; it is left as it was.
+        checkpointer: the saver object or spec the thread ran with; the fork is stored there too.
+        checkpoint_id: where to fork (a `TraceStep.checkpoint_id`); default the latest.
+        values: state edits applied on top of the copy, through the state's reducers
+            (an `AIMessage` with the id of an existing one replaces it, e.g. to change a
+            search query; ``{"chunks": []}`` drops the gathered chunks).
+        new_thread_id: the fork's thread id (generated when omitted).
+        controller_llm: as in `run`; default the model named in the thread's options.
+        answer_llm: as in `run`.
+        search_fn: as in `run`; default the knowledge base.
+        grounder: as in `run`; default the thread's grounder option.
+        **options: run options overriding the thread's (e.g. ``max_iterations=3``).
+
+    Raises:
+        ReplayError: for an unknown checkpoint id.
+    """
+    unknown = set(options) - CONTEXT_FIELDS
+    if unknown:
+        raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}")
+    saver = resolve_checkpointer(checkpointer)
+    snapshots = history(thread_id, saver)
+    index = _find(snapshots, checkpoint_id)
+    snapshot = snapshots[index]
+    merged = {**dict(snapshot.values.get("options") or {}), **{k: v for k, v in options.items() if v is not None}}
+    merged = {k: v for k, v in merged.items() if k in CONTEXT_FIELDS}
+    deps = make_deps(controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder)
+    compiled = build_graph(deps).compile(checkpointer=saver)
+    target = new_thread_id or str(uuid.uuid4())
+    config: Any = {"configurable": {"thread_id": target}, "recursion_limit": 4 * int(merged.get("max_iterations") or 10) + 20}
+    context = LoopContext(**merged)
+    if index == 0 or not snapshots[index - 1].tasks:
+        # the input checkpoint: nothing ran yet, so the fork is a fresh run of the same question
+        inputs: Any = {"question": snapshot.values.get("question"), "collection": snapshot.values.get("collection", "all")}
+        inputs.update(values or {})
+    else:
+        as_node = snapshots[index - 1].tasks[0].name
+        compiled.update_state(config, dict(snapshot.values), as_node=as_node)
+        compiled.update_state(config, {**dict(values or {}), "options": asdict(context)}, as_node=as_node)
+        inputs = None
+    state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    return LoopResult.from_state(state, target)
+
+
+def replay(thread_id: str, *, checkpointer: Any, checkpoint_id: str | None = None, **kwargs: Any) -> LoopResult:
+    """Re-run a thread from one of its checkpoints in a new thread (a `fork` with no edits)."""
+    return fork(thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id, **kwargs)
+
+
+def _find(snapshots: Sequence[Any], checkpoint_id: str | None) -> int:
+    if checkpoint_id is None:
+        return len(snapshots) - 1
+    for index, snapshot in enumerate(snapshots):
+        if snapshot.config["configurable"]["checkpoint_id"] == checkpoint_id:
+            return index
+    raise ReplayError(f"the thread has no checkpoint {checkpoint_id!r}")
+
+
+# ----- recorded replay ---------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    """Everything a run took from the outside world, and what it produced."""
+
+    question: str
+    collection: Any
+    options: dict[str, Any]
+    controller_replies: list[dict[str, Any]] = field(default_factory=list)
+    """Each controller turn's reply (a LangChain message dict), or ``{"error": text}``."""
+    answerer_reply: dict[str, Any] | None = None
+    synthesis_reply: dict[str, Any] | None = None
+    searches: list[dict[str, Any]] = field(default_factory=list)
+    """``{"query", "result": [chunks] | None, "error": text | None}`` per search sent, in order."""
+    expected: dict[str, Any] = field(default_factory=dict)
+    """The original run's answer, terminated_by, iterations, tool_history and chunks."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        return asdict(self)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the record as JSON."""
+        target = Path(path)
+        target.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        return target
+
+    @classmethod
+    def load(cls, path: str | Path) -> Record:
+        """Read a record written by `save`.
+
+        Raises:
+            ReplayError: for a file that is not a record.
+        """
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(**data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ReplayError(f"{path} is not a replay record: {exc}") from exc
+
+
+def record_of(thread_id: str, checkpointer: Any) -> Record:
+    """Read a finished thread's record from its checkpoint history.
+
+    Raises:
+        ReplayError: when the thread has not finished.
+    """
+    snapshots = history(thread_id, checkpointer)
+    final = snapshots[-1].values
+    if snapshots[-1].next or not final.get("terminated_by"):
+        raise ReplayError(f"thread {thread_id!r} has not finished; only finished threads can be recorded")
+    record = Record(
+        question=final["question"],
+        collection=final.get("collection", "all"),
+        options=dict(final.get("options") or {}),
+        expected={k: final.get(k) for k in _COMPARED},
+    )
+    for snapshot in snapshots:
+        for task in snapshot.tasks:
+            result = task.result if isinstance(task.result, dict) else None
+            if result is not None:
+                _record_task(record, task.name, result)
+    return record
+
+
+def _reply_of(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    replies = [m for m in result.get("messages") or [] if isinstance(m, AIMessage)]
+    return message_to_dict(replies[-1]) if replies else None
+
+
+def _record_task(record: Record, node: str, result: Mapping[str, Any]) -> None:
+    if node == "controller" and ("messages" in result or "error" in result):
+        reply = _reply_of(result)
+        record.controller_replies.append(reply if reply is not None else {"error": result.get("error") or "failed"})
+    elif node == "answerer":
+        record.answerer_reply = _reply_of(result) or {"error": "failed"}
+    elif node == "synthesis":
+        record.synthesis_reply = _reply_of(result) or {"error": "failed"}
+    elif node == "tools":
+        _record_searches(record, result)
+
+
+def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
+    write = result.get("chunks")
+    found: list[Chunk] = list(write["merge"]) if isinstance(write, dict) and "merge" in write else []
+    for event in result.get("tool_history") or []:
+        args = event.get("args") or {}
+        if event.get("tool") != "search" or "duplicate_of" in event or args.get("collection") == []:
+            continue
+        ids = list(event.get("returned_chunk_ids") or [])
+        summary = str(event.get("summary") or "")
+        if not ids and summary.startswith(_SEARCH_ERROR_PREFIX):
+            record.searches.append({"query": args.get("query"), "result": None, "error": summary[len(_SEARCH_ERROR_PREFIX):]})
+            continue
+        taken, found = found[: len(ids)], found[len(ids):]
+        if [c["id"] for c in taken] != ids:
+            raise ReplayError("the thread's stored search results do not match its tool history")
+        record.searches.append({"query": args.get("query"), "result": taken, "error": None})
+
+
+class _ReplayedError(Exception):
+    """Raised where the recorded run met an error, with the recorded description."""
+
+
+def _exception(description: str) -> Exception:
+    # describe_error writes "TypeName: message"; rebuild an exception that describes itself the same way
+    name, _, message = description.partition(": ")
+    if name.isidentifier() and message:
+        replayed: Exception = type(name, (_ReplayedError,), {})(message)
+        return replayed
+    return _ReplayedError(description)
+
+
+class RecordedChatModel(BaseChatModel):
+    """Replies from a record, one per call, in order."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    replies: list[dict[str, Any]] = Field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "recorded"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        """Return the model itself: replies are recorded, the tools do not change them."""
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.calls >= len(self.replies):
+            raise ReplayError(f"the record holds {len(self.replies)} replies; the replay asked for more")
+        reply = self.replies[self.calls]
+        self.calls += 1
+        if "error" in reply:
+            raise _exception(str(reply["error"]))
+        message = messages_from_dict([reply])[0]
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class RecordedSearch:
+    """Returns each query's recorded results, in the order they were sent."""
+
+    def __init__(self, searches: Sequence[Mapping[str, Any]]) -> None:
+        self._queue: dict[Any, deque[Mapping[str, Any]]] = defaultdict(deque)
+        for entry in searches:
+            self._queue[entry.get("query")].append(entry)
+
+    def __call__(self, query: str, **_: Any) -> list[Chunk]:
+        """Return the next recorded result for the query, or raise its recorded error."""
+        pending = self._queue.get(query)
+        if not pending:
+            raise ReplayError(f"the record has no (more) results for the search {query!r}")
+        entry = pending.popleft()
+        if entry.get("error") is not None:
+            raise _exception(str(entry["error"]))
+        return [dict(c) for c in entry["result"]]  # type: ignore[misc]  # recorded chunks are Chunk dicts
+
+
+def replay_record(record: Record) -> LoopResult:
+    """Run the loop again from a record alone: no model, no database, no checkpointer."""
+    options = {k: v for k, v in record.options.items() if k in CONTEXT_FIELDS}
+    options.update(controller_model=None, answer_model=None, judge_model=None)
+    if options.get("grounder") == "llm_judge":
+        options["grounder"] = None  # the judge's replies are not recorded; see `verify_record`
+    synthesis = record.synthesis_reply
+
+    def synthesizer(messages: list[BaseMessage], opts: Mapping[str, Any]) -> str:
+        if synthesis is None or "error" in synthesis:
+            raise _exception(str((synthesis or {}).get("error") or "synthesis did not run in the record"))
+        return str(messages_from_dict([synthesis])[0].content)
+
+    answer_llm = RecordedChatModel(replies=[record.answerer_reply]) if record.answerer_reply is not None else None
+    return run(
+        record.question,
+        collection=record.collection,
+        controller_llm=RecordedChatModel(replies=list(record.controller_replies)),
+        answer_llm=answer_llm,
+        search_fn=RecordedSearch(record.searches),
+        synthesizer=synthesizer,
+        **options,
+    )
+
+
+def verify_record(record: Record) -> list[str]:
+    """Replay a record and list every field that differs from the original run (empty: identical)."""
+    replayed = replay_record(record)
+    got = {k: getattr(replayed, k) for k in _COMPARED}
+    return [f"{k}: recorded {record.expected.get(k)!r}, replayed {got[k]!r}" for k in _COMPARED if _plain(got[k]) != _plain(record.expected.get(k))]
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,152 @@
+"""Traces from checkpoint history, forks from any checkpoint, and recorded replays."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage
+
+from graph import run
+from graph.replay import Record, ReplayError, fork, record_of, replay, replay_record, verify_record
+from graph.trace import ThreadNotFoundError, history, trace
+from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
+
+
+def _three_turns(checkpointer, **options):
+    model = ScriptedChatModel(responses=[search("alpha"), search("beta"), answer("Alpha is first [c1].")])
+    found = ScriptedSearch([[chunk("c1", "Alpha is first."), chunk("c9", score=0.2)], [chunk("c2", "Beta is second.", score=0.7)]])
+    return run("What is first?", controller_llm=model, search_fn=found, checkpointer=checkpointer, **options)
+
+
+@pytest.mark.parametrize("spec", ["memory", "sqlite"])
+def test_trace_has_one_row_per_node_run_with_searches_and_the_ending(spec, tmp_path):
+    checkpointer = "memory" if spec == "memory" else f"sqlite:{tmp_path / 't.db'}"
+    result = _three_turns(checkpointer)
+    rows = trace(result.thread_id, checkpointer)
+    assert [r.node for r in rows] == ["controller", "tools"] * 3
+    assert [r.step for r in rows] == list(range(1, 7))
+    assert [r.iteration for r in rows] == [0, 0, 1, 1, 2, 2]
+    assert rows[0].tool_calls == [{"name": "search", "args": {"query": "alpha"}}]
+    assert rows[1].searches == [{"query": "alpha", "collection": None, "returned_chunk_ids": ["c1", "c9"], "duplicate_of": None}]
+    assert rows[3].searches[0]["returned_chunk_ids"] == ["c2"]
+    assert rows[-1].terminated_by == "answered" and all(r.terminated_by is None for r in rows[:-1])
+    assert all(r.seconds is not None and r.seconds >= 0 for r in rows)
+    assert len({r.checkpoint_id for r in rows}) == len(rows)
+    assert rows[1].to_dict()["searches"] == rows[1].searches
+
+
+def test_trace_reports_tokens_when_the_model_does():
+    reply = answer("done")
+    reply.usage_metadata = {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15}
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[reply]), search_fn=ScriptedSearch([]), checkpointer="memory")
+    assert trace(result.thread_id, "memory")[0].tokens == 15
+
+
+def test_trace_of_an_unknown_thread_is_a_clear_error():
+    with pytest.raises(ThreadNotFoundError, match="no checkpoints"):
+        trace("no-such-thread", "memory")
+    with pytest.raises(ValueError, match="checkpointer"):
+        trace("t", None)
+
+
+def test_fork_with_fewer_iterations_runs_synthesis_and_leaves_the_original_untouched():
+    result = _three_turns("memory")
+    before = [r.to_dict() for r in trace(result.thread_id, "memory")]
+    after_first_search = trace(result.thread_id, "memory")[2].checkpoint_id  # the second controller turn
+    forked = fork(
+        result.thread_id, checkpointer="memory", checkpoint_id=after_first_search,
+        controller_llm=ScriptedChatModel(responses=[]), search_fn=ScriptedSearch([]), max_iterations=1,
+        fallback_synthesis=False,
+    )
+    assert forked.thread_id != result.thread_id
+    assert forked.terminated_by == "max_iterations"
+    assert [e["returned_chunk_ids"] for e in forked.tool_history] == [["c1", "c9"]]
+    assert [r.to_dict() for r in trace(result.thread_id, "memory")] == before
+
+
+def test_fork_with_an_edited_search_query_searches_the_new_query():
+    result = _three_turns("memory")
+    rows = trace(result.thread_id, "memory")
+    second_tools = rows[3]  # the tools step of the second turn, before it ran
+    snapshot = next(s for s in history(result.thread_id, "memory") if s.config["configurable"]["checkpoint_id"] == second_tools.checkpoint_id)
+    old = snapshot.values["messages"][-1]
+    edited = AIMessage(content="", id=old.id, tool_calls=[{**old.tool_calls[0], "args": {"query": "gamma"}}])
+    seen = []
+    forked = fork(
+        result.thread_id, checkpointer="memory", checkpoint_id=second_tools.checkpoint_id, values={"messages": [edited]},
+        controller_llm=ScriptedChatModel(responses=[answer("Gamma.")]),
+        search_fn=lambda query, **kw: seen.append(query) or [chunk("g1", "Gamma.")],
+    )
+    assert seen == ["gamma"]
+    assert [e["args"].get("query") for e in forked.tool_history if e["tool"] == "search"] == ["alpha", "gamma"]
+    assert forked.answer == "Gamma."
+
+
+def test_replay_from_the_start_asks_the_question_again():
+    result = _three_turns("memory")
+    first = trace(result.thread_id, "memory")[0].checkpoint_id
+    again = replay(result.thread_id, checkpointer="memory", checkpoint_id=first,
+                   controller_llm=ScriptedChatModel(responses=[answer("again")]), search_fn=ScriptedSearch([]))
+    assert again.answer == "again" and again.iterations == 1
+
+
+def test_fork_from_an_unknown_checkpoint_is_a_clear_error():
+    result = _three_turns("memory")
+    with pytest.raises(ReplayError, match="no checkpoint"):
+        fork(result.thread_id, checkpointer="memory", checkpoint_id="nope")
+    with pytest.raises(TypeError, match="unknown run option"):
+        fork(result.thread_id, checkpointer="memory", max_iteration=2)
+
+
+SCRIPTS = {
+    "answered": dict(responses=[search("alpha"), search("beta"), answer("Alpha is first [c1].")]),
+    "synthesis": dict(responses=[search("alpha"), search("beta")], options={"max_iterations": 2}),
+    "answerer": dict(responses=[search("alpha"), answer("draft")], answerer="Rewritten: alpha is first."),
+    "controller error": dict(responses=[search("alpha"), RuntimeError("rate limited")]),
+    "search error": dict(responses=[search("boom"), answer("none")]),
+    "duplicate and parallel": dict(responses=[calls(tool_call("search", query="alpha"), tool_call("search", query="beta")), search("alpha"), answer("ok")]),
+    "grounded": dict(responses=[search("alpha"), answer("Alpha is first.")], options={"grounder": "local"}),
+}
+
+
+def _search(query, **kw):
+    if query == "boom":
+        raise ConnectionError("database went away")
+    return {"alpha": [chunk("c1", "Alpha is first."), chunk("c9", score=0.2)], "beta": [chunk("c2", "Beta is second.", score=0.7)]}[query]
+
+
+@pytest.mark.parametrize("case", sorted(SCRIPTS))
+def test_a_recorded_replay_reproduces_the_run_exactly_without_model_or_database(case, tmp_path):
+    script = SCRIPTS[case]
+    kwargs = dict(script.get("options", {}))
+    if "answerer" in script:
+        kwargs["answer_llm"] = ScriptedChatModel(responses=[script["answerer"]])
+    if case == "synthesis":
+        kwargs["synthesizer"] = lambda messages, opts: "Synthesized: alpha [c1]."
+    original = run("What is first?", controller_llm=ScriptedChatModel(responses=script["responses"]), search_fn=_search, checkpointer="memory", **kwargs)
+    record = record_of(original.thread_id, "memory")
+    saved = Record.load(record.save(tmp_path / "record.json"))
+    assert verify_record(saved) == []
+    replayed = replay_record(saved)
+    assert (replayed.answer, replayed.terminated_by, replayed.tool_history, replayed.chunks) == (
+        original.answer, original.terminated_by, original.tool_history, original.chunks)
+    if case == "grounded":
+        assert replayed.grounding["score"] == original.grounding["score"]
+
+
+def test_a_tampered_record_is_reported_not_hidden(tmp_path):
+    original = _three_turns("memory")
+    record = record_of(original.thread_id, "memory")
+    record.searches[0]["result"][0]["text"] = "Something else entirely."
+    record.expected["chunks"] = original.chunks
+    assert any(d.startswith("chunks:") for d in verify_record(record))
+    record.searches.pop()  # the replay's second search finds nothing recorded: a search error, and a diverging history
+    assert any(d.startswith("tool_history:") and "no (more) results" in d for d in verify_record(record))
+
+
+def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"question": 1, "unexpected": true}')
+    with pytest.raises(ReplayError, match="not a replay record"):
+        Record.load(bad)
+    with pytest.raises(ReplayError, match="not a replay record"):
+        Record.load(tmp_path / "missing.json")
