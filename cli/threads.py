@@ -1,0 +1,136 @@
+"""``arcana-loop trace``, ``replay`` and ``record``: read and re-run checkpointed threads.
+
+`ask` stores each run as a thread in the knowledge base's PostgreSQL (``--checkpointer``)
+and prints its id; these commands take that id.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+DEFAULT_CHECKPOINTER = "postgres"
+CheckpointerOption = Annotated[
+    str, typer.Option("--checkpointer", help="Where threads are stored: postgres, memory or sqlite:PATH.")
+]
+
+
+def checkpointer_spec(value: str | None) -> str | None:
+    """The CLI's checkpointer option as `run` takes it (``none`` turns checkpointing off)."""
+    return None if value in (None, "", "none") else value
+
+
+def _fail(message: str, hint: str) -> None:
+    from cli.main import fail
+
+    fail(message, hint)
+
+
+def _steps(thread_id: str, checkpointer: str) -> list[Any]:
+    from graph.trace import ThreadNotFoundError, trace
+
+    try:
+        return trace(thread_id, checkpointer)
+    except ThreadNotFoundError:
+        _fail(f"no thread {thread_id!r} in the {checkpointer} checkpointer.", "use the thread id that arcana-loop ask printed, and the same --checkpointer")
+    except ValueError as exc:
+        _fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
+    raise AssertionError("unreachable")
+
+
+def trace_command(
+    thread_id: Annotated[str, typer.Argument(help="The thread id that ask printed.")],
+    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the steps as JSON.")] = False,
+) -> None:
+    """Show a thread step by step: node, turn, tool calls, searches and chunk ids, time and tokens."""
+    from cli.main import out
+
+    rows = _steps(thread_id, checkpointer)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2))  # machine output
+        return
+    table = Table("step", "node", "turn", "what happened", "ended", "ms", "tokens", "checkpoint")
+    for row in rows:
+        what = [f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls]
+        what += [f"search {s['query']!r} -> {', '.join(s['returned_chunk_ids']) or 'nothing'}" + (" (duplicate)" if s["duplicate_of"] is not None else "") for s in row.searches]
+        what += [e for e in row.events if not e.startswith("search:")]
+        table.add_row(
+            str(row.step), row.node, str(row.iteration), "\n".join(what) or (row.error or ""), row.terminated_by or "",
+            f"{row.seconds * 1000:.1f}" if row.seconds is not None else "", str(row.tokens or ""), row.checkpoint_id,
+        )
+    out.print(table)
+
+
+def replay_command(
+    thread_id: Annotated[str | None, typer.Argument(help="The thread to re-run (omit with --record).")] = None,
+    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    from_checkpoint: Annotated[str | None, typer.Option("--from", help="Checkpoint id to re-run from (see trace); default the start.")] = None,
+    record: Annotated[Path | None, typer.Option("--record", help="Replay a record file instead: no model, no database.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Controller model for the re-run (default the thread's).")] = None,
+    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Override the thread's max_iterations.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
+    from cli.main import _print_result, out
+    from graph.replay import Record, ReplayError, replay, replay_record, verify_record
+
+    try:
+        if record is not None:
+            loaded = Record.load(record)
+            differences = verify_record(loaded)
+            result = replay_record(loaded)
+        elif thread_id is None:
+            _fail("replay needs a thread id or --record FILE.", "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json")
+            return
+        else:
+            steps = _steps(thread_id, checkpointer)
+            start = from_checkpoint or steps[0].checkpoint_id
+            options: dict[str, Any] = {"max_iterations": max_iterations, "controller_model": model}
+            result = replay(thread_id, checkpointer=checkpointer, checkpoint_id=start, **options)
+            differences = []
+    except ReplayError as exc:
+        _fail(str(exc), "list checkpoints with arcana-loop trace THREAD_ID")
+        return
+    if as_json:
+        print(json.dumps({**result.to_dict(), "differences": differences}, ensure_ascii=False, indent=2))  # machine output
+        return
+    _print_result(result)
+    if record is not None:
+        out.print("[green]The replay matches the record.[/]" if not differences else "[red]The replay differs from the record:[/]\n" + "\n".join(differences))
+    else:
+        out.print(f"New thread: {result.thread_id}")
+    if differences:
+        raise typer.Exit(1)
+
+
+def record_command(
+    thread_id: Annotated[str, typer.Argument(help="A finished thread.")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="The record file to write.")],
+    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+) -> None:
+    """Save a finished thread's model replies and search results, for an exact replay anywhere."""
+    from cli.main import out
+    from graph.replay import ReplayError, record_of
+
+    _steps(thread_id, checkpointer)  # a clear error for an unknown thread
+    try:
+        written = record_of(thread_id, checkpointer).save(out_path)
+    except ReplayError as exc:
+        _fail(str(exc), "record a thread once its run has ended")
+        return
+    except OSError as exc:
+        _fail(f"cannot write {out_path} ({exc.strerror}).", "choose a writable path")
+        return
+    out.print(f"Wrote {written}; replay it with arcana-loop replay --record {written}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the thread commands to the CLI."""
+    app.command("trace")(trace_command)
+    app.command("replay")(replay_command)
+    app.command("record")(record_command)

@@ -1,0 +1,65 @@
+"""`ask` stores threads; `trace`, `record` and `replay` read and re-run them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_cli import cli, env  # noqa: F401  # the env fixture
+
+pytestmark = pytest.mark.postgres
+
+
+def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
+    note = tmp_path / "timeouts.md"
+    note.write_text("# Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n")
+    assert cli("ingest", str(note), "--collection", "threads-cli", env=env).returncode == 0
+    asked = cli("ask", "How do I run a coroutine with a timeout?", "--collection", "threads-cli", "--json", env=env)
+    assert asked.returncode == 0, asked.stderr
+    result = json.loads(asked.stdout)
+    thread = result["thread_id"]
+    assert thread
+
+    traced = cli("trace", thread, "--json", env=env)
+    assert traced.returncode == 0, traced.stderr
+    steps = json.loads(traced.stdout)
+    assert steps[0]["node"] == "controller" and steps[-1]["node"] == "ground"
+    searched = [s for step in steps for s in step["searches"]]
+    assert searched and searched[0]["returned_chunk_ids"] == result["tool_history"][0]["returned_chunk_ids"]
+    table = cli("trace", thread, env=env)
+    assert table.returncode == 0 and "search" in table.stdout
+
+    record = tmp_path / "run.json"
+    recorded = cli("record", thread, "--out", str(record), env=env)
+    assert recorded.returncode == 0, recorded.stderr
+    # the record replays with no database at all
+    offline_env = {**env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    replayed = cli("replay", "--record", str(record), "--json", env=offline_env)
+    assert replayed.returncode == 0, replayed.stderr
+    again = json.loads(replayed.stdout)
+    assert again["differences"] == [] and again["answer"] == result["answer"]
+
+    rerun = cli("replay", thread, "--json", env=env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["thread_id"] != thread
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("trace", "no-such-thread"), "no thread"),
+        (("replay",), "needs a thread id"),
+        (("record", "no-such-thread", "--out", "x.json"), "no thread"),
+    ],
+)
+def test_thread_command_errors_are_one_sentence(env, args, message):  # noqa: F811
+    done = cli(*args, env=env)
+    assert done.returncode == 1 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_replaying_a_file_that_is_not_a_record_fails_cleanly(env, tmp_path):  # noqa: F811
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    done = cli("replay", "--record", str(bad), env=env)
+    assert done.returncode == 1 and "not a replay record" in done.stderr
