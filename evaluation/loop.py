@@ -29,6 +29,7 @@ from evaluation.tokens import ESTIMATED_CONTROLLER, EstimatingOfflineController
 from graph.context import CONTEXT_FIELDS, LoopContext
 from graph.models import OFFLINE, ModelCaller, ModelSpec, resolve_model
 from graph.run import LoopResult, arun
+from tools.duplicates import normalize_query
 
 Progress = Callable[[int, int], None]
 
@@ -91,6 +92,24 @@ def _tokens(usage: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return total, controller_input
 
 
+def repeated_searches(history: Sequence[Mapping[str, Any]]) -> int:
+    """Count the searches that repeat an earlier one of the run (same normalised query and scope).
+
+    Counted whether or not the duplicate guard caught them, so runs with the guard on
+    and off compare: with it on they are answered from the history, with it off they are sent.
+    """
+    seen: set[tuple[str, str]] = set()
+    repeats = 0
+    for entry in history:
+        query = entry["args"].get("query")
+        if entry["tool"] != "search" or not isinstance(query, str):
+            continue
+        key = (normalize_query(query), repr(entry["args"].get("collection")))
+        repeats += key in seen
+        seen.add(key)
+    return repeats
+
+
 def _case_row(case: EvalCase, result: LoopResult, latency: float) -> dict[str, Any]:
     searches = [e for e in result.tool_history if e["tool"] == "search"]
     duplicates = sum(1 for e in searches if "duplicate_of" in e)
@@ -113,6 +132,8 @@ def _case_row(case: EvalCase, result: LoopResult, latency: float) -> dict[str, A
         "repaired": bool(result.repair and result.repair.get("ran")),
         "iterations": result.iterations,
         "searches": len(searches),
+        "repeated_searches": repeated_searches(searches),
+        "searches_sent": len(searches) - duplicates,
         "duplicate_searches": duplicates,
         "tokens": total_tokens,
         "controller_input_tokens": controller_input,
@@ -150,9 +171,15 @@ def _mean(values: Sequence[float | int | None]) -> float | None:
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Summary metrics and distributions of per-case rows."""
+    """Summary metrics and distributions of per-case rows.
+
+    ``duplicate_search_rate`` is the share of searches that repeated an earlier one of their
+    run, ``guarded_search_rate`` the share the duplicate guard answered from the history;
+    ``grounding_score`` is averaged over answered cases (a give-up message has nothing to ground).
+    """
     answerable = [r for r in rows if r["expected"] == "answered"]
     unanswerable = [r for r in rows if r["expected"] == "gave_up"]
+    answered = [r for r in rows if r["outcome"] == "answered"]
     searches = sum(r["searches"] for r in rows)
     latency = distribution(r["latency_s"] for r in rows)
     by_kind: dict[str, dict[str, Any]] = {}
@@ -169,9 +196,12 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "outcome_accuracy": _mean([float(r["outcome_ok"]) for r in rows]),
         "answered_when_answerable": _mean([float(r["outcome_ok"]) for r in answerable]),
         "gave_up_when_unanswerable": _mean([float(r["outcome_ok"]) for r in unanswerable]),
-        "grounding_score": _mean([r["grounding_score"] for r in rows]),
-        "duplicate_search_rate": (sum(r["duplicate_searches"] for r in rows) / searches) if searches else 0.0,
+        "grounding_score": _mean([r["grounding_score"] for r in answered]),
+        "duplicate_search_rate": (sum(r["repeated_searches"] for r in rows) / searches) if searches else 0.0,
+        "guarded_search_rate": (sum(r["duplicate_searches"] for r in rows) / searches) if searches else 0.0,
         "searches_per_question": _mean([r["searches"] for r in rows]),
+        "searches_sent_per_question": _mean([r["searches_sent"] for r in rows]),
+        "repairs": sum(1 for r in rows if r["repaired"]),
         "iterations_per_question": _mean([r["iterations"] for r in rows]),
         "tokens_per_question": _mean([r["tokens"] for r in rows]),
         "controller_input_tokens_per_question": _mean([r["controller_input_tokens"] for r in rows]),
