@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.openai_server"]
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.openai_server", "tests.fixtures.langgraph_server"]
 
 
 @pytest.fixture(autouse=True)
