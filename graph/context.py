@@ -54,7 +54,7 @@ def _env(name: str, default: Any, kind: type) -> Any:
 def _opt(name: str, default: Any, kind: type, description: str) -> Any:
     return field(
         default_factory=_env(name, default, kind),
-        metadata={"description": description, "default": default, "env": ENV_PREFIX + name.upper()},
+        metadata={"description": description, "documented_default": default, "env": ENV_PREFIX + name.upper()},
     )
 
 
@@ -170,4 +170,4 @@ CONTEXT_FIELDS = frozenset(f.name for f in fields(LoopContext))
 
 def context_defaults() -> dict[str, Any]:
     """Return each option's documented default (the environment ignored)."""
-    return {f.name: f.metadata["default"] for f in fields(LoopContext)}
+    return {f.name: f.metadata["documented_default"] for f in fields(LoopContext)}
