@@ -99,12 +99,12 @@ def retrieval(
         report = evaluate_retrieval(cases, kb, collection=scope, modes=mode or ("semantic", "fulltext", "hybrid"), k=k or DEFAULT_KS)
     except ValueError as exc:
         _cli().fail(str(exc), "modes are semantic, fulltext and hybrid; k must be 1 or more")
-    ks = report["ks"]
-    table = Table("mode", *(f"recall@{n}" for n in ks), *(f"hit@{n}" for n in ks), "mrr", "p50 ms", title=f"Retrieval over {report['cases']} labelled cases")
-    for name, result in report["modes"].items():
-        summary = result["summary"]
-        table.add_row(name, *(_fmt(summary.get(f"recall@{n}")) for n in ks), *(_fmt(summary.get(f"hit@{n}")) for n in ks),
-                      _fmt(summary.get("mrr")), _fmt(result["latency_ms"]["p50"]))
+    modes = report["modes"]
+    table = Table("metric", *modes, title=f"Retrieval over {report['cases']} labelled cases")
+    metrics = [f"{name}@{n}" for name in ("recall", "precision", "hit") for n in report["ks"]] + ["mrr"]
+    for metric in metrics:
+        table.add_row(metric, *(_fmt(result["summary"].get(metric)) for result in modes.values()))
+    table.add_row("latency p50 (ms)", *(_fmt(result["latency_ms"]["p50"]) for result in modes.values()))
     _emit(report, as_json, out_path, table)
 
 
