@@ -7,6 +7,7 @@ the loop's `search_fn(query, collection=..., limit=..., **search_opts)` call.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Sequence
@@ -66,6 +67,14 @@ def default_knowledge_base() -> KnowledgeBase:
         return _default
 
 
+async def _adefault_knowledge_base() -> KnowledgeBase:
+    # The first call loads the embedder and may start the embedded server: keep
+    # that off the event loop (a served graph shares it with every other run).
+    if _default is not None:
+        return _default
+    return await asyncio.to_thread(default_knowledge_base)
+
+
 def ingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
     """Ingest into the default knowledge base; see `KnowledgeBase.ingest`."""
     return default_knowledge_base().ingest(source, **kwargs)
@@ -73,7 +82,7 @@ def ingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
 
 async def aingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
     """Ingest into the default knowledge base in a worker thread."""
-    return await default_knowledge_base().aingest(source, **kwargs)
+    return await (await _adefault_knowledge_base()).aingest(source, **kwargs)
 
 
 def search(
@@ -109,7 +118,7 @@ async def asearch(
     graph: bool | None = None,
 ) -> list[Chunk]:
     """Search the default knowledge base without blocking the event loop."""
-    return await default_knowledge_base().asearch(
+    return await (await _adefault_knowledge_base()).asearch(
         query,
         collection=collection,
         limit=limit,
