@@ -18,7 +18,7 @@ from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps
-from graph.state import LoopState
+from graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
 from tools.schemas import ANSWER
 
 AfterController = Literal["tools", "synthesis", "ground", "__end__"]
@@ -50,11 +50,11 @@ class Routers:
 
     deps: LoopDeps
 
-    def finish(self, state: LoopState, config: RunnableConfig) -> AfterFinal:
+    def finish(self, state: OutcomeView, config: RunnableConfig) -> AfterFinal:
         """After the answer is settled: ground it when a grounder is configured, else stop."""
         return "ground" if self.deps.has_grounder(_context(config)) else "__end__"
 
-    def after_controller(self, state: LoopState, config: RunnableConfig) -> AfterController:
+    def after_controller(self, state: ControllerRouteView, config: RunnableConfig) -> AfterController:
         """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes."""
         outcome = state.get("terminated_by")
         if outcome is None:
@@ -72,7 +72,7 @@ class Routers:
             case _:
                 assert_never(outcome)
 
-    def after_tools(self, state: LoopState, config: RunnableConfig) -> AfterTools:
+    def after_tools(self, state: ToolsRouteView, config: RunnableConfig) -> AfterTools:
         """Back to the controller unless a tool ended the run; an ``answer`` may be rewritten first."""
         outcome = state.get("terminated_by")
         if outcome is None:
@@ -83,6 +83,6 @@ class Routers:
             return "answerer"
         return self.finish(state, config)
 
-    def after_ground(self, state: LoopState, config: RunnableConfig) -> AfterGround:
+    def after_ground(self, state: OutcomeView, config: RunnableConfig) -> AfterGround:
         """Stop, unless the answer went back to the controller for a repair."""
         return "controller" if state.get("terminated_by") is None else "__end__"

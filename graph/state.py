@@ -136,3 +136,25 @@ class LoopState(LoopInput):
     options: NotRequired[dict[str, Any]]
     """The run's options (its `LoopContext` as JSON), written on the first turn: LangGraph
     does not checkpoint the context, and traces and recorded replays need it."""
+
+
+class ControllerRouteView(TypedDict):
+    """What the router after ``controller`` reads (a narrow view: routers read only what they need,
+    and every channel a router reads is copied for it on each step)."""
+
+    terminated_by: NotRequired[TerminatedBy | None]
+    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
+
+
+class ToolsRouteView(TypedDict):
+    """What the router after ``tools`` reads."""
+
+    terminated_by: NotRequired[TerminatedBy | None]
+    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
+
+
+class OutcomeView(TypedDict):
+    """What the routers after ``answerer``, ``synthesis`` and ``ground`` read."""
+
+    terminated_by: NotRequired[TerminatedBy | None]
