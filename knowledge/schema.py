@@ -15,6 +15,8 @@ apart from the chunk text, in one narrow table per dimension
 index. Each per-dimension table has an HNSW (`vector_cosine_ops`) index, except
 above pgvector's 2,000-dimension HNSW limit, where searches are exact scans.
 Deleting a collection or document cascades to its chunks and embeddings.
+The knowledge-graph tables (`knowledge.graph.schema`) are created by
+`ensure_graph_schema`, which the knowledge base runs after `ensure_schema`.
 
 All statements run with the knowledge base's schema first on `search_path`, so
 the table names below are never qualified and never built from user text.
@@ -26,6 +28,8 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from knowledge.graph.schema import create_entity_vectors, create_graph_tables
 
 HNSW_MAX_DIMENSION = 2000
 _SCHEMA_LOCK_KEY = 0x6B625F736368  # "kb_sch": serialises concurrent schema creation
@@ -118,7 +122,18 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
                 i=sql.Identifier(f"kb_embeddings_{dimension}_collection_idx"), t=table
             )
         )
+        if conn.execute("SELECT to_regclass('kb_graph_entities')").fetchone() != (None,):
+            create_entity_vectors(conn, dimension, hnsw=dimension <= HNSW_MAX_DIMENSION)
     create_hnsw_index(conn, dimension)
+
+
+def ensure_graph_schema(conn: psycopg.Connection[Any]) -> None:
+    """Create the knowledge-graph tables, and their entity vectors per known dimension."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+        create_graph_tables(conn)
+        for (dim,) in conn.execute("SELECT DISTINCT dimension FROM kb_collections").fetchall():
+            create_entity_vectors(conn, dim, hnsw=dim <= HNSW_MAX_DIMENSION)
 
 
 def create_hnsw_index(conn: psycopg.Connection[Any], dimension: int) -> None:
