@@ -268,12 +268,21 @@ def search_statement(
     vector: Any,
     exact: bool,
     hybrid_min_similarity: float,
+    rows_limit: int | None = None,
 ) -> Statement:
-    """Return the one statement that runs a search."""
+    """Return the one statement that runs a search.
+
+    `rows_limit` returns more rows than `req.limit` with the same ranking, for
+    graph fusion, which needs the ranking's tail. Hybrid keeps the pools of `req`,
+    since its fused order depends on them.
+    """
+    pool = candidate_pool(req)
+    if rows_limit is not None and req.mode != "hybrid":
+        pool = max(pool, rows_limit)
     params: dict[str, Any] = {
         "ids": scope.ids,
-        "pool": candidate_pool(req),
-        "limit": req.limit,
+        "pool": pool,
+        "limit": req.limit if rows_limit is None else rows_limit,
         "threshold": req.threshold,
         "q": vector,
         "text": and_query(req.query),
