@@ -28,6 +28,11 @@ from knowledge.errors import (
     IngestError,
     KnowledgeBaseError,
 )
+from knowledge.graph import hooks as graph_hooks
+from knowledge.graph import search as gs
+from knowledge.graph import store as graph_store
+from knowledge.graph.search import GraphSearchOptions
+from knowledge.graph.types import Extractor, GraphBuildResult
 from knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -39,7 +44,7 @@ from knowledge.loading import (
     text_document,
     walk_directory,
 )
-from knowledge.schema import ensure_dimension, ensure_schema
+from knowledge.schema import ensure_dimension, ensure_graph_schema, ensure_schema
 from knowledge.server import database_url, ensure_pgvector
 from knowledge.types import Chunk, CollectionInfo, IngestResult, ProgressFn
 from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
@@ -63,6 +68,8 @@ class KnowledgeBase:
         exact_max_rows: Searches whose scope holds at most this many vectors (planner
             estimate) use an exact scan instead of HNSW (recall 1.0, fast at that size).
         hybrid_min_similarity: Cosine floor for semantic-only hybrid candidates.
+        graph_options: How graph-enhanced search matches, expands and fuses
+            (`knowledge.graph.GraphSearchOptions`).
     """
 
     def __init__(
@@ -74,6 +81,7 @@ class KnowledgeBase:
         pool_size: int = 4,
         exact_max_rows: int = q.DEFAULT_EXACT_MAX_ROWS,
         hybrid_min_similarity: float = q.DEFAULT_HYBRID_MIN_SIMILARITY,
+        graph_options: GraphSearchOptions | None = None,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(f"schema must match {_SCHEMA_NAME.pattern}, got {schema!r}")
@@ -83,6 +91,7 @@ class KnowledgeBase:
         self.schema = schema
         self.exact_max_rows = exact_max_rows
         self.hybrid_min_similarity = hybrid_min_similarity
+        self.graph_options = graph_options or GraphSearchOptions()
         self._pool_size = max(1, pool_size)
         self._options = f"-c search_path={schema},public"
         self._dimension: int | None = None
@@ -129,6 +138,7 @@ class KnowledgeBase:
             with psycopg.connect(self.url, options=self._options, autocommit=True) as conn:
                 ensure_pgvector(conn)
                 ensure_schema(conn, self.schema)
+                ensure_graph_schema(conn)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
 
@@ -246,6 +256,8 @@ class KnowledgeBase:
                     _DELETE_BY_SOURCE, ([stored, _resolved(str(stored))], collection)
                 )
             row = cur.fetchone()
+            if row is not None and row[0]:
+                graph_store.after_chunks_removed(conn, row[1])
         if row is None or row[0] == 0:
             raise KnowledgeBaseError(f"no document matching {document_id or source!r}")
         return int(row[0])
@@ -266,6 +278,8 @@ class KnowledgeBase:
         max_bytes: int = DEFAULT_MAX_BYTES,
         batch_size: int = DEFAULT_BATCH_SIZE,
         progress: ProgressFn | None = None,
+        graph: bool | None = None,
+        graph_extractor: Extractor | Any = None,
     ) -> IngestResult:
         """Ingest text, a file or a directory into `collection` (created if missing).
 
@@ -283,11 +297,18 @@ class KnowledgeBase:
             max_bytes: Largest file accepted.
             batch_size: Chunks embedded and written per transaction.
             progress: Called as `progress(done_chunks, total_chunks)`.
+            graph: Build the knowledge graph of the new chunks (`True`), or not
+                (`False`). `None`: only if the collection already has a graph,
+                so an existing graph stays complete.
+            graph_extractor: An `Extractor`, a chat model (LLM extraction) or
+                `None` (the offline extractor).
 
         Returns:
             The counts; see `IngestResult`.
 
         Raises:
+            GraphBuildError: if the graph step failed; the documents are stored,
+                the chunks without a graph stay pending for `build_graph`.
             IngestError: for an unusable explicit input (empty, binary, undecodable,
                 missing, too large); inside a directory walk these are skipped.
             EmbeddingMismatch: if the collection was built with another embedder.
@@ -307,7 +328,7 @@ class KnowledgeBase:
         if not docs:
             return result
         coll = self._collection(collection, create=True)
-        return write_documents(
+        write_documents(
             self.pool(),
             self.embeddings,
             coll,
@@ -318,6 +339,86 @@ class KnowledgeBase:
             progress=progress,
             result=result,
         )
+        self._ingest_graph(coll, result, graph, graph_extractor)
+        return result
+
+    def _ingest_graph(
+        self, coll: CollectionRef, result: IngestResult, graph: bool | None, extractor: Any
+    ) -> None:
+        value: object = graph
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"graph must be True, False or None, got {graph!r}")
+        with self.pool().connection() as conn:
+            exists = graph_store.has_graph(conn, coll.id)
+        if (graph is True or (graph is None and exists)) and (result.chunks_added or not exists):
+            self._build_graph(coll, extractor, communities=False)  # it prunes what was replaced
+        elif exists and result.chunks_removed:
+            with self.pool().connection() as conn:
+                graph_store.after_chunks_removed(conn, [coll.id])
+
+    # -- knowledge graph -----------------------------------------------------------
+
+    def build_graph(
+        self,
+        collection: str,
+        extractor: Extractor | Any = None,
+        *,
+        rebuild: bool = False,
+        summary_model: Any = None,
+    ) -> GraphBuildResult:
+        """Build (or complete) the knowledge graph of an ingested collection.
+
+        Args:
+            collection: The collection name.
+            extractor: An `Extractor`, a chat model (LLM extraction) or `None`
+                (the offline extractor).
+            rebuild: Extract every chunk again, not only those without a graph.
+            summary_model: A chat model that writes community summaries
+                (default: extractive summaries).
+
+        Raises:
+            CollectionNotFound: if there is no such collection.
+            GraphBuildError: if extraction failed (what was written stays consistent).
+        """
+        coll = self._collection(collection, create=False)
+        return self._build_graph(coll, extractor, rebuild=rebuild, summary_model=summary_model)
+
+    def _build_graph(
+        self,
+        coll: CollectionRef,
+        extractor: Any,
+        *,
+        rebuild: bool = False,
+        communities: bool = True,
+        summary_model: Any = None,
+    ) -> GraphBuildResult:
+        from knowledge.graph.build import build_collection, llm_summarizer, resolve_extractor
+
+        return build_collection(
+            self.pool(),
+            self.embeddings,
+            collection_id=coll.id,
+            collection=coll.name,
+            dimension=coll.dimension,
+            extractor=resolve_extractor(extractor),
+            rebuild=rebuild,
+            communities=communities,
+            summarizer=None if summary_model is None else llm_summarizer(summary_model),
+        )
+
+    def update_communities(
+        self, collection: str | None = None, *, summary_model: Any = None
+    ) -> dict[str, int]:
+        """Recompute communities of the collections whose graph changed; return counts by name."""
+        from knowledge.graph.build import llm_summarizer
+        from knowledge.graph.communities import update_dirty
+
+        ids = None if collection is None else [self._collection(collection, create=False).id]
+        summarizer = None if summary_model is None else llm_summarizer(summary_model)
+        with self.pool().connection() as conn:
+            done = update_dirty(conn, ids, summarizer=summarizer)
+            names = dict(conn.execute("SELECT id, name FROM kb_collections").fetchall())
+        return {names[k]: v for k, v in done.items() if k in names}
 
     async def aingest(self, source: Source, **kwargs: Any) -> IngestResult:
         """Run `ingest` in a worker thread (same arguments)."""
@@ -365,6 +466,7 @@ class KnowledgeBase:
         threshold: float | None = None,
         ef_search: int | None = None,
         graph: bool | None = None,
+        graph_depth: int | None = None,
     ) -> list[Chunk]:
         """Search chunks.
 
@@ -376,17 +478,21 @@ class KnowledgeBase:
             mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
             threshold: Minimum score in the mode's own scale (cosine, ts_rank_cd, RRF).
             ef_search: HNSW candidate list size (default `DEFAULT_EF_SEARCH`).
-            graph: Reserved for graph-enhanced search, which this module does not
-                implement yet; accepted and ignored.
+            graph: `None` (default): fuse in the knowledge graph when a searched
+                collection has one; `True`: the same, logging when none has;
+                `False`: text search only. See `knowledge.graph.search`.
+            graph_depth: Relationship hops from the matched entities (default
+                `graph_options.depth`).
 
         Returns:
-            Chunks, best first.
+            Chunks, best first. Graph-fused results carry an RRF score and, in
+            their metadata, `graph_enhanced`, `graph_entities`,
+            `graph_matched_entities` and `found_by` (`"text"`, `"graph"`).
 
         Raises:
             ValueError: for a blank query, an unknown mode or a bad limit.
             EmbeddingMismatch: if a named collection uses another embedder.
         """
-        del graph  # reserved, see the docstring
         req = q.make_request(
             query,
             collection=collection,
@@ -398,15 +504,21 @@ class KnowledgeBase:
         if req is None:
             return []
         vector = self._query_vector(req)
+        opts = self.graph_options
         with self.pool().connection() as conn:
-            scope = q.select_scope(
-                req,
-                conn.execute(*q.scope_statement(req)).fetchall(),
-                self.model_name,
-                self.dimension,
-            )
+            scope_rows = conn.execute(*q.scope_statement(req)).fetchall()
+            scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
             if not scope.ids:
                 return []
+            plan = graph_hooks.plan_sync(
+                conn,
+                ids=graph_hooks.graph_ids(scope_rows, scope.ids, self.model_name, self.dimension),
+                dimension=self.dimension,
+                vector=lambda: vector if vector is not None else self._embed(req.query),
+                opts=opts,
+                graph=graph,
+                depth=graph_depth,
+            )
             exact = req.mode != "fulltext" and self._exact(
                 conn.execute(*q.count_statement(scope)).fetchone()
             )
@@ -419,9 +531,14 @@ class KnowledgeBase:
                     vector=vector,
                     exact=exact,
                     hybrid_min_similarity=self.hybrid_min_similarity,
+                    rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
                 )
             ).fetchall()
-        return q.to_chunks(rows)
+            text = q.to_chunks(rows)
+            extra: list[Chunk] = []
+            if plan is not None and (missing := gs.graph_only_ids(text, plan)):
+                extra = q.to_chunks(conn.execute(*gs.chunks_statement(scope.ids, missing)).fetchall())
+        return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
 
     async def asearch(
         self,
@@ -433,9 +550,9 @@ class KnowledgeBase:
         threshold: float | None = None,
         ef_search: int | None = None,
         graph: bool | None = None,
+        graph_depth: int | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
-        del graph
         req = q.make_request(
             query,
             collection=collection,
@@ -447,12 +564,23 @@ class KnowledgeBase:
         if req is None:
             return []
         vector = await self._aquery_vector(req)
+        opts = self.graph_options
         pool = await self.apool()
         async with pool.connection() as conn:
             cur = await conn.execute(*q.scope_statement(req))
-            scope = q.select_scope(req, await cur.fetchall(), self.model_name, self.dimension)
+            scope_rows = await cur.fetchall()
+            scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
             if not scope.ids:
                 return []
+            plan = await graph_hooks.plan_async(
+                conn,
+                ids=graph_hooks.graph_ids(scope_rows, scope.ids, self.model_name, self.dimension),
+                dimension=self.dimension,
+                vector=lambda: vector if vector is not None else self._embed(req.query),
+                opts=opts,
+                graph=graph,
+                depth=graph_depth,
+            )
             exact = False
             if req.mode != "fulltext":
                 cur = await conn.execute(*q.count_statement(scope))
@@ -466,10 +594,15 @@ class KnowledgeBase:
                     vector=vector,
                     exact=exact,
                     hybrid_min_similarity=self.hybrid_min_similarity,
+                    rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
                 )
             )
-            rows = await cur.fetchall()
-        return q.to_chunks(rows)
+            text = q.to_chunks(await cur.fetchall())
+            extra: list[Chunk] = []
+            if plan is not None and (missing := gs.graph_only_ids(text, plan)):
+                cur = await conn.execute(*gs.chunks_statement(scope.ids, missing))
+                extra = q.to_chunks(await cur.fetchall())
+        return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
 
     def _exact(self, row: tuple[Any, ...] | None) -> bool:
         return q.estimated_rows(row) <= self.exact_max_rows
@@ -477,9 +610,12 @@ class KnowledgeBase:
     def _query_vector(self, req: q.SearchRequest) -> Any:
         if req.mode == "fulltext":
             return None
+        return self._embed(req.query)
+
+    def _embed(self, text: str) -> Any:
         import numpy as np
 
-        return np.asarray(self.embeddings.embed_query(req.query), dtype=np.float32)
+        return np.asarray(self.embeddings.embed_query(text), dtype=np.float32)
 
     async def _aquery_vector(self, req: q.SearchRequest) -> Any:
         if req.mode == "fulltext":
@@ -494,12 +630,14 @@ class KnowledgeBase:
 
 
 _DELETE_BY_ID = (
-    "WITH gone AS (DELETE FROM kb_documents WHERE id = %s RETURNING id) SELECT count(*) FROM gone"
+    "WITH gone AS (DELETE FROM kb_documents WHERE id = %s RETURNING id, collection_id)"
+    " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
 _DELETE_BY_SOURCE = (
     "WITH gone AS (DELETE FROM kb_documents d USING kb_collections k"
-    " WHERE k.id = d.collection_id AND d.source = ANY(%s) AND k.name = %s RETURNING d.id)"
-    " SELECT count(*) FROM gone"
+    " WHERE k.id = d.collection_id AND d.source = ANY(%s) AND k.name = %s"
+    " RETURNING d.id, d.collection_id)"
+    " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
 
 
