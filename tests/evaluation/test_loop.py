@@ -1,7 +1,7 @@
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from evaluation.cases import CaseSet, EvalCase
+from evaluation.cases import CaseSet
 from evaluation.loop import evaluate_loop, outcome_of, repeated_searches, summarize
 from evaluation.options import OPTION_PAIRS, compare_options, options_table_markdown
 from evaluation.tokens import EstimatingOfflineController, estimate_tokens, message_tokens
