@@ -75,6 +75,20 @@ def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
     return reply.model_copy(update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]})
 
 
+def check_input(state: LoopState) -> None:
+    """Reject a run input that `run` would have refused (server clients send any JSON).
+
+    Raises:
+        TypeError, ValueError: for a missing or bad question, or a malformed collection.
+    """
+    from graph.run import check_question  # graph.run imports this module
+
+    if "question" not in state:
+        raise ValueError("the run input needs a 'question' (a non-empty string)")
+    check_question(state["question"])
+    scope_of(state)
+
+
 class Controller:
     """The ``controller`` node's sync and async functions over the graph's dependencies."""
 
@@ -83,6 +97,8 @@ class Controller:
         self.routers = routers
 
     def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> Turn | ControllerUpdate:
+        if not state.get("messages"):
+            check_input(state)
         ctx = runtime.context
         iterations = state.get("iterations", 0)
         stop = exhausted(state, ctx)
