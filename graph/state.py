@@ -58,6 +58,8 @@ class ToolEvent(TypedDict):
     """Ids a search returned, in order; empty for every other tool."""
     duplicate_of: NotRequired[int]
     """For a search not sent again because it repeated one: the iteration of the earlier search."""
+    graph: NotRequired[dict[str, Any]]
+    """For a knowledge-graph-enhanced search: ``used``, ``matched_entities``, ``graph_chunks`` (returned chunks the graph found)."""
 
 
 Coverage = Literal["supported", "partially_supported", "unsupported"]

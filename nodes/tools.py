@@ -55,6 +55,8 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
     }
     if outcome.duplicate is not None:
         entry["duplicate_of"] = outcome.duplicate.iteration
+    if outcome.graph is not None:
+        entry["graph"] = outcome.graph
     return entry
 
 

@@ -62,6 +62,8 @@ class CallOutcome:
     """For a search not sent because it repeats this earlier one."""
     rendered: bool = True
     """False for search results whose text `render_turn` writes (it depends on what was shown before)."""
+    graph: dict[str, Any] | None = None
+    """For a graph-enhanced search: ``{"used": True, "matched_entities": n, "graph_chunks": m}``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +192,20 @@ def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
     if not isinstance(results, list | tuple):
         return _search_error(call.call_id, call.args, f"the search returned {type(results).__name__}, not a list of chunks")
     found = to_chunks(results)
-    return CallOutcome(call.call_id, schemas.SEARCH, call.args, "", "", [c["id"] for c in found], found, rendered=False)
+    ids = [c["id"] for c in found]
+    return CallOutcome(call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, graph=graph_usage(found))
+
+
+def graph_usage(found: Sequence[Chunk]) -> dict[str, Any] | None:
+    """Read from the chunks' metadata whether the knowledge graph took part in a search."""
+    marks = [c["metadata"] for c in found if isinstance(c.get("metadata", {}).get("graph_matched_entities"), int)]
+    if not marks:
+        return None
+    return {
+        "used": True,
+        "matched_entities": marks[0]["graph_matched_entities"],
+        "graph_chunks": sum(1 for m in marks if m.get("graph_enhanced") is True),
+    }
 
 
 def _describe(exc: BaseException) -> str:

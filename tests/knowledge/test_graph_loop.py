@@ -1,0 +1,40 @@
+"""The loop's tool history records whether a search used the knowledge graph."""
+
+from __future__ import annotations
+
+import pytest
+
+from graph import run
+from knowledge import KnowledgeBase
+from knowledge.graph import GraphSearchOptions
+from tests.fakes import ScriptedChatModel, answer, search
+from tests.knowledge.helpers import HashEmbeddings
+from tools.execute import graph_usage
+
+pytestmark = pytest.mark.postgres
+
+
+def test_tool_history_records_graph_use(kb: KnowledgeBase) -> None:
+    hkb = KnowledgeBase(kb.url, embeddings=HashEmbeddings(), schema=kb.schema,
+                        graph_options=GraphSearchOptions(entity_limit=2, entity_threshold=0.3))
+    try:
+        hkb.ingest("AlphaNode works with BetaNode.", collection="g", name="a", graph=True)
+        hkb.ingest("BetaNode works with GammaNode.", collection="g", name="b", graph=True)
+        hkb.ingest("AlphaNode in a collection without a graph.", collection="plain", name="p")
+        model = ScriptedChatModel(responses=[search("AlphaNode"), search("AlphaNode", collection="plain"), answer("x")])
+        result = run("What works with AlphaNode?", controller_llm=model, search_fn=hkb.search, collection=["g", "plain"])
+    finally:
+        hkb.close()
+    graphed, plain = [e for e in result.tool_history if e["tool"] == "search"]
+    assert graphed["graph"]["used"] is True
+    assert graphed["graph"]["matched_entities"] == 2
+    assert graphed["graph"]["graph_chunks"] >= 1
+    assert "graph" not in plain
+
+
+def test_graph_usage_reads_chunk_metadata() -> None:
+    assert graph_usage([{"id": "a", "text": "", "score": 1.0}]) is None
+    marked = {"graph_matched_entities": 3, "graph_enhanced": True}
+    assert graph_usage([{"id": "a", "text": "", "score": 1.0, "metadata": marked},
+                        {"id": "b", "text": "", "score": 0.5, "metadata": {**marked, "graph_enhanced": False}}]) == {
+        "used": True, "matched_entities": 3, "graph_chunks": 1}
