@@ -170,7 +170,7 @@ def loop(
     min_support: Annotated[float | None, typer.Option("--min-support", help="Send answers grounded below this back once.")] = None,
     max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns.")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", help="Any other loop option as NAME=VALUE; repeatable.")] = None,
-    compare_options: Annotated[bool, typer.Option("--compare-options", help="Run the set with each option on and off (offline controller).")] = False,
+    compare_options: Annotated[bool, typer.Option("--compare-options", help="Run the set once per option setting, side by side (with the --model controller).")] = False,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Evaluate only the first N cases.")] = None,
     as_json: JsonOption = False,
     out_path: OutOption = None,
