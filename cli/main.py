@@ -63,6 +63,7 @@ def _controller(model: str | None) -> str:
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.")],
     collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ingest into.")] = "default",
+    graph: Annotated[bool, typer.Option("--graph", help="Also build the knowledge graph of the new chunks (offline extractor).")] = False,
 ) -> None:
     """Ingest files or directories into a collection."""
     from rich.progress import Progress
@@ -78,7 +79,7 @@ def ingest(
         for path in paths:
             task = progress.add_task(f"ingesting {path}", total=None)
             try:
-                result = kb.ingest(path, collection=collection, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
+                result = kb.ingest(path, collection=collection, graph=True if graph else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
             except (KnowledgeBaseError, ValueError, OSError) as exc:
                 fail(f"could not ingest {path}: {exc}", "only text files (UTF-8 or a known encoding) can be ingested")
             rows.append((str(path), result))
@@ -188,6 +189,10 @@ def delete(
 
 
 threads.register(app)
+
+from cli.graph import graph_app  # noqa: E402  # the sub-app imports this module's helpers lazily
+
+app.add_typer(graph_app, name="graph")
 
 if __name__ == "__main__":
     app()
