@@ -1,0 +1,247 @@
+"""The served graph through `langgraph dev`, driven with langgraph-sdk only.
+
+The server (see ``tests/fixtures/langgraph_server.py``) searches the session's PostgreSQL
+with the default knowledge base; its default controller is the offline one, and a run
+can switch to the scripted OpenAI-compatible server through its context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langgraph_sdk.schema import StreamMode
+
+from knowledge import KnowledgeBase
+from tests.fixtures.langgraph_server import LangGraphServer
+
+pytestmark = [pytest.mark.server, pytest.mark.postgres]
+
+DOCS = {
+    "asyncio": (
+        "asyncio.wait_for runs a coroutine with a timeout. When the timeout expires the task "
+        "is cancelled and TimeoutError is raised."
+    ),
+    "json": "json.loads parses a JSON document from a string and returns Python objects such as dicts and lists.",
+}
+TIMEOUT_QUESTION = "How do I run a coroutine with a timeout?"
+JSON_QUESTION = "How do I parse a JSON document from a string?"
+STREAM_MODES: list[StreamMode] = ["updates", "values", "custom", "messages"]
+
+
+@pytest.fixture(scope="module")
+def collection(pg_url: str) -> Iterator[str]:
+    """A small collection where the served graph searches (the default knowledge base), dropped afterwards."""
+    name = f"server-test-{uuid.uuid4().hex[:8]}"
+    kb = KnowledgeBase(pg_url)
+    try:
+        for topic, text in DOCS.items():
+            kb.ingest(text, collection=name, metadata={"topic": topic})
+        yield name
+    finally:
+        kb.delete_collection(name)
+        kb.close()
+
+
+@pytest.fixture
+def server(langgraph_server: LangGraphServer) -> Iterator[LangGraphServer]:
+    assert langgraph_server.openai is not None
+    langgraph_server.openai.replies.clear()
+    yield langgraph_server
+    assert "BlockingError" not in langgraph_server.log(), "a run blocked the server's event loop"
+
+
+def _assistant_id(server: LangGraphServer) -> str:
+    found = server.sync_client().assistants.search(graph_id=server.graph_id)
+    assert len(found) == 1, found
+    assistant_id: str = found[0]["assistant_id"]
+    return assistant_id
+
+
+def _error_message(result: Any) -> str:
+    assert isinstance(result, dict) and "__error__" in result, f"the run did not fail: {result}"
+    message: str = result["__error__"]["message"]
+    return message
+
+
+def _steps(history: list[Any]) -> list[str]:
+    """Nodes in the order they ran, from a thread's history (newest checkpoint first)."""
+    return [node for state in reversed(history) for node in state["next"] if node != "__start__"]
+
+
+def test_schemas_show_the_public_contract(server: LangGraphServer) -> None:
+    schemas: Any = server.sync_client().assistants.get_schemas(_assistant_id(server))
+    input_schema = schemas["input_schema"]
+    assert set(input_schema["properties"]) == {"question", "collection"}
+    assert input_schema["required"] == ["question"]
+    output = set(schemas["output_schema"]["properties"])
+    assert {"answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding"} <= output
+    assert "messages" not in output  # the conversation stays internal
+    context = schemas["context_schema"]
+    assert context is not None, server.log()[-3000:]
+    props = context["properties"]
+    assert {"controller_model", "max_iterations", "chunk_cap", "grounder", "search_opts", "max_seconds"} <= set(props)
+    assert props["max_iterations"]["type"] == "integer"
+    assert props["search_opts"]["type"] == "object"
+    assert all(spec.get("description") for spec in props.values()), [n for n, s in props.items() if not s.get("description")]
+
+
+def test_wait_answers_from_the_collection_with_context_options(server: LangGraphServer, collection: str) -> None:
+    client = server.sync_client()
+    thread = client.threads.create()
+    result: Any = client.runs.wait(
+        thread["thread_id"],
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context={"grounder": "local", "chunk_cap": 5},
+    )
+    assert result["terminated_by"] == "answered", (result, server.log()[-3000:])
+    assert "wait_for" in result["answer"]
+    assert result["chunks"] and all(c["collection"] == collection for c in result["chunks"])
+    assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
+    assert result["grounding"] is not None and result["grounding"]["score"] > 0.5
+
+    state: Any = client.threads.get_state(thread["thread_id"])
+    assert state["next"] == []
+    assert state["values"]["answer"] == result["answer"]
+    options = state["values"]["options"]
+    assert options["chunk_cap"] == 5  # from the run's context
+    assert options["controller_model"] == "offline"  # from the server's ARCANA_LOOP_CONTROLLER_MODEL
+    assert options["max_iterations"] == 10  # the documented default
+
+
+def test_context_budget_reaches_the_graph(server: LangGraphServer, collection: str) -> None:
+    client = server.sync_client()
+    result: Any = client.runs.wait(
+        None,
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context={"max_iterations": 1, "fallback_synthesis": False},
+    )
+    assert result["terminated_by"] == "max_iterations", result
+    assert result["iterations"] == 1
+    assert [e["tool"] for e in result["tool_history"]] == ["search"]
+
+
+async def test_stream_shows_each_tool_call_live_and_matches_history(server: LangGraphServer, collection: str) -> None:
+    client = server.client()
+    thread = await client.threads.create()
+    parts: list[tuple[str, Any]] = []
+    async for part in client.runs.stream(
+        thread["thread_id"],
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context={"grounder": "local"},
+        stream_mode=STREAM_MODES,
+    ):
+        parts.append((part.event, part.data))
+    events = [name for name, _ in parts]
+    assert "error" not in events, parts
+    custom = [(i, data) for i, (name, data) in enumerate(parts) if name == "custom"]
+    updates = [(i, next(iter(data))) for i, (name, data) in enumerate(parts) if name == "updates"]
+    final = next(data for name, data in reversed(parts) if name == "values")
+
+    assert custom[0][1]["event"] == "loop_start" and custom[0][1]["question"] == TIMEOUT_QUESTION
+    assert custom[-1][1]["event"] == "loop_stop" and custom[-1][1]["terminated_by"] == "answered"
+    calls = [(i, data) for i, data in custom if data["event"] == "tool_call"]
+    assert [(d["tool"], d["args"], d["iteration"]) for _, d in calls] == [
+        (e["tool"], e["args"], e["iteration"]) for e in final["tool_history"]
+    ]
+    assert [d["history_size"] for _, d in calls] == [1, 2]
+    # live: each tool call arrives before its `tools` step completes, not with the result
+    tools_updates = [i for i, node in updates if node == "tools"]
+    assert len(tools_updates) == len(calls)
+    assert all(call_at < update_at for (call_at, _), update_at in zip(calls, tools_updates, strict=True))
+
+    history = await client.threads.get_history(thread["thread_id"], limit=50)
+    assert _steps(history) == [node for _, node in updates] == ["controller", "tools", "controller", "tools", "ground"]
+    assert [s["metadata"]["step"] for s in reversed(history)] == list(range(-1, len(history) - 1))
+
+    # messages mode: the controller's model replies, tagged with the node that made them
+    meta = [data for name, data in parts if name == "messages/metadata"]
+    complete = [data for name, data in parts if name == "messages/complete"]
+    ai_calls = [m for batch in complete for m in batch if m["type"] == "ai" and m.get("tool_calls")]
+    assert [m["tool_calls"][0]["name"] for m in ai_calls] == ["search", "answer"]
+    nodes = {info["metadata"].get("langgraph_node") for batch in meta for info in batch.values()}
+    assert "controller" in nodes
+
+
+async def test_concurrent_threads_do_not_share_state(server: LangGraphServer, collection: str) -> None:
+    client = server.client()
+    threads = [await client.threads.create() for _ in range(2)]
+    questions = [TIMEOUT_QUESTION, JSON_QUESTION]
+    results: list[Any] = await asyncio.gather(
+        *(
+            client.runs.wait(t["thread_id"], server.graph_id, input={"question": q, "collection": collection})
+            for t, q in zip(threads, questions, strict=True)
+        )
+    )
+    assert [r["terminated_by"] for r in results] == ["answered", "answered"], results
+    assert "wait_for" in results[0]["answer"] and "json.loads" not in results[0]["answer"]
+    assert "json.loads" in results[1]["answer"] and "wait_for" not in results[1]["answer"]
+    for thread, question, other in zip(threads, questions, reversed(questions), strict=True):
+        state: Any = await client.threads.get_state(thread["thread_id"])
+        values = state["values"]
+        assert values["question"] == question
+        texts = [str(m.get("content")) for m in values["messages"]]
+        assert texts[0] == question and not any(other in t for t in texts)
+        history: list[Any] = await client.threads.get_history(thread["thread_id"], limit=50)
+        asked = [s["metadata"]["step"] for s in history if s["values"].get("question") == question]
+        assert asked == [s["metadata"]["step"] for s in history if s["metadata"]["step"] >= 0]
+        assert not any(other in str(s["values"]) for s in history)
+
+
+def test_openai_compatible_controller_through_the_server(server: LangGraphServer, collection: str) -> None:
+    openai = server.openai
+    assert openai is not None
+    openai.enqueue(
+        {"tool_calls": [{"name": "search", "arguments": {"query": "coroutine timeout"}}]},
+        {"tool_calls": [{"name": "answer", "arguments": {"text": "Use asyncio.wait_for."}}]},
+    )
+    before = len(openai.requests)
+    result: Any = server.sync_client().runs.wait(
+        None,
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context={"controller_model": "openai:gpt-4o-mini"},
+    )
+    assert result["terminated_by"] == "answered", (result, server.log()[-3000:])
+    assert result["answer"] == "Use asyncio.wait_for."
+    assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
+    sent = openai.requests[before:]
+    assert len(sent) == 2
+    tool_results = [m["content"] for m in sent[1]["messages"] if m["role"] == "tool"]
+    assert len(tool_results) == 1 and "wait_for" in tool_results[0]
+    assert result["usage"]["controller"]["total_tokens"] == 28  # two scripted replies of 14
+
+
+@pytest.mark.parametrize(
+    ("run_input", "context", "expected"),
+    [
+        ({"collection": "x"}, {}, "needs a 'question'"),
+        ({"question": "   "}, {}, "question must not be empty"),
+        ({"question": 42}, {}, "question must be a string"),
+        ({"question": "q", "collection": 5}, {}, "collection must be"),
+        ({"question": "q"}, {"max_iterations": -1}, "max_iterations must be at least 0"),
+        ({"question": "q"}, {"chunk_cap": "ten"}, "chunk_cap must be an integer"),
+    ],
+    ids=["no-question", "blank-question", "number-question", "bad-collection", "negative-budget", "string-cap"],
+)
+def test_bad_input_fails_the_run_with_a_clear_error(
+    server: LangGraphServer, run_input: dict[str, Any], context: dict[str, Any], expected: str
+) -> None:
+    result = server.sync_client().runs.wait(
+        None, server.graph_id, input=run_input, context=context, raise_error=False
+    )
+    assert expected in _error_message(result)
+
+
+def test_bad_model_spec_ends_the_run_with_an_error(server: LangGraphServer, collection: str) -> None:
+    result: Any = server.sync_client().runs.wait(
+        None, server.graph_id, input={"question": "q", "collection": collection}, context={"controller_model": "nonsense"}
+    )
+    assert result["terminated_by"] == "error"
+    assert "provider:model" in result["error"]
