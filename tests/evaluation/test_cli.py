@@ -14,7 +14,12 @@ COLLECTION = "eval-cli-tiny"
 
 
 def invoke(*args):
-    return runner.invoke(app, ["eval", *args])
+    return runner.invoke(app, ["eval", *args], env={"COLUMNS": "200"})  # wide enough that table cells do not wrap
+
+
+def text(result):
+    """The output with Rich's line wrapping undone."""
+    return " ".join(result.output.split())
 
 
 def report(correctness):
@@ -25,7 +30,7 @@ def test_diff_prints_deltas_as_a_table_and_as_json(tmp_path):
     a, b = save_report(report(0.5), tmp_path / "a.json"), save_report(report(0.75), tmp_path / "b.json")
     shown = invoke("diff", str(a), str(b))
     assert shown.exit_code == 0, shown.output
-    assert "summary.answer_correctness" in shown.output and "+0.250" in shown.output
+    assert "summary.answer_correctness" in text(shown) and "+0.250" in text(shown)
     as_json = json.loads(invoke("diff", str(a), str(b), "--json", "--changed-only").stdout)
     assert [r["name"] for r in as_json["metrics"]] == ["summary.answer_correctness"]
     assert as_json["metrics"][0]["delta"] == pytest.approx(0.25)
@@ -41,14 +46,14 @@ def test_diff_prints_deltas_as_a_table_and_as_json(tmp_path):
 def test_user_errors_exit_1_with_a_hint(args, message):
     done = invoke(*args)
     assert done.exit_code == 1
-    assert message in done.output and "Hint:" in done.output
+    assert message in text(done) and "Hint:" in text(done)
 
 
 def test_an_invalid_case_file_is_reported(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('[{"id": "a", "question": ""}]')
     done = invoke("retrieval", "--cases", str(bad))
-    assert done.exit_code == 1 and "question must be a non-empty string" in done.output
+    assert done.exit_code == 1 and "question must be a non-empty string" in text(done)
 
 
 @pytest.fixture
@@ -82,14 +87,14 @@ def test_retrieval_and_loop_commands_write_reports(cli_kb, cases_file, tmp_path)
     out = tmp_path / "loop.json"
     loop = invoke("loop", "--cases", str(cases_file), "--no-budget-ledger", "--option", "chunk_cap=5", "--out", str(out))
     assert loop.exit_code == 0, loop.output
-    assert "answer correctness" in loop.output and "controller input tokens / question (estimated)" in loop.output
+    assert "answer correctness" in text(loop) and "controller input tokens / question (estimated)" in text(loop)
     saved = json.loads(out.read_text())
     assert saved["options"] == {"chunk_cap": 5, "budget_ledger": False} and saved["summary"]["cases"] == 4
 
     bad = invoke("loop", "--cases", str(cases_file), "--max-parallel-searches", "0")
-    assert bad.exit_code == 1 and "max_parallel_searches must be at least 1" in bad.output
+    assert bad.exit_code == 1 and "max_parallel_searches must be at least 1" in text(bad)
     unknown = invoke("loop", "--cases", str(cases_file), "--collection", "no-such-collection")
-    assert unknown.exit_code == 1 and "no collection named" in unknown.output
+    assert unknown.exit_code == 1 and "no collection named" in text(unknown)
 
 
 @pytest.mark.postgres
@@ -100,7 +105,7 @@ def test_compare_options_command(cli_kb, cases_file):
     assert data["kind"] == "options" and data["cases"] == 2
     assert {r["option"] for r in data["rows"]} == {"duplicate_guard", "show_chunks_once", "budget_ledger", "parallel searches", "min_support"}
     mixed = invoke("loop", "--cases", str(cases_file), "--compare-options", "--no-duplicate-guard")
-    assert mixed.exit_code == 1 and "sets the compared options itself" in mixed.output
+    assert mixed.exit_code == 1 and "sets the compared options itself" in text(mixed)
 
 
 @pytest.mark.postgres
@@ -114,8 +119,8 @@ def test_generate_command_writes_a_case_file(cli_kb, tmp_path, monkeypatch):
     out = tmp_path / "generated.json"
     done = invoke("generate", "--collection", COLLECTION, "--model", "scripted:model", "--n", "4", "--out", str(out))
     assert done.exit_code == 0, done.output
-    assert "Wrote 1 cases" in done.output and "3 chunks skipped" in done.output
+    assert "Wrote 1 cases" in text(done) and "3 chunks skipped" in text(done)
     written = json.loads(out.read_text())
     assert written["collection"] == COLLECTION and written["cases"][0]["relevant_ids"]
     bad = invoke("generate", "--collection", COLLECTION, "--model", "gpt4", "--out", str(out))
-    assert bad.exit_code == 1 and "provider:model" in bad.output
+    assert bad.exit_code == 1 and "provider:model" in text(bad)
