@@ -14,7 +14,16 @@ COLLECTION = "eval-cli-tiny"
 
 
 def invoke(*args):
-    return runner.invoke(app, ["eval", *args], env={"COLUMNS": "200"})  # wide enough that table cells do not wrap
+    return runner.invoke(app, ["eval", *args])
+
+
+@pytest.fixture(autouse=True)
+def _wide_console(monkeypatch):
+    """Tables as wide as they need, whatever terminal the tests run in."""
+    import cli.main
+
+    monkeypatch.setattr(cli.main.out, "width", 200)
+    monkeypatch.setattr(cli.main.err, "width", 200)
 
 
 def text(result):
