@@ -141,8 +141,10 @@ class LoopState(LoopInput):
 
 
 class ControllerRouteView(TypedDict):
-    """What the router after ``controller`` reads (a narrow view: routers read only what they need,
-    and every channel a router reads is copied for it on each step)."""
+    """What the router after ``controller`` reads.
+
+    Routers read narrow views because every channel a router reads is copied for it on each step.
+    """
 
     terminated_by: NotRequired[TerminatedBy | None]
     messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
