@@ -8,6 +8,7 @@ can switch to the scripted OpenAI-compatible server through its context.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -113,17 +114,23 @@ def test_wait_answers_from_the_collection_with_context_options(server: LangGraph
     assert options["max_iterations"] == 10  # the documented default
 
 
-def test_context_budget_reaches_the_graph(server: LangGraphServer, collection: str) -> None:
+@pytest.mark.parametrize("synthesis", [False, True])
+def test_context_budget_reaches_the_graph(server: LangGraphServer, collection: str, synthesis: bool) -> None:
     client = server.sync_client()
+    thread = client.threads.create()
     result: Any = client.runs.wait(
-        None,
+        thread["thread_id"],
         server.graph_id,
         input={"question": TIMEOUT_QUESTION, "collection": collection},
-        context={"max_iterations": 1, "fallback_synthesis": False},
+        context={"max_iterations": 1, "fallback_synthesis": synthesis},
     )
     assert result["terminated_by"] == "max_iterations", result
     assert result["iterations"] == 1
-    assert [e["tool"] for e in result["tool_history"]] == ["search"]
+    assert [e["tool"] for e in result["tool_history"]] == (["search", "synthesis"] if synthesis else ["search"])
+    assert bool(result.get("answer")) is synthesis  # the server omits output keys no node wrote
+    history = client.threads.get_history(thread["thread_id"], limit=50)
+    # the second controller turn finds the budget spent and ends the loop without a model call
+    assert _steps(history) == ["controller", "tools", "controller", *(["synthesis"] if synthesis else [])]
 
 
 async def test_stream_shows_each_tool_call_live_and_matches_history(server: LangGraphServer, collection: str) -> None:
@@ -216,6 +223,28 @@ def test_openai_compatible_controller_through_the_server(server: LangGraphServer
     tool_results = [m["content"] for m in sent[1]["messages"] if m["role"] == "tool"]
     assert len(tool_results) == 1 and "wait_for" in tool_results[0]
     assert result["usage"]["controller"]["total_tokens"] == 28  # two scripted replies of 14
+
+
+def test_answer_model_and_judge_through_the_server(server: LangGraphServer, collection: str) -> None:
+    openai = server.openai
+    assert openai is not None
+    rewrite = "Use asyncio.wait_for to run a coroutine with a timeout."
+    verdict = {"claims": [{"text": rewrite, "verdict": "supported", "chunk_indices": [1]}]}
+    openai.enqueue(rewrite, json.dumps(verdict))
+    before = len(openai.requests)
+    client = server.sync_client()
+    thread = client.threads.create()
+    result: Any = client.runs.wait(
+        thread["thread_id"],
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context={"answer_model": "openai:gpt-4o-mini", "grounder": "llm_judge"},
+    )
+    assert result["answer"] == rewrite, (result, server.log()[-3000:])
+    assert result["grounding"]["score"] == 1.0
+    assert len(openai.requests) - before == 2  # the rewrite, then the judge
+    history = client.threads.get_history(thread["thread_id"], limit=50)
+    assert _steps(history) == ["controller", "tools", "controller", "tools", "answerer", "ground"]
 
 
 @pytest.mark.parametrize(
