@@ -406,6 +406,33 @@ class KnowledgeBase:
             summarizer=None if summary_model is None else llm_summarizer(summary_model),
         )
 
+    def explore(
+        self, entity: str, *, collection: CollectionScope = None, neighbours: int = 10
+    ) -> list[dict[str, Any]]:
+        """Look an entity up in the graphs of `collection` (scoped like `search`).
+
+        Returns:
+            Up to three matches (exact name first, then dotted suffixes), each with
+            `name`, `type`, `description`, `collection`, `neighbours` (name,
+            strength, types), `community` (level, size, summary, or `None`) and
+            `chunk_ids`.
+        """
+        from knowledge.graph.explore import explore
+
+        value: object = entity
+        if not isinstance(value, str) or not entity.strip():
+            raise ValueError("entity must be a non-blank string")
+        names = q.scope_names(collection)
+        if names == []:
+            return []
+        with self.pool().connection() as conn:
+            rows = conn.execute(
+                "SELECT id FROM kb_collections WHERE %(n)s::text[] IS NULL OR name = ANY(%(n)s)",
+                {"n": names},
+            ).fetchall()
+            ids = [r[0] for r in rows]
+            return explore(conn, ids, entity, neighbours=neighbours)
+
     def update_communities(
         self, collection: str | None = None, *, summary_model: Any = None
     ) -> dict[str, int]:
