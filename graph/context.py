@@ -115,6 +115,10 @@ class LoopContext:
     )
     max_repairs: int = _opt("max_repairs", 1, int, "Most times an under-supported answer goes back to the controller.")
     repair_turns: int = _opt("repair_turns", 2, int, "Extra controller turns each repair is given.")
+    explore_tool: bool = _opt(
+        "explore_tool", False, bool,
+        "Offer the controller an 'explore' tool over the knowledge graph (an entity's description, neighbours and community).",
+    )
 
     def __post_init__(self) -> None:  # noqa: C901  # a flat list of checks, one per option group
         """Reject values of the wrong type or range before anything runs."""
@@ -136,7 +140,7 @@ class LoopContext:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
-        for name in ("fallback_synthesis", "budget_ledger", "duplicate_guard", "show_chunks_once"):
+        for name in ("fallback_synthesis", "budget_ledger", "duplicate_guard", "show_chunks_once", "explore_tool"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON

@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import SystemMessage
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
 
 from graph import prompts
@@ -27,9 +29,20 @@ def scope_of(state: LoopState) -> Scope:
     return normalize_scope(state.get("collection", "all"))
 
 
-def offered_tools(deps: LoopDeps, scope: Scope) -> list[ToolSchema]:
+def run_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> dict[str, BaseTool]:
+    """Return the tools the run's options add: ``explore`` with ``explore_tool`` (a custom tool of that name wins)."""
+    if ctx is None or not ctx.explore_tool:
+        return {}
+    from knowledge.graph.explore import EXPLORE, loop_explore_tool
+
+    tool = None if EXPLORE in deps.custom_tools else loop_explore_tool(deps.search_fn, scope.to_value())
+    return {} if tool is None else {tool.name: tool}
+
+
+def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) -> list[ToolSchema]:
     """Return the schemas the controller is offered this run."""
-    return controller_tools(scope, deps.custom_schemas)
+    extra = tuple(convert_to_openai_tool(t) for t in run_tools(deps, ctx, scope).values())
+    return controller_tools(scope, (*deps.custom_schemas, *extra))
 
 
 def loop_opts(ctx: LoopContext, state: LoopState, tools: Sequence[ToolSchema], role: Role) -> dict[str, Any]:

@@ -104,7 +104,7 @@ class Controller:
         stop = exhausted(state, ctx)
         if stop is not None:
             return {"terminated_by": "max_iterations", "budget_stop": stop}
-        tools = offered_tools(self.deps, scope_of(state))
+        tools = offered_tools(self.deps, scope_of(state), ctx)
         opts = loop_opts(ctx, state, tools, "controller")
         new: list[BaseMessage] = []
         if not state.get("messages"):

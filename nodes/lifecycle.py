@@ -48,5 +48,5 @@ def stop_event(view: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> di
 def emit_if_final(deps: LoopDeps, runtime: Runtime[LoopContext], view: Any, next_node: str) -> None:
     """Emit the stop event when the node that produced ``view`` is the run's last."""
     if next_node == END:
-        tool_count = len(offered_tools(deps, scope_of(view)))
+        tool_count = len(offered_tools(deps, scope_of(view), runtime.context))
         emit(runtime, stop_event(view, runtime.context, tool_count))

@@ -14,7 +14,7 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.routing import Routers, as_config
 from graph.state import Chunk, LoopState, TerminatedBy, ToolEvent
-from nodes.common import emit, scope_of
+from nodes.common import emit, run_tools, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
 from tools.duplicates import past_searches
 from tools.execute import (
@@ -79,7 +79,7 @@ class Tools:
             last.tool_calls,
             last.invalid_tool_calls,
             scope=scope,
-            custom_tools=self.deps.custom_tools,
+            custom_tools={**self.deps.custom_tools, **run_tools(self.deps, ctx, scope)},
             max_calls=ctx.max_tool_calls_per_turn,
             iteration=_iteration(state),
             guard=guard,
