@@ -9,7 +9,7 @@ under a savepoint, so the text search on the same connection is unaffected).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from knowledge.graph import search as gs
@@ -66,12 +66,12 @@ async def plan_async(
     *,
     ids: Sequence[int],
     dimension: int,
-    vector: Callable[[], Any],
+    vector: Callable[[], Awaitable[Any]],
     opts: gs.GraphSearchOptions,
     graph: bool | None,
     depth: int | None,
 ) -> gs.GraphPlan | None:
-    """`plan_sync` on an async connection."""
+    """`plan_sync` on an async connection (the query vector is awaited only when needed)."""
     resolved = _wanted(graph, depth, opts)
     if resolved is None or not ids:
         return None
@@ -82,7 +82,7 @@ async def plan_async(
             if not (row and row[0]):
                 _no_graph(graph)
                 return None
-            plan = await gs.plan_async(conn, ids, dimension, vector(), opts, resolved)
+            plan = await gs.plan_async(conn, ids, dimension, await vector(), opts, resolved)
     except Exception as exc:  # as in plan_sync
         logger.warning("graph search failed, plain search used: %s: %s", type(exc).__name__, exc)
         return None

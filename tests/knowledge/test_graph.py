@@ -318,11 +318,13 @@ def test_graph_depth_reaches_further_chunks(hkb: KnowledgeBase, depth: int, expe
 
 async def test_async_search_matches_sync(hkb: KnowledgeBase) -> None:
     _load_chain(hkb)
-    sync = hkb.search("AlphaNode", collection="chain", graph_depth=2, limit=10)
-    asynced = await hkb.asearch("AlphaNode", collection="chain", graph_depth=2, limit=10)
-    assert [(c["id"], round(c["score"], 9), c["metadata"]) for c in asynced] == [
-        (c["id"], round(c["score"], 9), c["metadata"]) for c in sync
-    ]
+    for mode in ("hybrid", "fulltext"):
+        sync = hkb.search("AlphaNode", collection="chain", graph_depth=2, limit=10, mode=mode)
+        asynced = await hkb.asearch("AlphaNode", collection="chain", graph_depth=2, limit=10, mode=mode)
+        assert len([c for c in sync if c["metadata"]["graph_enhanced"]]) == 3
+        assert [(c["id"], round(c["score"], 9), c["metadata"]) for c in asynced] == [
+            (c["id"], round(c["score"], 9), c["metadata"]) for c in sync
+        ]
     await hkb.aclose()
 
 
