@@ -603,7 +603,7 @@ class KnowledgeBase:
                 conn,
                 ids=graph_hooks.graph_ids(scope_rows, scope.ids, self.model_name, self.dimension),
                 dimension=self.dimension,
-                vector=lambda: vector if vector is not None else self._embed(req.query),
+                vector=lambda: self._aembed(req.query, vector),
                 opts=opts,
                 graph=graph,
                 depth=graph_depth,
@@ -647,13 +647,19 @@ class KnowledgeBase:
     async def _aquery_vector(self, req: q.SearchRequest) -> Any:
         if req.mode == "fulltext":
             return None
+        return await self._aembed(req.query)
+
+    async def _aembed(self, text: str, known: Any = None) -> Any:
+        """Embed `text` without blocking the event loop (`known`: a vector already computed)."""
+        if known is not None:
+            return known
         import numpy as np
 
         # WordLlama embeds a query in well under a millisecond: run it inline
         # rather than pay a thread hop; other embedders use their async API.
         if type(self.embeddings).__name__ == "WordLlamaEmbeddings":
-            return self._query_vector(req)
-        return np.asarray(await self.embeddings.aembed_query(req.query), dtype=np.float32)
+            return self._embed(text)
+        return np.asarray(await self.embeddings.aembed_query(text), dtype=np.float32)
 
 
 _DELETE_BY_ID = (
