@@ -94,6 +94,7 @@ def search(
     threshold: float | None = None,
     ef_search: int | None = None,
     graph: bool | None = None,
+    graph_depth: int | None = None,
 ) -> list[Chunk]:
     """Search the default knowledge base; see `KnowledgeBase.search`."""
     return default_knowledge_base().search(
@@ -104,6 +105,7 @@ def search(
         threshold=threshold,
         ef_search=ef_search,
         graph=graph,
+        graph_depth=graph_depth,
     )
 
 
@@ -116,6 +118,7 @@ async def asearch(
     threshold: float | None = None,
     ef_search: int | None = None,
     graph: bool | None = None,
+    graph_depth: int | None = None,
 ) -> list[Chunk]:
     """Search the default knowledge base without blocking the event loop."""
     return await (await _adefault_knowledge_base()).asearch(
@@ -126,4 +129,5 @@ async def asearch(
         threshold=threshold,
         ef_search=ef_search,
         graph=graph,
+        graph_depth=graph_depth,
     )
