@@ -23,6 +23,7 @@ from knowledge.graph.schema import entity_vectors_table
 from knowledge.graph.types import ChunkText, Extraction, normalize_name
 
 EmbedFn = Callable[[list[str]], np.ndarray[Any, Any]]
+_GRAPH_LOCK = 0x6B6772  # "kgr": with the collection id, serialises graph writes per collection
 UNDIRECTED_TYPES = frozenset({CO_OCCURS})
 """Relationship types whose direction means nothing: stored with the ends in a fixed order."""
 
@@ -91,6 +92,7 @@ def write_extractions(
     """Write `prepared` (with one vector per entity, in order) in one transaction."""
     chunk_ids = list(prepared.chunks)
     with conn.transaction():
+        lock(conn, collection_id)
         conn.execute("DELETE FROM kb_graph_mentions WHERE chunk_id = ANY(%s)", (chunk_ids,))
         conn.execute("DELETE FROM kb_graph_relationships WHERE chunk_id = ANY(%s)", (chunk_ids,))
         live = {
@@ -102,7 +104,7 @@ def write_extractions(
         }
         mentions = [m for m in prepared.mentions if m[1] in live]
         used = {m[0] for m in mentions}
-        keys = [k for k in prepared.entities if k in used]
+        keys = sorted(k for k in prepared.entities if k in used)  # one lock order for every writer
         ids = _upsert_entities(conn, collection_id, prepared, keys)
         index = {k: i for i, k in enumerate(prepared.entities)}
         with conn.cursor() as cur:
@@ -198,6 +200,15 @@ def _insert_relationships(
     )
 
 
+def lock(conn: psycopg.Connection[Any], collection_id: int) -> None:
+    """Take the collection's graph write lock until the transaction ends.
+
+    Without it, a prune could delete an entity another transaction is adding
+    mentions to: the prune's NOT EXISTS reads its own snapshot.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_GRAPH_LOCK, collection_id % 2**31))
+
+
 def mark_dirty(conn: psycopg.Connection[Any], collection_id: int, extractor: str | None) -> None:
     """Record that the collection's graph changed (its communities are stale)."""
     if extractor is None:
@@ -236,7 +247,8 @@ def after_chunks_removed(conn: psycopg.Connection[Any], collection_ids: Sequence
         "SELECT collection_id FROM kb_graph_collections WHERE collection_id = ANY(%s)",
         (list(collection_ids),),
     ).fetchall()
-    for (coll_id,) in rows:
+    for (coll_id,) in sorted(rows):
+        lock(conn, coll_id)
         prune(conn, coll_id)
         mark_dirty(conn, coll_id, None)
 
