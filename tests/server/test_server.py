@@ -274,3 +274,20 @@ def test_bad_model_spec_ends_the_run_with_an_error(server: LangGraphServer, coll
     )
     assert result["terminated_by"] == "error"
     assert "provider:model" in result["error"]
+
+
+def test_unknown_context_keys_are_dropped_by_the_server(server: LangGraphServer, collection: str) -> None:
+    # langgraph-api filters a run's context by the graph's context schema, so a misspelt
+    # option is ignored there (run() raises on it); this pins the documented behaviour.
+    client = server.sync_client()
+    thread = client.threads.create()
+    result: Any = client.runs.wait(
+        thread["thread_id"],
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context={"max_iteration": 1},
+    )
+    assert result["terminated_by"] == "answered"
+    state: Any = client.threads.get_state(thread["thread_id"])
+    assert state["values"]["options"]["max_iterations"] == 10
+    assert "max_iteration" not in state["values"]["options"]
