@@ -111,6 +111,19 @@ def _print_result(result: Any) -> None:
             out.print(f"  [red]unsupported:[/] {span['text']}")
 
 
+def _step_note(event: dict[str, Any]) -> str:
+    """What the spinner says while a run is under way."""
+    match event.get("event"):
+        case "tool_call" if event.get("tool") == "search":
+            return f"Turn {event['iteration'] + 1}: searched {event['args'].get('query')!r}, thinking..."
+        case "tool_call":
+            return f"Turn {event['iteration'] + 1}: {event['tool']}..."
+        case "ground_start":
+            return "Grounding the answer..."
+        case _:
+            return "Running the loop..."
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
@@ -143,9 +156,10 @@ def ask(
             fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(known)) or 'none'}; ingest with arcana-loop ingest PATH --collection {name}")
     spec = _controller(model)
     try:
-        with err.status("Running the loop..."):
+        with err.status("Running the loop...") as status:
             result = run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
-                         grounder=ground, search_fn=kb.search, checkpointer=checkpointer_spec(checkpointer), thread_id=thread_id)
+                         grounder=ground, search_fn=kb.search, checkpointer=checkpointer_spec(checkpointer), thread_id=thread_id,
+                         on_event=lambda event: status.update(_step_note(event)))
     except (ModelSpecError, ConfigurationError, ValueError, TypeError) as exc:
         fail(str(exc), "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key")
     if as_json:

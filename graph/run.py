@@ -187,6 +187,7 @@ def run(
     grounder: Any = None,
     checkpointer: Any = None,
     thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
     **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop.
@@ -194,6 +195,8 @@ def run(
     Options left as ``None`` take their ``ARCANA_LOOP_*`` environment value, else their
     default (``max_iterations`` 10, ``chunk_cap`` 30, ``fallback_synthesis`` True; see
     the README for every option). Extra keyword options are `LoopContext` fields.
+    ``on_event`` receives each live event as it happens (``loop_start``, one ``tool_call``
+    per history entry, ``ground_start``/``ground_stop``, ``loop_stop``).
 
     Raises:
         TypeError, ValueError: for a bad question, collection or option, before anything runs.
@@ -204,7 +207,12 @@ def run(
         _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
         _context_kwargs(locals(), options),
     )
-    state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    if on_event is None:
+        state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    else:
+        state = {}
+        for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"]):
+            state = _take(mode, chunk, on_event, state)
     return LoopResult.from_state(state, thread)
 
 
@@ -231,6 +239,7 @@ async def arun(
     grounder: Any = None,
     checkpointer: Any = None,
     thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
     **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop, on the running event loop (see `run`)."""
@@ -239,8 +248,21 @@ async def arun(
         _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
         _context_kwargs(locals(), options),
     )
-    state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    if on_event is None:
+        state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    else:
+        state = {}
+        async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"]):
+            state = _take(mode, chunk, on_event, state)
     return LoopResult.from_state(state, thread)
+
+
+def _take(mode: Any, chunk: Any, on_event: Callable[[dict[str, Any]], None], state: Any) -> Any:
+    """Hand a streamed custom event to ``on_event``; return the latest state values."""
+    if mode == "custom":
+        on_event(chunk)
+        return state
+    return chunk
 
 
 _CONTEXT_ARGS = (

@@ -150,3 +150,15 @@ def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path):
         Record.load(bad)
     with pytest.raises(ReplayError, match="not a replay record"):
         Record.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_on_event_sees_each_tool_call_live_and_the_result_is_unchanged(use_async):
+    from graph import arun
+
+    seen = []
+    kwargs = dict(controller_llm=ScriptedChatModel(responses=[search("alpha"), answer("done")]), search_fn=_search, on_event=seen.append)
+    result = await arun("Q?", **kwargs) if use_async else run("Q?", **kwargs)
+    assert [e["event"] for e in seen] == ["loop_start", "tool_call", "tool_call", "loop_stop"]
+    assert seen[1]["args"] == {"query": "alpha"} and seen[1]["returned_chunk_ids"] == ["c1", "c9"]
+    assert result.answer == "done" and len(result.tool_history) == 2
