@@ -1,0 +1,217 @@
+"""Bad input of every kind: a clear error before anything runs, or a defined outcome; nothing half-written.
+
+The README's reliability table lists these cases with their outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from langchain_openai import ChatOpenAI
+
+from graph import run
+from graph.deps import ConfigurationError
+from graph.models import ModelSpecError
+from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
+from tests.fixtures.openai_server import conversation_problem
+
+pytestmark = pytest.mark.reliability
+
+# (kind, run() keywords, expected exception, message fragment)
+REJECTED = [
+    ("empty question", {"question": ""}, ValueError, "must not be empty"),
+    ("whitespace-only question", {"question": " \n\t "}, ValueError, "must not be empty"),
+    ("1 MB question", {"question": "x" * 1_000_000}, ValueError, "the most accepted is 32,000"),
+    ("int question", {"question": 42}, TypeError, "must be a string, got int"),
+    ("None question", {"question": None}, TypeError, "got NoneType"),
+    ("bytes question", {"question": b"q?"}, TypeError, "got bytes"),
+    ("question with NUL", {"question": "a\x00b"}, ValueError, "NUL"),
+    ("max_iterations -1", {"max_iterations": -1}, ValueError, "at least 0"),
+    ("max_iterations '3'", {"max_iterations": "3"}, TypeError, "must be an integer"),
+    ("max_iterations 2.5", {"max_iterations": 2.5}, TypeError, "must be an integer"),
+    ("max_iterations True", {"max_iterations": True}, TypeError, "must be an integer"),
+    ("chunk_cap -5", {"chunk_cap": -5}, ValueError, "at least 0"),
+    ("temperature -1", {"temperature": -1.0}, ValueError, "finite number >= 0"),
+    ("temperature 'hot'", {"temperature": "hot"}, TypeError, "number or None"),
+    ("temperature NaN", {"temperature": float("nan")}, ValueError, "finite number"),
+    ("unknown grounder", {"grounder": "oracle"}, ValueError, "known grounders: local, llm_judge"),
+    ("malformed model spec", {"controller_llm": "gpt4"}, ModelSpecError, "provider:model"),
+    ("unknown provider", {"controller_llm": "nosuch:model"}, ModelSpecError, "not usable"),
+    ("empty model spec", {"controller_llm": ""}, ModelSpecError, "provider:model"),
+    ("search_fn not callable", {"search_fn": 42}, TypeError, "search_fn must be callable"),
+    ("misspelt option", {"max_iteration": 3}, TypeError, "unknown run option(s): max_iteration"),
+    ("min_support without a grounder", {"min_support": 0.5}, ConfigurationError, "needs a grounder"),
+    ("min_support 2", {"min_support": 2.0, "grounder": "local"}, ValueError, "between 0 and 1"),
+    ("search_opts a list", {"search_opts": [1]}, TypeError, "mapping"),
+    ("collection an int", {"collection": 5}, TypeError, "collection must be"),
+    ("collection a list of ints", {"collection": [1, 2]}, TypeError, "names must be strings"),
+    ("collection a dict", {"collection": {"a": 1}}, TypeError, "collection must be"),
+    ("max_seconds -1", {"max_seconds": -1.0}, ValueError, "finite number >= 0"),
+    ("max_tokens_total 0", {"max_tokens_total": 0}, ValueError, "at least 1"),
+    ("duplicate_similarity 1.5", {"duplicate_similarity": 1.5}, ValueError, "between 0 and 1"),
+    ("max_parallel_searches 0", {"max_parallel_searches": 0}, ValueError, "at least 1"),
+    ("max_tool_calls_per_turn 0", {"max_tool_calls_per_turn": 0}, ValueError, "at least 1"),
+    ("unknown checkpointer", {"checkpointer": "redis"}, ValueError, "unknown checkpointer"),
+    ("sqlite checkpointer without a path", {"checkpointer": "sqlite:"}, ValueError, "unknown checkpointer"),
+    ("system_prompt an int", {"system_prompt": 5}, TypeError, "system_prompt must be"),
+]
+
+
+@pytest.mark.parametrize(("kind", "kwargs", "error", "fragment"), REJECTED, ids=[r[0] for r in REJECTED])
+def test_bad_run_input_is_rejected_before_anything_runs(kind, kwargs, error, fragment):
+    kwargs = dict(kwargs)
+    question = kwargs.pop("question", "Q?")
+    model = ScriptedChatModel(responses=[answer("never")])
+    found = ScriptedSearch([])
+    kwargs.setdefault("controller_llm", model)
+    kwargs.setdefault("search_fn", found)
+    with pytest.raises(error) as caught:
+        run(question, **kwargs)
+    assert fragment in str(caught.value)
+    assert model.calls == [] and found.calls == []  # nothing ran
+
+
+def test_zero_iterations_and_zero_chunk_cap_are_defined_outcomes():
+    model = ScriptedChatModel(responses=[search("q"), answer("x")])
+    none = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("a")]]), max_iterations=0)
+    assert (none.terminated_by, none.iterations, none.answer, model.calls) == ("max_iterations", 0, None, [])
+    capped = run("Q?", controller_llm=ScriptedChatModel(responses=[search("q"), answer("x")]), search_fn=ScriptedSearch([[chunk("a")]]), chunk_cap=0)
+    assert capped.terminated_by == "answered" and capped.chunks == []
+
+
+# ----- collection values against the real knowledge base ---------------------------------
+
+HOSTILE_NAMES = [
+    "no-such-collection",
+    "it's",
+    'say "hi"',
+    "100%",
+    "a;b",
+    "x'; DROP TABLE chunks; --",
+    "') OR 1=1 --",
+    "_%",
+    "名前-コレクション",
+    "emoji 🧪",
+    "n" * 10_000,
+]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", HOSTILE_NAMES, ids=[n[:20] for n in HOSTILE_NAMES])
+def test_hostile_collection_names_match_nothing_and_break_nothing(kb, name):
+    kb.ingest("The secret launch code is 0000.", collection="secret")
+    assert kb.search("launch code", collection=name) == []
+    assert kb.search("launch code", collection=[name]) == []
+    model = ScriptedChatModel(responses=[search("launch code"), answer("unknown")])
+    if len(name) > 200:
+        with pytest.raises(ValueError, match="at most 200 characters"):
+            run("What is the launch code?", collection=name, controller_llm=model, search_fn=kb.search)
+    else:
+        result = run("What is the launch code?", collection=name, controller_llm=model, search_fn=kb.search)
+        assert result.tool_history[0]["returned_chunk_ids"] == []
+    assert [c.name for c in kb.collections()] == ["secret"]
+    assert kb.search("launch code", collection="secret")  # the table survived
+
+
+# ----- malformed controller output through the real OpenAI client -------------------------
+
+
+def _model(server):
+    return ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test", max_retries=0)
+
+
+MALFORMED = [
+    ("invalid JSON arguments", [{"name": "search", "raw_arguments": "{query: oops"}], "not valid json"),
+    ("wrong argument types", [{"name": "search", "arguments": {"query": 42, "limit": "many"}}], ""),
+    ("missing call id", [{"name": "search", "id": "", "arguments": {"query": "q"}}], ""),
+    ("duplicate call ids", [{"name": "search", "id": "same", "arguments": {"query": "a"}}, {"name": "search", "id": "same", "arguments": {"query": "b"}}], ""),
+    ("unknown tool", [{"name": "rm_rf", "arguments": {"path": "/"}}], "unknown tool"),
+    ("answer without text", [{"name": "answer", "arguments": {}}], "text"),
+    ("give_up without reason", [{"name": "give_up", "arguments": {}}], "reason"),
+    ("a thousand calls in one turn", [{"name": "search", "arguments": {"query": f"q{i}"}} for i in range(1000)], ""),
+]
+
+
+@pytest.mark.parametrize(("kind", "calls", "fragment"), MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_controller_output_gets_a_tool_result_and_the_conversation_stays_valid(openai_server, kind, calls, fragment):
+    openai_server.enqueue({"tool_calls": calls}, {"tool_calls": [{"name": "answer", "arguments": {"text": "recovered"}}]})
+    found = ScriptedSearch(lambda query, **kw: [chunk(f"c-{query}")])
+    result = run("Q?", controller_llm=_model(openai_server), search_fn=found, max_iterations=3)
+    assert result.terminated_by == "answered" and result.answer == "recovered"
+    second = openai_server.requests[1]["messages"]
+    assert conversation_problem(second) is None
+    tool_messages = [m for m in second if m["role"] == "tool"]
+    assert len(tool_messages) == len(calls)  # every call answered, skipped ones included
+    assert fragment.lower() in " ".join(m["content"] for m in tool_messages).lower(), [m["content"] for m in tool_messages][:3]
+    assert len(found.calls) <= 16  # at most max_tool_calls_per_turn searches ran
+
+
+def test_an_empty_tool_call_list_is_a_plain_answer(openai_server):
+    openai_server.enqueue("Just text, no tools.")
+    result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([]))
+    assert (result.terminated_by, result.answer) == ("answered", "Just text, no tools.")
+
+
+# ----- malformed search results --------------------------------------------------------------
+
+BAD_RESULTS = [
+    ("a result without id", [{"text": "no id here", "score": 0.5}]),
+    ("a result without text", [{"id": "c1", "score": 0.5}]),
+    ("a non-numeric score", [{"id": "c1", "text": "t", "score": "high"}]),
+    ("a NaN score", [{"id": "c1", "text": "t", "score": float("nan")}]),
+    ("not a list", {"id": "c1"}),
+    ("a list of strings", ["just text"]),
+    ("None", None),
+]
+
+
+@pytest.mark.parametrize(("kind", "results"), BAD_RESULTS, ids=[b[0] for b in BAD_RESULTS])
+def test_malformed_search_results_are_normalised_or_reported_and_the_loop_goes_on(kind, results):
+    model = ScriptedChatModel(responses=[search("q"), answer("done")])
+    result = run("Q?", controller_llm=model, search_fn=lambda query, **kw: results)
+    assert result.terminated_by == "answered" and result.answer == "done"
+    json.dumps(result.to_dict())  # whatever came back is plain JSON now
+    for c in result.chunks:
+        assert isinstance(c["id"], str) and c["id"] and isinstance(c["text"], str) and isinstance(c["score"], float)
+
+
+# ----- ingest of bad files ------------------------------------------------------------------
+
+
+def _counts(kb):
+    with psycopg.connect(kb.url, options=f"-c search_path={kb.schema},public") as conn:
+        return conn.execute("SELECT (SELECT count(*) FROM kb_documents), (SELECT count(*) FROM kb_chunks)").fetchone()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", ["binary", "empty", "whitespace", "latin-1 encoded", "enormous", "missing"])
+def test_ingest_of_bad_files_skips_or_fails_cleanly_and_writes_nothing_partial(kb, tmp_path, kind):
+    path = tmp_path / f"{kind.replace(' ', '_')}.txt"
+    if kind == "binary":
+        path.write_bytes(bytes(range(256)) * 40)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "whitespace":
+        path.write_text(" \n\t\n ")
+    elif kind == "latin-1 encoded":
+        path.write_bytes("Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"))
+    elif kind == "enormous":
+        path.write_bytes(b"word " * 5_000_000)  # 25 MB
+    before = _counts(kb)
+    try:
+        outcome = kb.ingest(path, collection="bad-files")
+    except Exception as exc:  # a clear error is a defined outcome too
+        assert str(exc), kind
+        assert _counts(kb) == before
+        return
+    documents, chunks = _counts(kb)
+    if kind == "latin-1 encoded":
+        assert documents == before[0] + 1 and chunks > before[1]
+        assert kb.search("café crème", collection="bad-files", mode="fulltext")
+    elif kind == "enormous":
+        assert outcome.skipped_files or documents == before[0] + 1
+    else:
+        assert (documents, chunks) == before
+        assert outcome.skipped_files, kind
