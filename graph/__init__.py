@@ -2,11 +2,11 @@
 
 from graph.build import build_graph, make_deps
 from graph.context import LoopContext
-from graph.replay import Record, fork, record_of, replay, replay_record, verify_record
+from graph.replay import Record, fork, record_of, replay, replay_record, resume, verify_record
 from graph.run import LoopResult, arun, ground, run
 from graph.trace import TraceStep, trace
 
 __all__ = [
     "LoopContext", "LoopResult", "Record", "TraceStep", "arun", "build_graph", "fork", "ground",
-    "make_deps", "record_of", "replay", "replay_record", "run", "trace", "verify_record",
+    "make_deps", "record_of", "replay", "replay_record", "resume", "run", "trace", "verify_record",
 ]

@@ -101,6 +101,37 @@ def fork(
     return LoopResult.from_state(state, target)
 
 
+def resume(
+    thread_id: str,
+    *,
+    checkpointer: Any,
+    controller_llm: Any = None,
+    answer_llm: Any = None,
+    search_fn: Any = None,
+    grounder: Any = None,
+) -> LoopResult:
+    """Finish an interrupted thread (a crashed or killed process) from its last checkpoint, in place.
+
+    The steps the checkpoints hold are not run again; the step that was under way when
+    the process died runs from its start. A finished thread is returned as it is.
+
+    Raises:
+        ThreadNotFoundError: when the checkpointer has nothing for the thread.
+    """
+    saver = resolve_checkpointer(checkpointer)
+    snapshots = history(thread_id, saver)
+    config: Any = {"configurable": {"thread_id": thread_id}}
+    options = {k: v for k, v in dict(snapshots[-1].values.get("options") or {}).items() if k in CONTEXT_FIELDS}
+    context = LoopContext(**options)
+    config["recursion_limit"] = 4 * context.max_iterations + 20
+    deps = make_deps(controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder)
+    compiled = build_graph(deps).compile(checkpointer=saver)
+    if not snapshots[-1].next:
+        return LoopResult.from_state(snapshots[-1].values, thread_id)
+    state = compiled.invoke(None, config, context=context, output_keys=list(_RESULT_KEYS))
+    return LoopResult.from_state(state, thread_id)
+
+
 def replay(thread_id: str, *, checkpointer: Any, checkpoint_id: str | None = None, **kwargs: Any) -> LoopResult:
     """Re-run a thread from one of its checkpoints in a new thread (a `fork` with no edits)."""
     return fork(thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id, **kwargs)

@@ -8,7 +8,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -188,6 +188,7 @@ def run(
     checkpointer: Any = None,
     thread_id: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    durability: Durability | None = None,
     **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop.
@@ -195,7 +196,10 @@ def run(
     Options left as ``None`` take their ``ARCANA_LOOP_*`` environment value, else their
     default (``max_iterations`` 10, ``chunk_cap`` 30, ``fallback_synthesis`` True; see
     the README for every option). Extra keyword options are `LoopContext` fields.
-    ``on_event`` receives each live event as it happens (``loop_start``, one ``tool_call``
+    ``durability`` is when checkpoints are written: ``"sync"`` (the default with a
+    checkpointer: each step is stored before the next starts, so a killed process loses
+    at most the step under way), ``"async"`` (stored while the next step runs) or
+    ``"exit"`` (only the final state). ``on_event`` receives each live event as it happens (``loop_start``, one ``tool_call``
     per history entry, ``ground_start``/``ground_stop``, ``loop_stop``).
 
     Raises:
@@ -208,10 +212,10 @@ def run(
         _context_kwargs(locals(), options),
     )
     if on_event is None:
-        state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+        state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
     else:
         state = {}
-        for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"]):
+        for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
             state = _take(mode, chunk, on_event, state)
     return LoopResult.from_state(state, thread)
 
@@ -240,6 +244,7 @@ async def arun(
     checkpointer: Any = None,
     thread_id: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    durability: Durability | None = None,
     **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop, on the running event loop (see `run`)."""
@@ -249,12 +254,25 @@ async def arun(
         _context_kwargs(locals(), options),
     )
     if on_event is None:
-        state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+        state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
     else:
         state = {}
-        async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"]):
+        async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
             state = _take(mode, chunk, on_event, state)
     return LoopResult.from_state(state, thread)
+
+
+Durability = Literal["sync", "async", "exit"]
+DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
+
+
+def _durability(value: Any, thread: str | None) -> Durability | None:
+    """The checkpoint durability of a run; ``None`` without a checkpointer (LangGraph warns otherwise)."""
+    if value is not None and value not in DURABILITIES:
+        raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {value!r}")
+    if thread is None:
+        return None
+    return value or "sync"
 
 
 def _take(mode: Any, chunk: Any, on_event: Callable[[dict[str, Any]], None], state: Any) -> Any:

@@ -1,0 +1,130 @@
+"""A process killed mid-run loses nothing: the thread resumes from its last checkpoint; ingest is all or nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from graph import resume, trace
+from tests.fakes import ScriptedChatModel, ScriptedSearch, answer
+
+pytestmark = [pytest.mark.reliability, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD_LOOP = textwrap.dedent(
+    """
+    import sys, time, pathlib
+    from graph import run
+    from tests.fakes import ScriptedChatModel, ScriptedSearch, search, chunk
+
+    marker, spec, thread = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+    def third_turn(messages):
+        marker.write_text("turn 3 under way")
+        time.sleep(120)  # killed here
+
+    model = ScriptedChatModel(responses=[search("alpha"), search("beta"), third_turn])
+    found = ScriptedSearch({"alpha": [chunk("a1", "Alpha.")], "beta": [chunk("b1", "Beta.")]})
+    run("Alpha and beta?", controller_llm=model, search_fn=found, checkpointer=spec, thread_id=thread, max_iterations=6)
+    """
+)
+
+
+def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"the child exited early: {process.stderr.read().decode() if process.stderr else ''}")
+        if time.monotonic() > deadline:
+            raise AssertionError("the child never reached its third turn")
+        time.sleep(0.05)
+
+
+def _kill_at_turn_three(spec: str, thread: str, tmp_path: Path, env: dict[str, str]) -> None:
+    marker = tmp_path / "marker"
+    child = subprocess.Popen([sys.executable, "-c", CHILD_LOOP, str(marker), spec, thread], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+    try:
+        _wait_for(marker, child)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_repeated(kind, tmp_path, request, monkeypatch):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if kind == "postgres":
+        url = request.getfixturevalue("pg_url")
+        env["DATABASE_URL"] = url
+        monkeypatch.setenv("DATABASE_URL", url)
+    spec = f"sqlite:{tmp_path / 'threads.sqlite'}" if kind == "sqlite" else "postgres"
+    thread = f"killed-{uuid.uuid4()}"
+    _kill_at_turn_three(spec, thread, tmp_path, env)
+
+    before = trace(thread, spec)
+    assert [s.node for s in before] == ["controller", "tools", "controller", "tools"]
+
+    later_search = ScriptedSearch([])
+    finished = resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[answer("Alpha, then beta.")]), search_fn=later_search)
+    assert finished.terminated_by == "answered" and finished.answer == "Alpha, then beta."
+    assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [("search", "alpha"), ("search", "beta"), ("answer", None)]
+    assert finished.iterations == 3 and [c["id"] for c in finished.chunks] == ["a1", "b1"]
+    assert later_search.calls == []  # the searches the dead process made were not sent again
+    after = trace(thread, spec)
+    assert [s.node for s in after] == ["controller", "tools"] * 3
+    assert [s.checkpoint_id for s in after[:4]] == [s.checkpoint_id for s in before]
+    # resuming a finished thread changes nothing
+    assert resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[])).answer == finished.answer
+
+
+CHILD_INGEST = textwrap.dedent(
+    """
+    import sys, pathlib
+    from knowledge import KnowledgeBase
+    kb = KnowledgeBase(schema=sys.argv[2])
+    folder = pathlib.Path(sys.argv[1])
+    for index, path in enumerate(sorted(folder.glob("*.md"))):
+        kb.ingest(path, collection="crash")
+        if index == 3:
+            (folder.parent / "started").write_text("ingesting")
+    """
+)
+
+
+@pytest.mark.postgres
+def test_an_ingest_killed_midway_leaves_only_whole_documents(kb, pg_url, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    paragraph = "Reliable storage keeps every chunk of a document or none of them. " * 40
+    for i in range(300):
+        (folder / f"doc{i:03}.md").write_text(f"# Document {i}\n\n" + "\n\n".join(f"Part {j}. {paragraph}" for j in range(6)))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": pg_url}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_INGEST, str(folder), kb.schema], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+    try:
+        _wait_for(tmp_path / "started", child)
+        time.sleep(0.3)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as conn:
+        rows = conn.execute(
+            "SELECT d.id, count(c.id), coalesce(max(c.position), -1) FROM kb_documents d LEFT JOIN kb_chunks c ON c.document_id = d.id GROUP BY d.id"
+        ).fetchall()
+    assert 4 <= len(rows) < 300, len(rows)
+    counts = {n for _, n, _ in rows}
+    assert all(n > 0 and top == n - 1 for _, n, top in rows)  # no document without its chunks, no gap
+    assert len(counts) == 1  # every document the same size, so none was cut short
+    # the ingest can simply be run again: what was stored is skipped, the rest is added
+    again = kb.ingest(folder, collection="crash")
+    assert again.documents_skipped == len(rows) and again.documents_added == 300 - len(rows)
