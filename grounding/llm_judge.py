@@ -69,6 +69,8 @@ def result_from_claims(answer: str, chunks: Sequence[dict[str, Any]], claims: An
         span = (start, start + len(raw["text"])) if start >= 0 else (None, None)
         kept.append({"text": raw["text"], "verdict": verdict, "start": span[0], "end": span[1], "sources": sources})
     if not kept:
+        if claims:  # claims were sent, none of them usable: that is garbage, not a clean bill
+            raise GroundingError("invalid judge response: no claim has a text")
         return GroundingResult(score=1.0)
     score = sum(c["verdict"] == "supported" for c in kept) / len(kept)
     spans = [{**c, "score": 1.0} for c in kept if c["start"] is not None]
@@ -80,6 +82,13 @@ def result_from_claims(answer: str, chunks: Sequence[dict[str, Any]], claims: An
             "claims": kept,
         }
     )
+
+
+def _claims_of(reply: dict[str, Any]) -> Any:
+    """The reply's claims; a reply without a ``claims`` key is not a judgement at all."""
+    if "claims" not in reply:
+        raise GroundingError("invalid judge response: no 'claims' key")
+    return reply["claims"]
 
 
 class LLMJudgeGrounder:
@@ -122,7 +131,7 @@ class LLMJudgeGrounder:
         if not chunks:
             return GroundingResult(score=0.0)
         reply = self._model(opts.get("judge_model")).invoke(self._messages(answer, chunks, question), **self._kwargs(opts))
-        return result_from_claims(answer, chunks, parse_judge_json(str(reply.content)).get("claims") or [])
+        return result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content))))
 
     async def aground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> GroundingResult:
         """Judge the answer's claims against the chunks on the event loop."""
@@ -131,4 +140,4 @@ class LLMJudgeGrounder:
         if not chunks:
             return GroundingResult(score=0.0)
         reply = await self._model(opts.get("judge_model")).ainvoke(self._messages(answer, chunks, question), **self._kwargs(opts))
-        return result_from_claims(answer, chunks, parse_judge_json(str(reply.content)).get("claims") or [])
+        return result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content))))
