@@ -1,16 +1,20 @@
 """Checkpointers by object or by short spec.
 
 ``"memory"`` is one process-wide in-memory saver. ``"sqlite:<path>"`` is a SQLite
-file (``SqliteSaver`` for `run`; `arun` needs an async saver object, e.g.
-``AsyncSqliteSaver``). ``"postgres"`` is the knowledge base's PostgreSQL (the
-embedded server or ``DATABASE_URL``) through ``PostgresSaver`` on a connection pool
-set up as that library requires; its tables are created once per process.
+file. ``"postgres"`` is the knowledge base's PostgreSQL (the embedded server or
+``DATABASE_URL``) on a connection pool set up as that library requires; its tables are
+created once per process. `run` gets the sync savers, cached per process; `arun` gets
+async ones (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) through `async_checkpointer`,
+opened for the call and closed after it, because an async pool belongs to the event
+loop that opened it and a cached one would outlive ``asyncio.run``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -42,6 +46,13 @@ def _postgres() -> BaseCheckpointSaver[Any]:
     return saver
 
 
+def resolve_checkpointer_spec(spec: Any) -> str:
+    """Return a valid checkpointer spec string, or raise a clear error."""
+    if not isinstance(spec, str) or not (spec in ("memory", "postgres") or (spec.startswith("sqlite:") and len(spec) > 7)):
+        raise ValueError(f"unknown checkpointer {spec!r}: expected a LangGraph checkpointer, 'memory', 'sqlite:<path>' or 'postgres'")
+    return spec
+
+
 def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
     """Return a checkpointer for ``None``, a saver object, ``"memory"``, ``"sqlite:<path>"`` or ``"postgres"``.
 
@@ -52,8 +63,7 @@ def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
     """
     if spec is None or isinstance(spec, BaseCheckpointSaver):
         return spec
-    if not isinstance(spec, str) or not (spec in ("memory", "postgres") or (spec.startswith("sqlite:") and len(spec) > 7)):
-        raise ValueError(f"unknown checkpointer {spec!r}: expected a LangGraph checkpointer, 'memory', 'sqlite:<path>' or 'postgres'")
+    resolve_checkpointer_spec(spec)
     with _lock:
         saver = _savers.get(spec)
         if saver is None:
@@ -67,3 +77,41 @@ def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
                 saver = _sqlite(spec.split(":", 1)[1])
             _savers[spec] = saver
     return saver
+
+
+_async_setup_done: set[str] = set()
+
+
+@contextlib.asynccontextmanager
+async def async_checkpointer(spec: Any) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
+    """Yield a saver usable on the running event loop for ``spec`` (see the module docstring).
+
+    Raises:
+        ValueError: for an unknown spec.
+    """
+    if spec is None or isinstance(spec, BaseCheckpointSaver) or spec == "memory":
+        yield resolve_checkpointer(spec)
+        return
+    resolve_checkpointer_spec(spec)
+    if spec == "postgres":
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import AsyncConnectionPool
+
+        from knowledge.server import database_url
+
+        url = database_url()
+        async with AsyncConnectionPool(
+            url, min_size=1, max_size=4, open=False,
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        ) as pool:
+            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]  # the pool hands out dict-row connections
+            if url not in _async_setup_done:
+                await saver.setup()
+                _async_setup_done.add(url)
+            yield saver
+        return
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(spec.split(":", 1)[1]) as sqlite_saver:
+        yield sqlite_saver

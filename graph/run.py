@@ -13,10 +13,11 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
 from graph.build import GRAPH_NAME, build_graph, make_deps
-from graph.checkpoints import resolve_checkpointer
+from graph.checkpoints import async_checkpointer, resolve_checkpointer, resolve_checkpointer_spec
 from graph.context import CONTEXT_FIELDS, LoopContext
 from graph.deps import ConfigurationError, SynthesizerFn
 from graph.models import ModelSpec
@@ -247,18 +248,23 @@ async def arun(
     durability: Durability | None = None,
     **options: Any,
 ) -> LoopResult:
-    """Answer a question with the agentic loop, on the running event loop (see `run`)."""
-    compiled, inputs, config, context, thread = _prepare(
-        question, collection, controller_llm, checkpointer, thread_id,
-        _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
-        _context_kwargs(locals(), options),
-    )
-    if on_event is None:
-        state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
-    else:
-        state = {}
-        async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
-            state = _take(mode, chunk, on_event, state)
+    """Answer a question with the agentic loop, on the running event loop (see `run`).
+
+    A checkpointer spec gets an async saver opened for this call (see ``graph.checkpoints``).
+    """
+    deps_kwargs = _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt)
+    context_kwargs = _context_kwargs(locals(), options)
+    if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
+        resolve_checkpointer_spec(checkpointer)
+    _prepare(question, collection, controller_llm, None, None, deps_kwargs, context_kwargs)  # every check before a connection opens
+    async with async_checkpointer(checkpointer) as saver:
+        compiled, inputs, config, context, thread = _prepare(question, collection, controller_llm, saver, thread_id, deps_kwargs, context_kwargs)
+        if on_event is None:
+            state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
+        else:
+            state = {}
+            async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
+                state = _take(mode, chunk, on_event, state)
     return LoopResult.from_state(state, thread)
 
 

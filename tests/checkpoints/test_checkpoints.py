@@ -63,3 +63,24 @@ def test_replay_from_a_checkpoint_leaves_the_original_untouched():
 def test_unknown_checkpointer_spec_is_rejected():
     with pytest.raises(ValueError, match="sqlite"):
         resolve_checkpointer("redis")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_arun_opens_an_async_saver_for_a_spec(kind, tmp_path, request, monkeypatch):
+    from graph import arun, trace
+
+    if kind == "postgres":
+        monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("pg_url"))
+    spec = f"sqlite:{tmp_path / 'a.sqlite'}" if kind == "sqlite" else "postgres"
+    result = await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer=spec)
+    assert result.answer == "done" and result.thread_id
+    assert [s.node for s in trace(result.thread_id, spec)] == ["controller", "tools"] * 3  # the sync reader sees what arun wrote
+
+
+async def test_arun_rejects_a_bad_spec_before_opening_anything():
+    from graph import arun
+
+    with pytest.raises(ValueError, match="unknown checkpointer"):
+        await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="redis")
+    with pytest.raises(ValueError, match="durability must be one of"):
+        await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="memory", durability="later")
