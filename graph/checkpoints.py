@@ -5,15 +5,16 @@ file. ``"postgres"`` is the knowledge base's PostgreSQL (the embedded server or
 ``DATABASE_URL``) on a connection pool set up as that library requires; its tables are
 created once per process. `run` gets the sync savers, cached per process; `arun` gets
 async ones (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) through `async_checkpointer`,
-opened for the call and closed after it, because an async pool belongs to the event
-loop that opened it and a cached one would outlive ``asyncio.run``.
+cached per event loop, because an async pool belongs to the loop that opened it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -80,19 +81,11 @@ def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
 
 
 _async_setup_done: set[str] = set()
+_loop_savers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, BaseCheckpointSaver[Any]]] = weakref.WeakKeyDictionary()
+_loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-@contextlib.asynccontextmanager
-async def async_checkpointer(spec: Any) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
-    """Yield a saver usable on the running event loop for ``spec`` (see the module docstring).
-
-    Raises:
-        ValueError: for an unknown spec.
-    """
-    if spec is None or isinstance(spec, BaseCheckpointSaver) or spec == "memory":
-        yield resolve_checkpointer(spec)
-        return
-    resolve_checkpointer_spec(spec)
+async def _open_async(spec: str) -> BaseCheckpointSaver[Any]:
     if spec == "postgres":
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         from psycopg.rows import dict_row
@@ -101,17 +94,41 @@ async def async_checkpointer(spec: Any) -> AsyncIterator[BaseCheckpointSaver[Any
         from knowledge.server import database_url
 
         url = database_url()
-        async with AsyncConnectionPool(
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url, min_size=1, max_size=4, open=False,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-        ) as pool:
-            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]  # the pool hands out dict-row connections
-            if url not in _async_setup_done:
-                await saver.setup()
-                _async_setup_done.add(url)
-            yield saver
-        return
+        )
+        await pool.open()
+        saver = AsyncPostgresSaver(pool)
+        if url not in _async_setup_done:
+            await saver.setup()
+            _async_setup_done.add(url)
+        return saver
+    import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    async with AsyncSqliteSaver.from_conn_string(spec.split(":", 1)[1]) as sqlite_saver:
-        yield sqlite_saver
+    return AsyncSqliteSaver(await aiosqlite.connect(spec.split(":", 1)[1]))
+
+
+@contextlib.asynccontextmanager
+async def async_checkpointer(spec: Any) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
+    """Yield a saver usable on the running event loop for ``spec`` (see the module docstring).
+
+    Async savers made from a spec are shared by every run on the same event loop (50
+    concurrent runs share one pool of at most 4 connections) and dropped with the loop.
+
+    Raises:
+        ValueError: for an unknown spec.
+    """
+    if spec is None or isinstance(spec, BaseCheckpointSaver) or spec == "memory":
+        yield resolve_checkpointer(spec)
+        return
+    resolve_checkpointer_spec(spec)
+    loop = asyncio.get_running_loop()
+    lock = _loop_locks.setdefault(loop, asyncio.Lock())
+    async with lock:
+        savers = _loop_savers.setdefault(loop, {})
+        saver = savers.get(spec)
+        if saver is None:
+            saver = savers[spec] = await _open_async(spec)
+    yield saver
