@@ -6,6 +6,7 @@ The README's reliability table lists these cases with their outcomes.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,6 +15,7 @@ from langchain_openai import ChatOpenAI
 from graph import run
 from graph.deps import ConfigurationError
 from graph.models import ModelSpecError
+from knowledge import IngestError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 from tests.fixtures.openai_server import conversation_problem
 
@@ -124,7 +126,7 @@ def _model(server):
 
 MALFORMED = [
     ("invalid JSON arguments", [{"name": "search", "raw_arguments": "{query: oops"}], "not valid json"),
-    ("wrong argument types", [{"name": "search", "arguments": {"query": 42, "limit": "many"}}], ""),
+    ("wrong argument types", [{"name": "search", "arguments": {"query": 42, "limit": "many"}}], "query must be"),
     ("missing call id", [{"name": "search", "id": "", "arguments": {"query": "q"}}], ""),
     ("duplicate call ids", [{"name": "search", "id": "same", "arguments": {"query": "a"}}, {"name": "search", "id": "same", "arguments": {"query": "b"}}], ""),
     ("unknown tool", [{"name": "rm_rf", "arguments": {"path": "/"}}], "unknown tool"),
@@ -177,41 +179,103 @@ def test_malformed_search_results_are_normalised_or_reported_and_the_loop_goes_o
         assert isinstance(c["id"], str) and c["id"] and isinstance(c["text"], str) and isinstance(c["score"], float)
 
 
-# ----- ingest of bad files ------------------------------------------------------------------
+# ----- ingest of bad input ------------------------------------------------------------------
 
 
 def _counts(kb):
     with psycopg.connect(kb.url, options=f"-c search_path={kb.schema},public") as conn:
-        return conn.execute("SELECT (SELECT count(*) FROM kb_documents), (SELECT count(*) FROM kb_chunks)").fetchone()
+        return conn.execute(
+            "SELECT (SELECT count(*) FROM kb_collections), (SELECT count(*) FROM kb_documents), (SELECT count(*) FROM kb_chunks)"
+        ).fetchone()
+
+
+BAD_FILES = [
+    ("binary", bytes(range(256)) * 40, "binary file"),
+    ("png header", b"\x89PNG\r\n\x1a\n" + bytes(200), "binary file"),
+    ("empty", b"", "file is empty"),
+    ("whitespace only", b" \n\t\n ", "file is empty"),
+    ("latin-1 encoded", "Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"), "not valid UTF-8"),
+    ("utf-16 encoded", "Sixteen-bit text about ferrets.".encode("utf-16"), "binary file"),
+    ("truncated utf-8", "na\u00efve".encode()[:-1] + b"ve and more text", "not valid UTF-8"),
+    ("enormous (25 MB)", b"word " * 5_000_000, "file is too large"),
+]
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("kind", ["binary", "empty", "whitespace", "latin-1 encoded", "enormous", "missing"])
-def test_ingest_of_bad_files_skips_or_fails_cleanly_and_writes_nothing_partial(kb, tmp_path, kind):
-    path = tmp_path / f"{kind.replace(' ', '_')}.txt"
-    if kind == "binary":
-        path.write_bytes(bytes(range(256)) * 40)
-    elif kind == "empty":
-        path.write_bytes(b"")
-    elif kind == "whitespace":
-        path.write_text(" \n\t\n ")
-    elif kind == "latin-1 encoded":
-        path.write_bytes("Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"))
-    elif kind == "enormous":
-        path.write_bytes(b"word " * 5_000_000)  # 25 MB
+@pytest.mark.parametrize(("kind", "data", "fragment"), BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_ingest_of_a_bad_file_is_a_clear_error_and_writes_nothing(kb, tmp_path, kind, data, fragment):
+    kb.ingest("A good document about otters.", collection="bad-files")
+    path = tmp_path / "input.txt"
+    path.write_bytes(data)
     before = _counts(kb)
-    try:
-        outcome = kb.ingest(path, collection="bad-files")
-    except Exception as exc:  # a clear error is a defined outcome too
-        assert str(exc), kind
-        assert _counts(kb) == before
-        return
-    documents, chunks = _counts(kb)
-    if kind == "latin-1 encoded":
-        assert documents == before[0] + 1 and chunks > before[1]
-        assert kb.search("café crème", collection="bad-files", mode="fulltext")
-    elif kind == "enormous":
-        assert outcome.skipped_files or documents == before[0] + 1
-    else:
-        assert (documents, chunks) == before
-        assert outcome.skipped_files, kind
+    with pytest.raises(IngestError, match=fragment):
+        kb.ingest(path, collection="bad-files")
+    with pytest.raises(IngestError, match=fragment):
+        kb.ingest(path, collection="a-new-collection")  # not even the collection is created
+    assert _counts(kb) == before
+
+
+@pytest.mark.postgres
+def test_ingest_of_a_missing_path_is_a_clear_error(kb, tmp_path):
+    before = _counts(kb)
+    with pytest.raises(IngestError, match="no such file or directory"):
+        kb.ingest(tmp_path / "missing.txt", collection="bad-files")
+    assert _counts(kb) == before
+
+
+@pytest.mark.postgres
+def test_a_directory_walk_skips_each_bad_file_with_its_reason_and_keeps_the_good_ones(kb, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for index, (_, data, _) in enumerate(BAD_FILES):
+        (folder / f"bad{index}.txt").write_bytes(data)
+    (folder / "good.md").write_text("# Otters\n\nOtters hold hands while they sleep.")
+    before = _counts(kb)
+    outcome = kb.ingest(folder, collection="mixed")
+    assert outcome.documents_added == 1
+    reasons = {Path(file).name: reason for file, reason in outcome.skipped_files}
+    assert {name: reason.split(" (")[0] for name, reason in reasons.items()} == {
+        f"bad{index}.txt": fragment if fragment != "not valid UTF-8" else "not valid UTF-8" for index, (_, _, fragment) in enumerate(BAD_FILES)
+    } | {name: reasons[name].split(" (")[0] for name in reasons if "too large" in reasons[name]}
+    assert _counts(kb)[1:] == (before[1] + 1, before[2] + outcome.chunks_added)
+    assert [h["text"] for h in kb.search("otters sleep", collection="mixed")] == ["# Otters\n\nOtters hold hands while they sleep."]
+
+
+BAD_TEXTS = [
+    ("empty string", "", "cannot ingest empty text"),
+    ("whitespace string", " \n\t ", "cannot ingest empty text"),
+    ("text with NUL", "otters\x00sleep", "NUL characters"),
+]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("kind", "text", "fragment"), BAD_TEXTS, ids=[b[0] for b in BAD_TEXTS])
+def test_ingest_of_bad_text_is_a_clear_error_and_writes_nothing(kb, kind, text, fragment):
+    before = _counts(kb)
+    with pytest.raises(IngestError, match=fragment):
+        kb.ingest(text, collection="bad-text")
+    assert _counts(kb) == before  # an empty string is not the working directory either
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if n != "no-such-collection"], ids=[n[:20] for n in HOSTILE_NAMES[1:]])
+def test_hostile_collection_names_are_stored_as_plain_names(kb, name):
+    kb.ingest("Walruses sleep on ice floes.", collection=name)
+    kb.ingest("Penguins huddle in the cold.", collection="neighbour")
+    hits = kb.search("walruses ice", collection=name)
+    assert [h["collection"] for h in hits] == [name]
+    assert sorted(c.name for c in kb.collections()) == sorted([name, "neighbour"])
+    kb.delete_collection(name)
+    assert [c.name for c in kb.collections()] == ["neighbour"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", ["", "   ", "nul\x00name"], ids=["empty", "blank", "NUL"])
+def test_unusable_collection_names_are_clear_errors(kb, name):
+    before = _counts(kb)
+    with pytest.raises(ValueError, match="collection name"):
+        kb.ingest("Walruses sleep on ice floes.", collection=name)
+    assert _counts(kb) == before
+    if name.strip():
+        with pytest.raises(ValueError, match="NUL"):
+            kb.search("walruses", collection=name)
