@@ -185,6 +185,8 @@ class KnowledgeBase:
         value: object = name  # callers may pass anything at runtime
         if not isinstance(value, str) or not name.strip():
             raise ValueError(f"collection name must be a non-empty str, got {name!r}")
+        if "\x00" in name:
+            raise ValueError("collection names must not contain NUL characters")
         with self.pool().connection() as conn:
             if create:
                 conn.execute(

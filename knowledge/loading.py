@@ -84,7 +84,8 @@ def is_path_source(source: str | os.PathLike[str]) -> bool:
     """Tell a path from text: `PathLike` is a path; a `str` is one only if it exists."""
     if isinstance(source, os.PathLike):
         return True
-    if "\n" in source or "\x00" in source or len(source) > _MAX_PATH_CHARS:
+    # a blank string names no file: Path("") is the working directory, which exists
+    if not source.strip() or "\n" in source or "\x00" in source or len(source) > _MAX_PATH_CHARS:
         return False
     try:
         return Path(source).expanduser().exists()
@@ -96,10 +97,13 @@ def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> S
     """Build a document from a text string.
 
     Raises:
-        IngestError: if the text is empty or blank.
+        IngestError: if the text is empty, blank or contains NUL characters.
     """
     if not text.strip():
         raise IngestError("cannot ingest empty text")
+    if "\x00" in text:
+        # PostgreSQL text cannot hold NUL; failing here keeps the write from starting
+        raise IngestError("cannot ingest text containing NUL characters")
     doc = SourceDoc(source="", text=text, markdown=bool(_HEADING.search(text)), metadata={})
     doc.source = name or f"text:{doc.content_hash[:16]}"
     doc.metadata = {**metadata, "source": doc.source}

@@ -115,14 +115,19 @@ def _is_int(value: object) -> bool:
 
 
 def scope_names(collection: str | Sequence[str] | None) -> list[str] | None:
-    """Normalise `collection`: `None`/`"all"` is unrestricted, a name or a list of names."""
+    """Normalise `collection`: `None`/`"all"` is unrestricted, a name or a list of names.
+
+    Raises:
+        TypeError: for names that are not strings.
+        ValueError: for a name with a NUL character (PostgreSQL text cannot hold one).
+    """
     if collection is None or collection == "all":
         return None
-    if isinstance(collection, str):
-        return [collection]
-    names = list(collection)
+    names = [collection] if isinstance(collection, str) else list(collection)
     if not all(isinstance(n, str) for n in names):
         raise TypeError("collection must be None, 'all', a name, or a list of names")
+    if any("\x00" in n for n in names):
+        raise ValueError("collection names must not contain NUL characters")
     return names
 
 
