@@ -21,46 +21,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, messages_to_dict
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
 from bench.loop_bench import ANSWER_TEXT, instant_search, minimal_stategraph
+from bench.scripted import TurnScriptedModel
 
 RESULTS = Path(__file__).parent / "results" / "checkpoints.json"
 TURNS = (2, 5, 10, 20)
 TARGET_RATIO = 3.0
 
 
-class TurnsModel(BaseChatModel):
+def TurnsModel(turns: int) -> BaseChatModel:  # reads as the class it stands for
     """Searches ``turns - 1`` times with distinct queries, then answers."""
 
-    turns: int
-
-    @property
-    def _llm_type(self) -> str:
-        return "turns-scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # the script knows its tools
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        turn = sum(isinstance(m, AIMessage) for m in messages)
+    def reply(turn: int) -> AIMessage:
         call = (
             {"name": "search", "args": {"query": f"checkpoint growth aspect {turn}"}, "id": f"call_{turn}", "type": "tool_call"}
-            if turn < self.turns - 1
+            if turn < turns - 1
             else {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": f"call_{turn}", "type": "tool_call"}
         )
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+        return AIMessage(content="", tool_calls=[call])
+
+    return TurnScriptedModel(script=reply)
 
 
 def state_json_bytes(values: dict[str, Any]) -> int:

@@ -39,16 +39,16 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
+
+from bench.scripted import TurnScriptedModel
 
 RESULTS = Path(__file__).parent / "results" / "loop.json"
 QUESTION = "How does asyncio.gather report exceptions?"
@@ -88,30 +88,9 @@ def script_reply(turn: int) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": "answer", "args": {"text": ANSWER_TEXT}, "id": call_id, "type": "tool_call"}])
 
 
-class InstantChatModel(BaseChatModel):
-    """A stateless scripted chat model: the reply depends only on how many turns came before.
-
-    Being stateless, one instance serves every run of every variant, with no reset.
-    ``bind_tools`` returns the model itself, so no variant pays for a binding layer the
-    others skip.
-    """
-
-    @property
-    def _llm_type(self) -> str:
-        return "instant-scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # the tools are already known to the script
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        turn = sum(isinstance(m, AIMessage) for m in messages)
-        return ChatResult(generations=[ChatGeneration(message=script_reply(turn))])
+def InstantChatModel() -> BaseChatModel:  # reads as the class it stands for
+    """The loop benchmark's scripted model: 5 searches, then an answer."""
+    return TurnScriptedModel(script=script_reply)
 
 
 def instant_search(query: str, **kwargs: Any) -> list[dict[str, Any]]:

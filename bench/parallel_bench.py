@@ -17,37 +17,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage
+
+from bench.scripted import TurnScriptedModel
 
 RESULTS = Path(__file__).parent / "results" / "parallel.json"
 SEARCHES = 4
 
 
-class FourSearches(BaseChatModel):
-    """First turn: 4 searches in one message; second turn: answer."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "four-searches"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # the script knows its tools
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        if any(isinstance(m, AIMessage) for m in messages):
-            calls = [{"name": "answer", "args": {"text": "done"}, "id": "answer", "type": "tool_call"}]
-        else:
-            calls = [{"name": "search", "args": {"query": f"aspect {i}"}, "id": f"s{i}", "type": "tool_call"} for i in range(SEARCHES)]
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=calls))])
+def four_searches(turn: int) -> AIMessage:
+    """First turn: 4 searches in one message; then: answer."""
+    if turn:
+        calls = [{"name": "answer", "args": {"text": "done"}, "id": "answer", "type": "tool_call"}]
+    else:
+        calls = [{"name": "search", "args": {"query": f"aspect {i}"}, "id": f"s{i}", "type": "tool_call"} for i in range(SEARCHES)]
+    return AIMessage(content="", tool_calls=calls)
 
 
 def make_searches(latency: float) -> tuple[Any, Any]:
@@ -70,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--latency", type=float, default=0.05)
     args = parser.parse_args(argv)
     search, asearch = make_searches(args.latency)
-    model = FourSearches()
+    model = TurnScriptedModel(script=four_searches)
 
     def sync_run() -> Any:
         return graph.run("Q?", controller_llm=model, search_fn=search)
