@@ -29,6 +29,7 @@ from nodes.lifecycle import emit_if_final, start_event
 from tools.schemas import ToolSchema
 
 NAME = "controller"
+EMPTY_REPLY = "the controller replied with neither a tool call nor any text"
 
 
 class ControllerUpdate(TypedDict, total=False):
@@ -128,8 +129,13 @@ class Controller:
         if turn.started_at is not None and "started_at" not in state:
             update["started_at"] = turn.started_at
         if not (reply.tool_calls or reply.invalid_tool_calls):
+            text = message_text(reply.content)
+            if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
+                update["terminated_by"] = "error"
+                update["error"] = EMPTY_REPLY
+                return update
             update["terminated_by"] = "answered"
-            update["answer"] = message_text(reply.content)
+            update["answer"] = text
         return update
 
     def _settle(self, state: LoopState, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
