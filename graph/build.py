@@ -98,13 +98,14 @@ def make_deps(
         raise TypeError("search_fn must be callable: search_fn(query, collection=..., limit=..., **search_opts)")
     if synthesizer is not None and not callable(synthesizer):
         raise TypeError("synthesizer must be a function (messages, opts) -> str")
+    custom_schemas = custom_tool_schemas(custom)  # checks the tools before their names are read
     return LoopDeps(
         controller_llm=resolve_model(controller_llm) if controller_llm is not None else None,
         answer_llm=resolve_model(answer_llm) if answer_llm is not None else None,
         search_fn=search_fn,
         asearch_fn=asearch_fn,
         custom_tools={t.name: t for t in custom},
-        custom_schemas=custom_tool_schemas(custom),
+        custom_schemas=custom_schemas,
         synthesizer=synthesizer,
         grounder=grounder,
         system_prompt=_prompt_fn(system_prompt, "system_prompt"),

@@ -147,6 +147,10 @@ def _prepare(
     if unknown:
         raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONTEXT_FIELDS))}")
     context = LoopContext(**{k: v for k, v in options.items() if v is not None})
+    if context.grounder is not None:
+        from grounding.resolve import resolve_grounder
+
+        resolve_grounder(context.grounder)  # a name from the environment is checked like an argument
     if controller_llm is None and context.controller_model is None:
         raise ConfigurationError(
             "run() needs a controller: pass controller_llm= (a 'provider:model' string, a chat model or a "
@@ -207,6 +211,7 @@ def run(
         TypeError, ValueError: for a bad question, collection or option, before anything runs.
         ConfigurationError: when no controller is configured.
     """
+    _check_on_event(on_event)
     compiled, inputs, config, context, thread = _prepare(
         question, collection, controller_llm, checkpointer, thread_id,
         _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
@@ -252,6 +257,7 @@ async def arun(
 
     A checkpointer spec gets an async saver opened for this call (see ``graph.checkpoints``).
     """
+    _check_on_event(on_event)
     deps_kwargs = _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt)
     context_kwargs = _context_kwargs(locals(), options)
     if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
@@ -279,6 +285,11 @@ def _durability(value: Any, thread: str | None) -> Durability | None:
     if thread is None:
         return None
     return value or "sync"
+
+
+def _check_on_event(on_event: Any) -> None:
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
 
 
 def _take(mode: Any, chunk: Any, on_event: Callable[[dict[str, Any]], None], state: Any) -> Any:
