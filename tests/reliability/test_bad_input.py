@@ -58,6 +58,35 @@ REJECTED = [
     ("unknown checkpointer", {"checkpointer": "redis"}, ValueError, "unknown checkpointer"),
     ("sqlite checkpointer without a path", {"checkpointer": "sqlite:"}, ValueError, "unknown checkpointer"),
     ("system_prompt an int", {"system_prompt": 5}, TypeError, "system_prompt must be"),
+    ("answer_prompt an int", {"answer_prompt": 5}, TypeError, "answer_prompt must be"),
+    ("chunk_cap '30'", {"chunk_cap": "30"}, TypeError, "chunk_cap must be an integer"),
+    ("max_repairs -1", {"max_repairs": -1}, ValueError, "at least 0"),
+    ("repair_turns '2'", {"repair_turns": "2"}, TypeError, "repair_turns must be an integer"),
+    ("budget_ledger 'yes'", {"budget_ledger": "yes"}, TypeError, "True or False"),
+    ("duplicate_guard 1", {"duplicate_guard": 1}, TypeError, "True or False"),
+    ("explore_tool 'true'", {"explore_tool": "true"}, TypeError, "True or False"),
+    ("fallback_synthesis 'no'", {"fallback_synthesis": "no"}, TypeError, "True or False"),
+    ("judge_model an int", {"judge_model": 5}, TypeError, "judge_model must be a string"),
+    ("grounder an int", {"grounder": 5}, TypeError, "a grounder must be"),
+    ("grounder a plain object", {"grounder": object()}, TypeError, "a grounder must be"),
+    ("min_support -0.1", {"min_support": -0.1, "grounder": "local"}, ValueError, "finite number >= 0"),
+    ("max_seconds inf", {"max_seconds": float("inf")}, ValueError, "finite number"),
+    ("synthesizer not callable", {"synthesizer": 5}, TypeError, "synthesizer must be a function"),
+    ("controller_llm an int", {"controller_llm": 5}, TypeError, "a model must be"),
+    ("controller_llm a one-item pair", {"controller_llm": ("openai:gpt-4o-mini",)}, TypeError, "a model pair must be"),
+    ("answer_llm malformed", {"answer_llm": "gpt4"}, ModelSpecError, "provider:model"),
+    ("answer_llm an int", {"answer_llm": 5}, TypeError, "a model must be"),
+    ("tools [42]", {"tools": [42]}, TypeError, "BaseTool instances, got int"),
+    ("tools a string", {"tools": "search"}, TypeError, "BaseTool instances, got str"),
+    ("on_event not callable", {"on_event": 5}, TypeError, "on_event must be a function"),
+    ("search_opts with int keys", {"search_opts": {1: 2}}, TypeError, "string keys"),
+    ("durability 'fast'", {"durability": "fast", "checkpointer": "memory"}, ValueError, "durability must be one of"),
+    ("checkpointer an int", {"checkpointer": 5}, ValueError, "unknown checkpointer"),
+    ("collection blank", {"collection": " "}, ValueError, "must not be empty or blank"),
+    ("collection ['']", {"collection": [""]}, ValueError, "must not be empty or blank"),
+    ("collection a set", {"collection": {"a"}}, TypeError, "collection must be"),
+    ("collection bytes", {"collection": b"docs"}, TypeError, "collection must be"),
+    ("collection with NUL", {"collection": "a\x00b"}, ValueError, "NUL"),
 ]
 
 
@@ -73,6 +102,39 @@ def test_bad_run_input_is_rejected_before_anything_runs(kind, kwargs, error, fra
         run(question, **kwargs)
     assert fragment in str(caught.value)
     assert model.calls == [] and found.calls == []  # nothing ran
+
+
+ENV_REJECTED = [
+    ("ARCANA_LOOP_MAX_ITERATIONS", "abc", "not a valid int"),
+    ("ARCANA_LOOP_SEARCH_OPTS", "[1]", "not a valid dict"),
+    ("ARCANA_LOOP_SEARCH_OPTS", "{not json", "not a valid dict"),
+    ("ARCANA_LOOP_BUDGET_LEDGER", "maybe", "not a valid bool"),
+    ("ARCANA_LOOP_CHUNK_CAP", "-3", "chunk_cap must be at least 0"),
+    ("ARCANA_LOOP_TEMPERATURE", "warm", "not a valid float"),
+    ("ARCANA_LOOP_GROUNDER", "oracle", "unknown grounder"),
+]
+
+
+@pytest.mark.parametrize(("variable", "value", "fragment"), ENV_REJECTED, ids=[f"{v}={x}" for v, x, _ in ENV_REJECTED])
+def test_bad_environment_defaults_are_rejected_before_anything_runs(monkeypatch, variable, value, fragment):
+    monkeypatch.setenv(variable, value)
+    model = ScriptedChatModel(responses=[answer("never")])
+    with pytest.raises(ValueError, match=fragment):
+        run("Q?", controller_llm=model, search_fn=ScriptedSearch([]))
+    assert model.calls == []
+
+
+def test_a_malformed_controller_model_option_ends_the_run_as_error_without_a_call():
+    # the option form is resolved per run (a served graph gets it in the run's context)
+    found = ScriptedSearch([])
+    result = run("Q?", controller_model="gpt4", search_fn=found)
+    assert result.terminated_by == "error" and "provider:model" in (result.error or "")
+    assert result.answer is None and found.calls == [] and result.iterations == 1
+
+
+def test_a_malformed_answer_model_option_keeps_the_controllers_draft():
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[answer("draft")]), answer_model="gpt4", search_fn=ScriptedSearch([]))
+    assert (result.terminated_by, result.answer) == ("answered", "draft")
 
 
 def test_zero_iterations_and_zero_chunk_cap_are_defined_outcomes():
@@ -148,6 +210,31 @@ def test_malformed_controller_output_gets_a_tool_result_and_the_conversation_sta
     assert len(tool_messages) == len(calls)  # every call answered, skipped ones included
     assert fragment.lower() in " ".join(m["content"] for m in tool_messages).lower(), [m["content"] for m in tool_messages][:3]
     assert len(found.calls) <= 16  # at most max_tool_calls_per_turn searches ran
+    sent_ids = [c["id"] for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert all(sent_ids) and len(set(sent_ids)) == len(sent_ids) == len(calls)  # missing and repeated ids were made unique
+
+
+def test_an_empty_reply_is_an_error_not_an_empty_answer(openai_server):
+    openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "q"}}]}, {"tool_calls": []})
+    result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([[chunk("c1")]]))
+    assert (result.terminated_by, result.answer) == ("error", None)
+    assert result.error == "the controller replied with neither a tool call nor any text"
+    assert [e["returned_chunk_ids"] for e in result.tool_history] == [["c1"]]  # the search it made is kept
+
+
+def test_arguments_that_are_not_an_object_end_the_run_as_error(openai_server):
+    # the OpenAI client itself refuses to build the reply; the loop reports it and keeps what it had
+    openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "q"}}]}, {"tool_calls": [{"name": "search", "raw_arguments": "[1, 2]"}]})
+    result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([[chunk("c1")]]))
+    assert result.terminated_by == "error" and "valid dictionary" in (result.error or "")
+    assert [c["id"] for c in result.chunks] == ["c1"] and result.answer is None
+
+
+def test_null_arguments_are_a_missing_query(openai_server):
+    openai_server.enqueue({"tool_calls": [{"name": "search", "raw_arguments": "null"}]}, {"tool_calls": [{"name": "answer", "arguments": {"text": "ok"}}]})
+    result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([]))
+    assert result.tool_history[0]["summary"] == "search error: missing :query argument" and result.answer == "ok"
+    assert conversation_problem(openai_server.requests[1]["messages"]) is None
 
 
 def test_an_empty_tool_call_list_is_a_plain_answer(openai_server):
