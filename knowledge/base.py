@@ -127,6 +127,8 @@ class KnowledgeBase:
                     max_size=self._pool_size,
                     kwargs={"options": self._options},
                     configure=register_vector,
+                    # a connection the server dropped (restart, failover, idle kill) is replaced, not handed to a search
+                    check=ConnectionPool.check_connection,
                     open=False,
                 )
                 pool.open(wait=True, timeout=30)
@@ -153,6 +155,7 @@ class KnowledgeBase:
                 max_size=self._pool_size,
                 kwargs={"options": self._options},
                 configure=register_vector_async,
+                check=AsyncConnectionPool.check_connection,
                 open=False,
             )
             await apool.open(wait=True, timeout=30)
