@@ -13,9 +13,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from langchain_core.messages import ToolMessage
+from langchain_openai import ChatOpenAI
 
 from graph import resume, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer
+from tests.fixtures.openai_server import conversation_problem
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -81,11 +84,61 @@ def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_rep
     assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [("search", "alpha"), ("search", "beta"), ("answer", None)]
     assert finished.iterations == 3 and [c["id"] for c in finished.chunks] == ["a1", "b1"]
     assert later_search.calls == []  # the searches the dead process made were not sent again
+    assert [m.type for m in finished.messages] == ["human", *["ai", "tool"] * 3]  # no turn replayed, none dropped
     after = trace(thread, spec)
     assert [s.node for s in after] == ["controller", "tools"] * 3
     assert [s.checkpoint_id for s in after[:4]] == [s.checkpoint_id for s in before]
     # resuming a finished thread changes nothing
     assert resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[])).answer == finished.answer
+
+
+CHILD_CLIENT_LOOP = textwrap.dedent(
+    """
+    import sys
+    from langchain_openai import ChatOpenAI
+    from graph import run
+    from tests.fakes import ScriptedSearch, chunk
+
+    base_url, spec, thread = sys.argv[1:4]
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=base_url, api_key="sk-test", max_retries=0, timeout=300)
+    found = ScriptedSearch({"alpha": [chunk("a1", "Alpha.")], "beta": [chunk("b1", "Beta.")]})
+    run("Alpha and beta?", controller_llm=model, search_fn=found, checkpointer=spec, thread_id=thread, max_iterations=6)
+    """
+)
+
+
+def _search_reply(query):
+    return {"tool_calls": [{"name": "search", "arguments": {"query": query}}]}
+
+
+def test_a_loop_killed_while_the_provider_hangs_resumes_through_the_client(openai_server, tmp_path):
+    spec = f"sqlite:{tmp_path / 'threads.sqlite'}"
+    thread = f"hung-{uuid.uuid4()}"
+    openai_server.enqueue(_search_reply("alpha"), _search_reply("beta"), {"sleep": 30, "then": "too late"})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_CLIENT_LOOP, openai_server.base_url, spec, thread], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(openai_server.requests) < 3:  # the third turn's request is in, and its reply hangs
+            assert child.poll() is None, child.stderr.read().decode() if child.stderr else ""
+            assert time.monotonic() < deadline, "the child never reached its third turn"
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert [s.node for s in trace(thread, spec)] == ["controller", "tools", "controller", "tools"]
+
+    openai_server.replies.clear()
+    openai_server.enqueue({"tool_calls": [{"name": "answer", "arguments": {"text": "Alpha, then beta."}}]})
+    model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test", max_retries=0)
+    finished = resume(thread, checkpointer=spec, controller_llm=model, search_fn=ScriptedSearch([]))
+    assert (finished.terminated_by, finished.answer) == ("answered", "Alpha, then beta.")
+    assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [("search", "alpha"), ("search", "beta"), ("answer", None)]
+    resent = openai_server.requests[-1]["messages"]
+    assert conversation_problem(resent) is None  # the resumed conversation is one OpenAI accepts
+    assert [m["role"] for m in resent] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    ids = [m.tool_call_id for m in finished.messages if isinstance(m, ToolMessage)]
+    assert len(ids) == len(set(ids)) == 3  # each call answered once: nothing replayed twice
 
 
 CHILD_INGEST = textwrap.dedent(
