@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
-from graph import record_of, run, trace
+from graph import arun, record_of, run, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, search, tool_call
 
 pytestmark = pytest.mark.reliability
@@ -45,8 +47,12 @@ def test_a_locked_controller_cannot_reach_another_collection(tenants):
         *[search(q) for q in INJECTIONS],
         answer("I could not find it."),
     ]
-    result = run("What is the launch code?", collection="public", controller_llm=ScriptedChatModel(responses=attempts), search_fn=tenants.search, max_iterations=12)
-    assert _collections_of(result) <= {"public"}
+    model = ScriptedChatModel(responses=attempts)
+    result = run("What is the launch code?", collection="public", controller_llm=model, search_fn=tenants.search, max_iterations=12)
+    assert _collections_of(result) == {"public"}  # the bait was found, in scope
+    assert all("collection" not in tools[0]["function"]["parameters"]["properties"] for tools in model.bound_tools)
+    seen = " ".join(str(m.content) for call in model.calls for m in call["messages"])
+    assert "7-4-1-9" not in seen and "canteen" not in seen  # nothing outside scope ever reached the controller
     secret_ids = {c["id"] for c in tenants.search("launch code", collection="secret")}
     assert secret_ids and not secret_ids & {i for e in result.tool_history for i in e["returned_chunk_ids"]}
     assert all("7-4-1-9" not in c["text"] for c in result.chunks)
@@ -57,7 +63,25 @@ def test_a_picking_controller_stays_inside_its_list(tenants):
     attempts = [search("launch code", collection="secret"), search("fact", collection="other"), search("fact", collection="public"), answer("done")]
     result = run("Facts?", collection=["public", "other"], controller_llm=ScriptedChatModel(responses=attempts), search_fn=tenants.search)
     assert _collections_of(result) <= {"public", "other"} and _collections_of(result)
-    assert "not offered" in result.tool_history[0]["summary"] or result.tool_history[0]["returned_chunk_ids"] == []
+    assert result.tool_history[0]["summary"] == 'search error: collection "secret" is not in the allowed list ("public", "other")'
+    assert result.tool_history[0]["returned_chunk_ids"] == []
+    assert [sorted({tenants_collection(tenants, i) for i in e["returned_chunk_ids"]}) for e in result.tool_history[1:3]] == [["other"], ["public"]]
+
+
+def tenants_collection(kb, chunk_id):
+    with psycopg.connect(kb.url, options=f"-c search_path={kb.schema},public") as conn:
+        row = conn.execute("SELECT k.name FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id WHERE c.id = %s", (chunk_id,)).fetchone()
+    return row[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", ["secret'; --", "secret%", "%", "_", "SECRET", " secret", "secret\\", "public' OR '1'='1"])
+def test_a_name_that_resembles_a_collection_matches_only_itself(tenants, name):
+    assert tenants.search("launch code", collection=name) == []
+    assert tenants.search("launch code", collection=[name, "other"], mode="fulltext") == []
+    picked = run("Launch code?", collection=[name, "public"], search_fn=tenants.search,
+                 controller_llm=ScriptedChatModel(responses=[search("launch code", collection=name), answer("none")]))
+    assert picked.tool_history[0]["returned_chunk_ids"] == []
 
 
 @pytest.mark.postgres
@@ -91,6 +115,18 @@ def _pasted(node: ast.expr) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
         return isinstance(node.func.value, ast.Constant)  # sql.SQL(...).format is composition, "...".format is pasting
     return False
+
+
+def test_no_sql_composition_starts_from_a_pasted_string():
+    # sql.SQL marks its text as trusted; pasting a value into that text would bypass composition
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "SQL" and node.args and _pasted(node.args[0])
+    ]
+    assert offenders == []
 
 
 def test_no_sql_statement_is_built_by_pasting_values():
@@ -143,7 +179,7 @@ def test_the_sql_check_catches_what_it_looks_for():
 SENTINEL = "sk-SENTINEL-d41d8cd98f00b204e9800998ecf8427e"
 
 
-def test_the_api_key_never_reaches_state_checkpoints_traces_logs_or_json(openai_server, monkeypatch, tmp_path, caplog):
+def test_the_api_key_never_reaches_state_checkpoints_traces_logs_or_json(openai_server, monkeypatch, tmp_path, caplog, capfd):
     monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
     openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "timeouts"}}]}, {"tool_calls": [{"name": "answer", "arguments": {"text": "Use wait_for."}}]})
@@ -157,10 +193,44 @@ def test_the_api_key_never_reaches_state_checkpoints_traces_logs_or_json(openai_
         json.dumps([s.to_dict() for s in trace(result.thread_id, f"sqlite:{db}")], default=str),
         json.dumps(record_of(result.thread_id, f"sqlite:{db}").to_dict(), default=str),
         caplog.text,
+        *capfd.readouterr(),
     ]
     assert all(SENTINEL not in text for text in written)
     assert SENTINEL.encode() not in db.read_bytes()
     assert all(request.get("api_key") is None for request in openai_server.requests)
+
+
+def _occurrences(conn, columns, needle):
+    found = {}
+    for table, column, kind in columns:
+        # msgpack blobs hold strings as plain UTF-8 bytes; everything else is searched as text
+        test = "position(convert_to(%s, 'UTF8') in {c}) > 0" if kind == "bytea" else "strpos({c}::text, %s) > 0"
+        statement = sql.SQL("SELECT count(*) FROM {t} WHERE " + test).format(t=sql.Identifier(table), c=sql.Identifier(column))
+        found[f"{table}.{column}"] = conn.execute(statement, (needle,)).fetchone()[0]
+    return found
+
+
+@pytest.mark.postgres
+async def test_the_api_key_never_reaches_the_postgres_checkpoints(openai_server, monkeypatch, pg_url, caplog):
+    monkeypatch.setenv("OPENAI_API_KEY", SENTINEL)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "timeouts"}}]}, {"tool_calls": [{"name": "answer", "arguments": {"text": "Use wait_for."}}]})
+    caplog.set_level(logging.DEBUG)
+    result = await arun("How do timeouts work?", controller_llm="openai:gpt-4o-mini", checkpointer="postgres",
+                        search_fn=ScriptedSearch([[{"id": "c1", "text": "wait_for times out.", "score": 0.9}]]))
+    assert result.answer == "Use wait_for." and len(openai_server.requests) == 2
+    with psycopg.connect(pg_url) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name LIKE 'checkpoint%'"
+        ).fetchall()
+        assert {"checkpoints", "checkpoint_writes", "checkpoint_blobs"} <= {t for t, _, _ in columns}
+        stored = _occurrences(conn, columns, SENTINEL)
+        assert sum(_occurrences(conn, columns, "Use wait_for.").values()) > 0  # the search does find what is there
+        mine = conn.execute("SELECT count(*) FROM checkpoint_blobs WHERE thread_id = %s", (result.thread_id,)).fetchone()[0]
+    assert mine > 0 and set(stored.values()) == {0}, stored
+    assert SENTINEL not in caplog.text and SENTINEL not in json.dumps(result.to_dict(messages=True), default=str)
 
 
 @pytest.mark.postgres
