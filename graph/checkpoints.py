@@ -41,6 +41,8 @@ def _postgres() -> BaseCheckpointSaver[Any]:
     pool: ConnectionPool[Any] = ConnectionPool(
         database_url(), min_size=1, max_size=4, open=True,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        # the saver lives for the process: a connection the server dropped must be replaced, not lent out
+        check=ConnectionPool.check_connection,
     )
     saver = PostgresSaver(pool)
     saver.setup()
@@ -97,6 +99,7 @@ async def _open_async(spec: str) -> BaseCheckpointSaver[Any]:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url, min_size=1, max_size=4, open=False,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            check=AsyncConnectionPool.check_connection,
         )
         await pool.open()
         saver = AsyncPostgresSaver(pool)
