@@ -182,3 +182,21 @@ def test_a_database_that_stays_away_is_a_search_error_and_the_loop_goes_on(kb):
     assert (result.terminated_by, result.answer) == ("answered", "I could not search.")
     assert result.tool_history[0]["summary"].startswith("search error: ") and "PostgreSQL" in result.tool_history[0]["summary"]
     assert result.tool_history[0]["returned_chunk_ids"] == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("path", ["sync", "async"])
+async def test_the_postgres_checkpointer_survives_its_connections_being_cut(pg_url, monkeypatch, path):
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+
+    async def once():
+        model = ScriptedChatModel(responses=[search("timeouts"), answer("Use wait_for.")])
+        if path == "sync":
+            return await asyncio.to_thread(run, "Timeouts?", controller_llm=model, search_fn=_found(), checkpointer="postgres")
+        return await arun("Timeouts?", controller_llm=model, search_fn=_found(), checkpointer="postgres")
+
+    await once()  # the saver and its pool exist now, with idle connections
+    assert _cut_every_connection(pg_url) >= 1
+    result = await once()
+    assert (result.terminated_by, result.answer) == ("answered", "Use wait_for.")
+    assert [s.node for s in trace(result.thread_id, "postgres")] == ["controller", "tools", "controller", "tools"]
