@@ -4,8 +4,8 @@
 file. ``"postgres"`` is the knowledge base's PostgreSQL (the embedded server or
 ``DATABASE_URL``) on a connection pool set up as that library requires; its tables are
 created once per process. `run` gets the sync savers, cached per process; `arun` gets
-async ones (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) through `async_checkpointer`,
-cached per event loop, because an async pool belongs to the loop that opened it.
+async ones through `async_checkpointer`: ``AsyncPostgresSaver`` cached per event loop
+(an async pool belongs to the loop that opened it), ``AsyncSqliteSaver`` per call.
 """
 
 from __future__ import annotations
@@ -107,18 +107,15 @@ async def _open_async(spec: str) -> BaseCheckpointSaver[Any]:
             await saver.setup()
             _async_setup_done.add(url)
         return saver
-    import aiosqlite
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-    return AsyncSqliteSaver(await aiosqlite.connect(spec.split(":", 1)[1]))
+    raise ValueError(f"no shared async saver for {spec!r}")
 
 
 @contextlib.asynccontextmanager
 async def async_checkpointer(spec: Any) -> AsyncIterator[BaseCheckpointSaver[Any] | None]:
     """Yield a saver usable on the running event loop for ``spec`` (see the module docstring).
 
-    Async savers made from a spec are shared by every run on the same event loop (50
-    concurrent runs share one pool of at most 4 connections) and dropped with the loop.
+    The PostgreSQL saver is shared by every run on the same event loop (50 concurrent runs
+    share one pool of at most 4 connections); a SQLite saver is opened for the call.
 
     Raises:
         ValueError: for an unknown spec.
@@ -127,6 +124,14 @@ async def async_checkpointer(spec: Any) -> AsyncIterator[BaseCheckpointSaver[Any
         yield resolve_checkpointer(spec)
         return
     resolve_checkpointer_spec(spec)
+    if spec.startswith("sqlite:"):
+        # opened and closed per call: aiosqlite's worker thread is not a daemon, and a cached
+        # connection would keep the interpreter from exiting
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(spec.split(":", 1)[1]) as sqlite_saver:
+            yield sqlite_saver
+        return
     loop = asyncio.get_running_loop()
     lock = _loop_locks.setdefault(loop, asyncio.Lock())
     async with lock:

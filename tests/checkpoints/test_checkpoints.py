@@ -84,3 +84,20 @@ async def test_arun_rejects_a_bad_spec_before_opening_anything():
         await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="redis")
     with pytest.raises(ValueError, match="durability must be one of"):
         await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="memory", durability="later")
+
+
+def test_a_program_using_arun_with_sqlite_exits_when_it_is_done(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = (
+        "import asyncio, sys\n"
+        "from graph import arun\n"
+        "from tests.fakes import ScriptedChatModel, ScriptedSearch, answer\n"
+        "r = asyncio.run(arun('Q?', controller_llm=ScriptedChatModel(responses=[answer('done')]), search_fn=ScriptedSearch([]), checkpointer='sqlite:' + sys.argv[1]))\n"
+        "print(r.answer)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "t.sqlite")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
