@@ -28,7 +28,7 @@ from pydantic import ConfigDict, Field
 from graph.build import build_graph, make_deps
 from graph.checkpoints import resolve_checkpointer
 from graph.context import CONTEXT_FIELDS, LoopContext
-from graph.run import _RESULT_KEYS, LoopResult, run
+from graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
 from graph.state import Chunk
 from graph.trace import history
 from tools.execute import SEARCH_ERROR
@@ -81,13 +81,10 @@ def fork(
     snapshots = history(thread_id, saver)
     index = _find(snapshots, checkpoint_id)
     snapshot = snapshots[index]
-    merged = {**dict(snapshot.values.get("options") or {}), **{k: v for k, v in options.items() if v is not None}}
-    merged = {k: v for k, v in merged.items() if k in CONTEXT_FIELDS}
-    deps = make_deps(controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder)
-    compiled = build_graph(deps).compile(checkpointer=saver)
+    context = _stored_context(snapshot.values, options)
+    compiled = _compiled(saver, controller_llm, answer_llm, search_fn, grounder)
     target = new_thread_id or str(uuid.uuid4())
-    config: Any = {"configurable": {"thread_id": target}, "recursion_limit": 4 * int(merged.get("max_iterations") or 10) + 20}
-    context = LoopContext(**merged)
+    config: Any = {"configurable": {"thread_id": target}, "recursion_limit": recursion_limit(context)}
     if index == 0 or not snapshots[index - 1].tasks:
         # the input checkpoint: nothing ran yet, so the fork is a fresh run of the same question
         inputs: Any = {"question": snapshot.values.get("question"), "collection": snapshot.values.get("collection", "all")}
@@ -120,16 +117,24 @@ def resume(
     """
     saver = resolve_checkpointer(checkpointer)
     snapshots = history(thread_id, saver)
-    config: Any = {"configurable": {"thread_id": thread_id}}
-    options = {k: v for k, v in dict(snapshots[-1].values.get("options") or {}).items() if k in CONTEXT_FIELDS}
-    context = LoopContext(**options)
-    config["recursion_limit"] = 4 * context.max_iterations + 20
-    deps = make_deps(controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder)
-    compiled = build_graph(deps).compile(checkpointer=saver)
+    context = _stored_context(snapshots[-1].values, {})
+    config: Any = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion_limit(context)}
+    compiled = _compiled(saver, controller_llm, answer_llm, search_fn, grounder)
     if not snapshots[-1].next:
         return LoopResult.from_state(snapshots[-1].values, thread_id)
     state = compiled.invoke(None, config, context=context, output_keys=list(_RESULT_KEYS))
     return LoopResult.from_state(state, thread_id)
+
+
+def _stored_context(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> LoopContext:
+    """The thread's recorded options, with the given ones (``None``: keep the thread's) on top."""
+    merged = {**dict(values.get("options") or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    return LoopContext(**{k: v for k, v in merged.items() if k in CONTEXT_FIELDS})
+
+
+def _compiled(saver: Any, controller_llm: Any, answer_llm: Any, search_fn: Any, grounder: Any) -> Any:
+    deps = make_deps(controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder)
+    return build_graph(deps).compile(checkpointer=saver)
 
 
 def replay(thread_id: str, *, checkpointer: Any, checkpoint_id: str | None = None, **kwargs: Any) -> LoopResult:

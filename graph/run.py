@@ -138,9 +138,13 @@ def _identity(value: Any) -> Any:
 _graphs = _CompiledGraphs()
 
 
-def _prepare(
-    question: Any, collection: Any, controller_llm: Any, checkpointer: Any, thread_id: str | None, deps_kwargs: dict[str, Any], options: dict[str, Any]
-) -> tuple[Pregel[Any, Any, Any, Any], dict[str, Any], RunnableConfig, LoopContext, str | None]:
+def recursion_limit(context: LoopContext) -> int:
+    """LangGraph's step limit for a run: about four supersteps per turn, with room for the ending."""
+    return 4 * context.max_iterations + 20
+
+
+def _checked_context(question: Any, collection: Any, controller_llm: Any, deps_kwargs: dict[str, Any], options: dict[str, Any]) -> LoopContext:
+    """Check everything a run is given and return its context; raises before anything runs."""
     check_question(question)
     normalize_scope(collection)  # raises on a malformed collection before anything runs
     unknown = set(options) - CONTEXT_FIELDS
@@ -158,9 +162,18 @@ def _prepare(
         )
     if context.min_support is not None and deps_kwargs.get("grounder") is None and context.grounder is None:
         raise ConfigurationError("min_support needs a grounder (grounder='local', 'llm_judge' or an object)")
+    return context
+
+
+def _prepare(
+    question: Any, collection: Any, controller_llm: Any, checkpointer: Any, thread_id: str | None, deps_kwargs: dict[str, Any], options: dict[str, Any],
+    context: LoopContext | None = None,
+) -> tuple[Pregel[Any, Any, Any, Any], dict[str, Any], RunnableConfig, LoopContext, str | None]:
+    if context is None:
+        context = _checked_context(question, collection, controller_llm, deps_kwargs, options)
     saver = resolve_checkpointer(checkpointer)
     compiled = _graphs.get({"controller_llm": controller_llm, **deps_kwargs}, saver)
-    config: RunnableConfig = {"recursion_limit": 4 * context.max_iterations + 20}
+    config: RunnableConfig = {"recursion_limit": recursion_limit(context)}
     if saver is not None:
         thread_id = thread_id or str(uuid.uuid4())
         config["configurable"] = {"thread_id": thread_id}
@@ -262,9 +275,9 @@ async def arun(
     context_kwargs = _context_kwargs(locals(), options)
     if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
         resolve_checkpointer_spec(checkpointer)
-    _prepare(question, collection, controller_llm, None, None, deps_kwargs, context_kwargs)  # every check before a connection opens
+    checked = _checked_context(question, collection, controller_llm, deps_kwargs, context_kwargs)  # before a connection opens
     async with async_checkpointer(checkpointer) as saver:
-        compiled, inputs, config, context, thread = _prepare(question, collection, controller_llm, saver, thread_id, deps_kwargs, context_kwargs)
+        compiled, inputs, config, context, thread = _prepare(question, collection, controller_llm, saver, thread_id, deps_kwargs, context_kwargs, checked)
         if on_event is None:
             state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
         else:
