@@ -21,7 +21,7 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from graph.models import ModelSpec, resolve_model
 from graph.routing import Routers
-from graph.state import LoopInput, LoopOutput, LoopState, add_usage
+from graph.state import ControllerView, LoopInput, LoopOutput, LoopState, ToolsView, add_usage
 from nodes.answerer import Answerer
 from nodes.controller import Controller
 from nodes.ground import Ground
@@ -129,15 +129,16 @@ def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
     builder: LoopGraph = StateGraph(
         LoopState, context_schema=LoopContext, input_schema=LoopInput, output_schema=LoopOutput
     )
-    for name, node in (
-        ("controller", Controller(deps, routers)),
-        ("tools", Tools(deps, routers)),
-        ("answerer", Answerer(deps, routers)),
-        ("synthesis", Synthesis(deps, routers)),
-        ("ground", Ground(deps, routers)),
-    ):
+    nodes: tuple[tuple[str, Any, type[Any]], ...] = (
+        ("controller", Controller(deps, routers), ControllerView),
+        ("tools", Tools(deps, routers), ToolsView),
+        ("answerer", Answerer(deps, routers), LoopState),
+        ("synthesis", Synthesis(deps, routers), LoopState),
+        ("ground", Ground(deps, routers), LoopState),
+    )
+    for name, node, view in nodes:
         sync_body, async_body = _timed(name, node.sync, node.async_)
-        builder.add_node(name, RunnableCallable(sync_body, async_body, name=name))
+        builder.add_node(name, RunnableCallable(sync_body, async_body, name=name), input_schema=view)
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", routers.after_controller)
     builder.add_conditional_edges("tools", routers.after_tools)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages
+from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, convert_to_messages
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
@@ -74,12 +74,28 @@ def fold_messages(current: list[AnyMessage], writes: Sequence[Any]) -> list[AnyM
     writes would not reproduce; a stable id from the message's position and content does.
     """
     out: list[AnyMessage] = list(current)
+    ids = {m.id for m in out}
     for write in writes:
         incoming = convert_to_messages(write if isinstance(write, list) else [write])
         stamped: list[Any] = [_with_id(m, len(out) + i) for i, m in enumerate(incoming)]
-        merged: Any = add_messages(list[Any](out), stamped)  # it returns messages when given messages
-        out = merged
+        if _appends_only(stamped, ids):
+            out.extend(stamped)  # what add_messages does for new ids, without rebuilding its index
+        else:
+            merged: Any = add_messages(list[Any](out), stamped)  # it returns messages when given messages
+            out = merged
+            ids = {m.id for m in out}
+        ids.update(m.id for m in stamped)
     return out
+
+
+def _appends_only(messages: Sequence[BaseMessage], ids: set[str | None]) -> bool:
+    """Whether merging ``messages`` only appends them: all new, distinct ids and no removals."""
+    fresh = {m.id for m in messages}
+    return (
+        len(fresh) == len(messages)
+        and fresh.isdisjoint(ids)
+        and not any(isinstance(m, RemoveMessage) for m in messages)
+    )
 
 
 def _with_id(message: BaseMessage, position: int) -> BaseMessage:

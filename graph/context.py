@@ -9,6 +9,7 @@ read when a context is created, never inside a node.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -146,6 +147,17 @@ class LoopContext:
         search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
         if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
             raise TypeError("search_opts must be a dict with string keys")
+
+    def as_options(self) -> dict[str, Any]:
+        """Return the options as a JSON-ready dict (what a run records in its state).
+
+        Like `dataclasses.asdict`, with nested values copied, but without its recursive
+        walk over every scalar field (this runs on every run's first turn).
+        """
+        return {
+            f.name: copy.deepcopy(value) if isinstance(value := getattr(self, f.name), dict | list) else value
+            for f in fields(self)
+        }
 
     def role_temperature(self, role: str) -> float | None:
         """Return the temperature for ``controller``, ``answer`` or ``fallback``: the role's own, else the shared one."""

@@ -162,3 +162,29 @@ class OutcomeView(TypedDict):
     """What the routers after ``answerer``, ``synthesis`` and ``ground`` read."""
 
     terminated_by: NotRequired[TerminatedBy | None]
+
+
+
+class ToolsView(TypedDict):
+    """What the ``tools`` node reads: the last reply, what was searched and found, and the scope.
+
+    Nodes read narrow views too: LangGraph reads every channel of a node's input on each step,
+    and an unset channel costs an exception to skip.
+    """
+
+    question: str
+    collection: NotRequired[CollectionSpec]
+    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
+    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
+    iterations: NotRequired[int]
+    terminated_by: NotRequired[TerminatedBy | None]
+
+
+class ControllerView(ToolsView):
+    """What the ``controller`` node reads: the tools' view plus the budget and the recorded options."""
+
+    usage: Annotated[dict[str, Any], add_usage]
+    started_at: NotRequired[float]
+    repairs: NotRequired[int]
+    options: NotRequired[dict[str, Any]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from langchain_core.messages import SystemMessage
@@ -15,7 +16,6 @@ from graph import prompts
 from graph.budget import budget_section
 from graph.context import LoopContext
 from graph.deps import LoopDeps
-from graph.state import LoopState
 from tools.schemas import ToolSchema, controller_tools, tool_name
 from tools.scoping import Scope, normalize_scope
 
@@ -24,7 +24,7 @@ logger = logging.getLogger("arcana_loop")
 Role = str  # "controller", "answer" or "fallback"
 
 
-def scope_of(state: LoopState) -> Scope:
+def scope_of(state: Mapping[str, Any]) -> Scope:
     """Return the run's collection scope (validated when the run started)."""
     return normalize_scope(state.get("collection", "all"))
 
@@ -45,7 +45,7 @@ def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) 
     return controller_tools(scope, (*deps.custom_schemas, *extra))
 
 
-def loop_opts(ctx: LoopContext, state: LoopState, tools: Sequence[ToolSchema], role: Role) -> dict[str, Any]:
+def loop_opts(ctx: LoopContext, state: Mapping[str, Any], tools: Sequence[ToolSchema], role: Role) -> dict[str, Any]:
     """Return the resolved options a function model, synthesizer or prompt function receives.
 
     ``temperature`` is present only when one applies to the role.
@@ -65,7 +65,7 @@ def loop_opts(ctx: LoopContext, state: LoopState, tools: Sequence[ToolSchema], r
     return opts
 
 
-def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: LoopState, opts: Mapping[str, Any]) -> str:
+def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]) -> str:
     """Return the system prompt: the function given, else the context's string, else the default."""
     if deps.system_prompt is not None:
         return _checked(deps.system_prompt(dict(opts)), "system_prompt")
@@ -76,9 +76,23 @@ def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: LoopState, opt
     if scope.kind == "pick":
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
-    return prompts.SYSTEM_PROMPT.format(
-        collections_section=section, max_iterations=ctx.max_iterations, budget_section=budget_section(state, ctx)
+    head, tail = _system_prompt_frame(section, ctx.max_iterations)
+    return head + budget_section(state, ctx) + tail
+
+
+@lru_cache(maxsize=256)
+def _system_prompt_frame(collections_section: str, max_iterations: int) -> tuple[str, str]:
+    """Return the default system prompt around its budget section, formatted once per scope and turn limit.
+
+    Only the budget section changes from turn to turn; formatting the whole template
+    again on every turn cost more than the rest of the prompt's assembly.
+    """
+    marker = "\x00"  # never in a collection name (names are checked for NUL)
+    text = prompts.SYSTEM_PROMPT.format(
+        collections_section=collections_section, max_iterations=max_iterations, budget_section=marker
     )
+    head, tail = text.rsplit(marker, 1)  # the last one: a scope could hold NUL
+    return head, tail
 
 
 def render_instruction(
@@ -96,7 +110,7 @@ def _checked(value: Any, name: str) -> str:
     return value
 
 
-def system_message(deps: LoopDeps, ctx: LoopContext, state: LoopState, opts: Mapping[str, Any]) -> SystemMessage:
+def system_message(deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]) -> SystemMessage:
     """Return the system message sent ahead of the conversation."""
     return SystemMessage(content=render_system_prompt(deps, ctx, state, opts))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -15,7 +15,7 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers, as_config
-from graph.state import BudgetStop, LoopState, TerminatedBy
+from graph.state import BudgetStop, ControllerView, TerminatedBy
 from nodes.common import (
     describe_error,
     emit,
@@ -76,7 +76,7 @@ def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
     return reply.model_copy(update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]})
 
 
-def check_input(state: LoopState) -> None:
+def check_input(state: ControllerView) -> None:
     """Reject a run input that `run` would have refused (server clients send any JSON).
 
     Raises:
@@ -97,7 +97,7 @@ class Controller:
         self.deps = deps
         self.routers = routers
 
-    def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> Turn | ControllerUpdate:
+    def _prepare(self, state: ControllerView, runtime: Runtime[LoopContext]) -> Turn | ControllerUpdate:
         if not state.get("messages"):
             check_input(state)
         ctx = runtime.context
@@ -119,7 +119,7 @@ class Controller:
         sent = [system_message(self.deps, ctx, state, opts), *state.get("messages", []), *new]
         return Turn(model, sent, tools, opts, new, state.get("started_at"))
 
-    def _finish(self, state: LoopState, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
+    def _finish(self, state: ControllerView, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
         iterations = state.get("iterations", 0)
         if isinstance(reply, BaseException):
             update_error: ControllerUpdate = {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
@@ -138,15 +138,15 @@ class Controller:
             update["answer"] = text
         return update
 
-    def _settle(self, state: LoopState, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
+    def _settle(self, state: ControllerView, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
         if "options" not in state:
             # the context is not checkpointed; traces and recorded replays need it
-            update["options"] = asdict(runtime.context)
+            update["options"] = runtime.context.as_options()
         view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
         emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, as_config(runtime)))
         return update
 
-    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> ControllerUpdate:
+    def sync(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
         """Run one controller turn."""
         turn = self._prepare(state, runtime)
         if not isinstance(turn, Turn):
@@ -157,7 +157,7 @@ class Controller:
             reply = exc
         return self._settle(state, runtime, self._finish(state, turn, reply))
 
-    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> ControllerUpdate:
+    async def async_(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
         """Run one controller turn on the event loop."""
         turn = self._prepare(state, runtime)
         if not isinstance(turn, Turn):

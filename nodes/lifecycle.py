@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps
-from graph.state import LoopState, ToolEvent
+from graph.state import ToolEvent
 from nodes.common import emit, offered_tools, scope_of
 
 LOOP_START = "loop_start"
@@ -23,7 +23,7 @@ LOOP_STOP = "loop_stop"
 TOOL_CALL = "tool_call"
 
 
-def start_event(state: LoopState, ctx: LoopContext, tool_count: int) -> dict[str, Any]:
+def start_event(state: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> dict[str, Any]:
     """Return the run's start event."""
     return {"event": LOOP_START, "question": state["question"], "max_iterations": ctx.max_iterations, "tool_count": tool_count}
 

@@ -13,7 +13,7 @@ from graph.channels import ChunkMerge, merge_chunks
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.routing import Routers, as_config
-from graph.state import Chunk, LoopState, TerminatedBy, ToolEvent
+from graph.state import Chunk, TerminatedBy, ToolEvent, ToolsView
 from nodes.common import emit, run_tools, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
 from tools.duplicates import past_searches
@@ -40,7 +40,7 @@ class ToolsUpdate(TypedDict, total=False):
     answer: str
 
 
-def _iteration(state: LoopState) -> int:
+def _iteration(state: ToolsView) -> int:
     """The 0-based turn whose calls are being executed (the controller already counted it)."""
     return max(state.get("iterations", 1) - 1, 0)
 
@@ -67,7 +67,7 @@ class Tools:
         self.deps = deps
         self.routers = routers
 
-    def _plan(self, state: LoopState, runtime: Runtime[LoopContext]) -> list[Planned]:
+    def _plan(self, state: ToolsView, runtime: Runtime[LoopContext]) -> list[Planned]:
         last = state["messages"][-1]
         if not isinstance(last, AIMessage):
             raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
@@ -85,7 +85,7 @@ class Tools:
             guard=guard,
         )
 
-    def _fold(self, state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
+    def _fold(self, state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
         iteration = _iteration(state)
         outcomes = render_turn(outcomes, state.get("tool_history") or [], iteration, show_once=runtime.context.show_chunks_once)
         messages = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
@@ -108,14 +108,14 @@ class Tools:
         emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, as_config(runtime)))
         return update
 
-    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> ToolsUpdate:
+    def sync(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
         """Execute the turn's tool calls in order."""
         search_fn, _ = self.deps.search()
         opts = runtime.context.search_opts
         outcomes = [run_planned(step, search_fn, opts) for step in self._plan(state, runtime)]
         return self._fold(state, runtime, outcomes)
 
-    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> ToolsUpdate:
+    async def async_(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
         """Execute the turn's tool calls; searches run concurrently, results stay in call order."""
         _, asearch_fn = self.deps.search()
         opts = runtime.context.search_opts

@@ -45,6 +45,36 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
+_CHUNK_ORDER = ("id", "text", "score", "collection", "document_id", "position")
+_CHUNK_KEYS = frozenset((*_CHUNK_ORDER, "metadata"))
+
+
+def _well_formed(obj: Any) -> bool:
+    """Whether a result is already a plain `Chunk` dict (what the knowledge base returns)."""
+    if type(obj) is not dict or not obj.keys() <= _CHUNK_KEYS:
+        return False
+    chunk_id, score, position = obj.get("id"), obj.get("score"), obj.get("position", 0)
+    return (
+        type(chunk_id) is str
+        and bool(chunk_id.strip())
+        and type(obj.get("text")) is str
+        and (type(score) is int or (type(score) is float and math.isfinite(score)))
+        and type(position) is int
+        and type(obj.get("collection", "")) is str
+        and type(obj.get("document_id", "")) is str
+    )
+
+
+def _copy_chunk(obj: dict[str, Any]) -> Chunk:
+    """Copy a well-formed chunk dict; the same result as the general path, without its probing."""
+    chunk: Any = {k: obj[k] for k in _CHUNK_ORDER if k in obj}
+    chunk["score"] = float(chunk["score"])
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping):
+        chunk["metadata"] = _json_safe(metadata)
+    return chunk  # type: ignore[no-any-return]  # every key was checked by _well_formed
+
+
 def to_chunk(obj: Any) -> Chunk | None:
     """Normalise one search result into a `Chunk`, or ``None`` when it is not a chunk at all.
 
@@ -53,6 +83,8 @@ def to_chunk(obj: Any) -> Chunk | None:
     hash), so the same text always deduplicates; a missing, non-numeric or non-finite
     score becomes ``0.0``.
     """
+    if _well_formed(obj):
+        return _copy_chunk(obj)
     if obj is None or isinstance(obj, str | bytes | int | float):
         return None
     text = _field(obj, "text")

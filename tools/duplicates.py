@@ -22,6 +22,7 @@ from tools.scoping import Scope, ScopeError
 _PUNCTUATION = re.compile(r"[^\w\s.:/-]+|(?<!\w)[.:/-]|[.:/-](?!\w)")
 
 
+@lru_cache(maxsize=4096)  # every turn compares against every earlier query again
 def normalize_query(query: str) -> str:
     """Return a query's comparison key: case-folded, punctuation and spacing ignored.
 
@@ -34,6 +35,8 @@ def normalize_query(query: str) -> str:
 
 def scope_key(collection: str | list[str] | None) -> str:
     """Return a comparison key for a resolved search scope."""
+    if collection is None:
+        return "null"
     return json.dumps(sorted(collection) if isinstance(collection, list) else collection)
 
 

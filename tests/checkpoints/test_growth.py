@@ -63,3 +63,23 @@ def test_fold_chunks_merges_then_a_list_replaces():
     assert [(c["id"], c["score"]) for c in merged] == [("a", 0.95), ("b", 0.9)]
     assert fold_chunks(merged, [{"merge": [b], "cap": 1}]) == [a_better]
     assert fold_chunks(merged, [[]]) == []
+
+
+def test_fold_messages_matches_add_messages_for_appends_replacements_and_removals():
+    from langchain_core.messages import RemoveMessage
+    from langgraph.graph.message import add_messages
+
+    q = HumanMessage("q", id="m0")
+    reply = AIMessage("", tool_calls=[{"name": "search", "args": {}, "id": "t1"}], id="m1")
+    writes = [
+        [q, reply],
+        [ToolMessage("r", tool_call_id="t1", id="m2")],
+        [AIMessage("edited", id="m1")],  # same id: replaces in place
+        [RemoveMessage(id="m2")],
+        [AIMessage("a", id="m3"), AIMessage("b", id="m3")],  # one id twice in one write
+    ]
+    expected: list = []
+    for write in writes:
+        expected = add_messages(expected, write)
+        folded = fold_messages([], writes[: writes.index(write) + 1])
+        assert [(m.id, m.content) for m in folded] == [(m.id, m.content) for m in expected]
