@@ -68,6 +68,10 @@ class KnowledgeBase:
         exact_max_rows: Searches whose scope holds at most this many vectors (planner
             estimate) use an exact scan instead of HNSW (recall 1.0, fast at that size).
         hybrid_min_similarity: Cosine floor for semantic-only hybrid candidates.
+        fulltext_or_budget: When a full-text AND query matches nothing, its words
+            are OR-ed, and only rows matching its rarest words are ranked, as many
+            words as the planner statistics estimate to match fewer than this many
+            rows (at least one word). Higher ranks more rows, slower.
         graph_options: How graph-enhanced search matches, expands and fuses
             (`knowledge.graph.GraphSearchOptions`).
     """
@@ -81,6 +85,7 @@ class KnowledgeBase:
         pool_size: int = 4,
         exact_max_rows: int = q.DEFAULT_EXACT_MAX_ROWS,
         hybrid_min_similarity: float = q.DEFAULT_HYBRID_MIN_SIMILARITY,
+        fulltext_or_budget: int = q.DEFAULT_OR_BUDGET,
         graph_options: GraphSearchOptions | None = None,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
@@ -91,6 +96,7 @@ class KnowledgeBase:
         self.schema = schema
         self.exact_max_rows = exact_max_rows
         self.hybrid_min_similarity = hybrid_min_similarity
+        self.fulltext_or_budget = fulltext_or_budget
         self.graph_options = graph_options or GraphSearchOptions()
         self._pool_size = max(1, pool_size)
         self._options = f"-c search_path={schema},public"
@@ -564,6 +570,7 @@ class KnowledgeBase:
                     exact=exact,
                     hybrid_min_similarity=self.hybrid_min_similarity,
                     rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
+                    or_budget=self.fulltext_or_budget,
                 )
             ).fetchall()
             text = q.to_chunks(rows)
@@ -627,6 +634,7 @@ class KnowledgeBase:
                     exact=exact,
                     hybrid_min_similarity=self.hybrid_min_similarity,
                     rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
+                    or_budget=self.fulltext_or_budget,
                 )
             )
             text = q.to_chunks(await cur.fetchall())

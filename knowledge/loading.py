@@ -37,6 +37,8 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 _MAX_PATH_CHARS = 4096
 _HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
+CHUNK_ID_CHARS = 32
+"""Every chunk id is this many hex characters (the writer's binary COPY relies on it)."""
 _DOC_NAMESPACE = uuid.UUID("5b0f8a52-3c1e-4d0e-9a51-6b6e6f776c65")
 
 
@@ -77,7 +79,7 @@ def document_id(collection: str, source: str) -> str:
 
 def chunk_id(doc_id: str, position: int, text: str) -> str:
     """Return a stable chunk id: same document, position and text give the same id."""
-    return hashlib.sha256(f"{doc_id}\x00{position}\x00{text}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{doc_id}\x00{position}\x00{text}".encode()).hexdigest()[:CHUNK_ID_CHARS]
 
 
 def is_path_source(source: str | os.PathLike[str]) -> bool:

@@ -156,6 +156,17 @@ def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int) -> None:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=hnsw_index(dimension)))
 
 
+def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
+    """Merge the GIN pending list of `kb_chunks.tsv` into the index proper.
+
+    Inserts go to an unsorted pending list (up to `gin_pending_list_limit`, 4 MB)
+    that every full-text search scans; after a load that left it full, an AND
+    query took 3.0 ms instead of 0.5 ms at 100k chunks. Autovacuum would merge
+    it too, but only later.
+    """
+    conn.execute("SELECT gin_clean_pending_list('kb_chunks_tsv_idx'::regclass)")
+
+
 def truncate_all(conn: psycopg.Connection[Any]) -> None:
     """Empty every knowledge-base table in the current schema (tests use this)."""
     with conn.transaction():

@@ -73,6 +73,22 @@ def test_fulltext_falls_back_to_or_of_words(loaded: KnowledgeBase) -> None:
     assert loaded.search("zzyzxqv qqwwxx", mode="fulltext") == []
 
 
+def test_fulltext_or_fallback_ranks_only_the_rarest_words(kb: KnowledgeBase) -> None:
+    for i in range(30):
+        kb.ingest(f"alpha note number {i} about the weather", collection="notes", name=f"n{i}")
+    kb.ingest("zebra crossings stripe the road", collection="notes", name="zebra")
+    with kb.pool().connection() as conn:
+        conn.execute("ANALYZE kb_chunks")
+    # no chunk has both words, so the AND query fails and the words are OR-ed
+    everything = kb.search("alpha zebra", mode="fulltext", limit=50)
+    assert len(everything) == 31
+    kb.fulltext_or_budget = 1  # room for one word: the rare one
+    rare = kb.search("alpha zebra", mode="fulltext", limit=50)
+    assert [h["text"] for h in rare] == ["zebra crossings stripe the road"]
+    hybrid = kb.search("alpha zebra", mode="hybrid", limit=50)
+    assert "zebra crossings stripe the road" in [h["text"] for h in hybrid]
+
+
 def test_hybrid_excludes_chunks_matching_neither(loaded: KnowledgeBase) -> None:
     assert loaded.search("zzyzxqv qqwwxx blorptang", mode="hybrid") == []
     query = QUESTIONS["bread"]
