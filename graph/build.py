@@ -138,7 +138,8 @@ def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
     )
     for name, node, view in nodes:
         sync_body, async_body = _timed(name, node.sync, node.async_)
-        builder.add_node(name, RunnableCallable(sync_body, async_body, name=name), input_schema=view)
+        # trace=False as LangGraph does for plain functions: the task is already a traced run
+        builder.add_node(name, RunnableCallable(sync_body, async_body, name=name, trace=False), input_schema=view)
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", routers.after_controller)
     builder.add_conditional_edges("tools", routers.after_tools)
