@@ -9,11 +9,11 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graph.channels import ChunkMerge, merge_chunks
+from graph.channels import ChunkMerge
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.routing import Routers, as_config
-from graph.state import Chunk, TerminatedBy, ToolEvent, ToolsView
+from graph.state import TerminatedBy, ToolEvent, ToolsView
 from nodes.common import emit, run_tools, scope_of
 from nodes.lifecycle import emit_if_final, tool_call_event
 from tools.duplicates import past_searches
@@ -93,10 +93,8 @@ class Tools:
         history = [_entry(o, iteration) for o in recorded]
         update: ToolsUpdate = {"messages": messages, "tool_history": history}
         found = [c for o in recorded for c in o.found]
-        chunks: list[Chunk] = state.get("chunks") or []
         if found:
             update["chunks"] = {"merge": found, "cap": runtime.context.chunk_cap}
-            chunks = merge_chunks(chunks, found, runtime.context.chunk_cap)
         terminal = next((o for o in recorded if o.terminal is not None), None)
         if terminal is not None and terminal.terminal is not None and terminal.answer is not None:
             update["terminated_by"] = terminal.terminal
@@ -104,7 +102,14 @@ class Tools:
         size = len(state.get("tool_history") or [])
         for offset, entry in enumerate(history, start=1):
             emit(runtime, tool_call_event(entry, size + offset))
-        view: Any = {**state, **update, "chunks": chunks, "tool_history": [*(state.get("tool_history") or []), *history]}
+        # what the router and the stop event read, as the state will be after this step
+        view: Any = {
+            "question": state["question"],
+            "collection": state.get("collection", "all"),
+            "iterations": state.get("iterations", 0),
+            "terminated_by": update.get("terminated_by", state.get("terminated_by")),
+            "tool_history": [*(state.get("tool_history") or []), *history],
+        }
         emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, as_config(runtime)))
         return update
 
