@@ -190,19 +190,34 @@ def split_document(
     """Split a document into chunks with stable ids and per-chunk metadata."""
     splitter = _splitter(doc.markdown, chunk_size, chunk_overlap)
     doc_id = document_id(collection, doc.source)
-    pieces = splitter.create_documents([doc.text])
+    pieces = _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap)
     rows = []
-    for position, piece in enumerate(p for p in pieces if p.page_content.strip()):
-        start = int(piece.metadata.get("start_index", -1))
+    for position, (text, start) in enumerate(p for p in pieces if p[0].strip()):
         rows.append(
             ChunkRow(
-                id=chunk_id(doc_id, position, piece.page_content),
+                id=chunk_id(doc_id, position, text),
                 position=position,
-                text=piece.page_content,
+                text=text,
                 metadata={**doc.metadata, "start_index": start},
             )
         )
     return rows
+
+
+def _with_start_index(pieces: list[str], text: str, chunk_overlap: int) -> list[tuple[str, int]]:
+    """Pair each piece with its offset in `text`, found as `create_documents` finds it.
+
+    `create_documents(add_start_index=True)` does the same search but builds a
+    pydantic `Document` and deep-copies metadata per chunk: a fifth of the time
+    spent before the first batch is embedded.
+    """
+    out = []
+    index, previous_len = 0, 0
+    for piece in pieces:
+        index = text.find(piece, max(0, index + previous_len - chunk_overlap))
+        previous_len = len(piece)
+        out.append((piece, index))
+    return out
 
 
 def _splitter(

@@ -10,7 +10,9 @@ Embedding batch *n + 1* overlaps with writing batch *n* (one writer thread).
 Large loads (at least `BULK_MIN_CHUNKS` new chunks, and at least a fifth of the
 rows already in the dimension's table) drop the HNSW index first and rebuild it
 once at the end: inserting into a live HNSW index is about 6x slower per row
-than building it, and searches stay correct meanwhile (exact scans). Every
+than building it, and searches stay correct meanwhile (exact scans). A load
+that at least doubles `kb_chunks` does the same with its full-text GIN index
+(searches meanwhile scan the table). Every
 ingest ends by merging the full-text index's pending list, which a search
 would otherwise scan linearly (2.5 ms a query with a full 4 MB list).
 """
@@ -34,7 +36,9 @@ from psycopg_pool import ConnectionPool
 from knowledge.errors import EmbeddingMismatch
 from knowledge.loading import CHUNK_ID_CHARS, ChunkRow, SourceDoc, document_id, split_document
 from knowledge.schema import (
+    create_fulltext_index,
     create_hnsw_index,
+    drop_fulltext_index,
     drop_hnsw_index,
     embeddings_table,
     merge_fulltext_pending,
@@ -137,17 +141,25 @@ def write_documents(
     try:
         _run_pipeline(pool, embeddings, coll, batches, total, progress, result)
     finally:
-        if bulk:
-            with pool.connection() as conn:
-                create_hnsw_index(conn, coll.dimension)
-                # fresh statistics for the exact-versus-HNSW choice in search, and
-                # the word frequencies the full-text OR fallback reads
-                conn.execute(sql.SQL("ANALYZE {t}").format(t=embeddings_table(coll.dimension)))
-                conn.execute("ANALYZE kb_chunks")
         if total:
-            with pool.connection() as conn:
-                merge_fulltext_pending(conn)
+            _after_load(pool, coll, bulk)
     return result
+
+
+def _after_load(pool: ConnectionPool[Any], coll: CollectionRef, bulk: _Bulk) -> None:
+    """Rebuild what a bulk load dropped, refresh statistics, merge the GIN pending list."""
+    with pool.connection() as conn:
+        if bulk.fulltext:
+            create_fulltext_index(conn)
+        else:
+            merge_fulltext_pending(conn)
+        if bulk.hnsw:
+            create_hnsw_index(conn, coll.dimension)
+        if bulk.hnsw or bulk.fulltext:
+            # fresh statistics for the exact-versus-HNSW choice in search, and
+            # the word frequencies the full-text OR fallback reads
+            conn.execute(sql.SQL("ANALYZE {t}").format(t=embeddings_table(coll.dimension)))
+            conn.execute("ANALYZE kb_chunks")
 
 
 def _drop_unchanged(
@@ -179,26 +191,42 @@ def _batches(planned: list[_Planned], batch_size: int) -> list[_Batch]:
     return [b for b in batches if b.items]
 
 
-def _bulk_load(pool: ConnectionPool[Any], coll: CollectionRef, total: int) -> bool:
-    """Drop the HNSW index before a load worth a rebuild; return whether it did.
+@dataclass(frozen=True)
+class _Bulk:
+    """Which indexes a load dropped, to rebuild once at its end."""
 
-    Measured at 88k rows (256 dimensions, 2 cores): building the index costs
-    0.31 ms a row, inserting into the live index 1.96 ms a row, but the live
-    inserts run on the server while the embedder works, and a rebuild covers the
-    rows already there too. A rebuild wins once the new rows are about a fifth
-    of the existing ones (`REBUILD_FRACTION`).
+    hnsw: bool = False
+    fulltext: bool = False
+
+
+def _bulk_load(pool: ConnectionPool[Any], coll: CollectionRef, total: int) -> _Bulk:
+    """Drop the indexes a load of `total` chunks is worth rebuilding; say which.
+
+    Measured at 88k rows (256 dimensions, 2 cores): building the HNSW index
+    costs 0.31 ms a row, inserting into the live index 1.96 ms a row; the live
+    inserts overlap with embedding, but a rebuild also covers the rows already
+    there, so it wins once the new rows are about a fifth of the stored ones
+    (`REBUILD_FRACTION`). The GIN index costs 36 us a row live and 12 us a row to
+    build, cheap enough live that it is only dropped when the load at least
+    doubles the table (an empty table, typically).
     """
     if total < BULK_MIN_CHUNKS:
-        return False
+        return _Bulk()
     with pool.connection() as conn:
         row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {t}").format(t=embeddings_table(coll.dimension))
+            sql.SQL("SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM kb_chunks)").format(
+                t=embeddings_table(coll.dimension)
+            )
         ).fetchone()
-        if row is None or total * REBUILD_FRACTION < row[0]:
-            return False
-        drop_hnsw_index(conn, coll.dimension)
-    logger.info("bulk load of %d chunks: HNSW index rebuilt after the load", total)
-    return True
+        vectors, chunks = row if row is not None else (0, 0)
+        bulk = _Bulk(hnsw=total * REBUILD_FRACTION >= vectors, fulltext=total >= chunks)
+        if bulk.hnsw:
+            drop_hnsw_index(conn, coll.dimension)
+        if bulk.fulltext:
+            drop_fulltext_index(conn)
+    if bulk.hnsw or bulk.fulltext:
+        logger.info("bulk load of %d chunks: rebuilding %s after the load", total, bulk)
+    return bulk
 
 
 def _run_pipeline(

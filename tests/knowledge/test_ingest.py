@@ -309,3 +309,44 @@ def test_concurrent_schema_users_share_tables(kb: KnowledgeBase, pg_url: str) ->
             (kb.schema,),
         ).fetchone()
     assert n is not None and n[0] >= 4
+
+
+def test_stored_vectors_are_the_embedder_output(kb: KnowledgeBase) -> None:
+    import numpy as np
+
+    kb.ingest(TOPICS["tcp"], name="tcp", chunk_size=300, chunk_overlap=40)
+    rows = _rows(
+        kb,
+        "SELECT c.text, e.embedding, e.collection_id = c.collection_id FROM kb_chunks c"
+        " JOIN kb_embeddings_256 e ON e.chunk_id = c.id ORDER BY c.position",
+    )
+    assert len(rows) > 1 and all(r[2] for r in rows)
+    stored = np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
+    expected = np.asarray(kb.embeddings.embed_documents([r[0] for r in rows]), dtype=np.float32)
+    assert np.array_equal(stored, expected)
+
+
+def test_bulk_load_rebuilds_both_indexes(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for topic, text in TOPICS.items():
+        (tmp_path / f"{topic}.txt").write_text(text)
+    monkeypatch.setattr(ingest_mod, "BULK_MIN_CHUNKS", 1)
+    dropped: list[str] = []
+    real = ingest_mod.drop_fulltext_index
+
+    def record(conn: Any) -> None:
+        dropped.append("gin")
+        real(conn)
+
+    monkeypatch.setattr(ingest_mod, "drop_fulltext_index", record)
+    result = kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
+    assert dropped == ["gin"] and result.chunks_added > 4
+    indexes = {r[0] for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+    assert {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"} <= indexes
+    stats = _rows(kb, "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' AND attname = 'tsv'")
+    assert stats == [(1,)]  # analysed for the full-text OR fallback
+    assert kb.search("sourdough", mode="fulltext")
+    # a second load, small against the table, keeps the indexes live
+    again = kb.ingest(TOPICS["chess"], name="chess-again", chunk_size=300, chunk_overlap=40)
+    assert again.chunks_added and dropped == ["gin"]
