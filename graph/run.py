@@ -231,7 +231,8 @@ def run(
         _context_kwargs(locals(), options),
     )
     if on_event is None:
-        state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
+        # version="v2" streams only the values; v1 also maps every step's updates, to find interrupts
+        state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread), version="v2").value
     else:
         state = {}
         for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
@@ -279,7 +280,8 @@ async def arun(
     async with async_checkpointer(checkpointer) as saver:
         compiled, inputs, config, context, thread = _prepare(question, collection, controller_llm, saver, thread_id, deps_kwargs, context_kwargs, checked)
         if on_event is None:
-            state = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread))
+            output = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread), version="v2")
+            state = output.value
         else:
             state = {}
             async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
