@@ -45,33 +45,34 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-_CHUNK_ORDER = ("id", "text", "score", "collection", "document_id", "position")
-_CHUNK_KEYS = frozenset((*_CHUNK_ORDER, "metadata"))
+_CHUNK_KEYS = frozenset(("id", "text", "score", "collection", "document_id", "position", "metadata"))
+_OPTIONAL_TEXT = ("collection", "document_id")
 
 
 def _well_formed(obj: Any) -> bool:
     """Whether a result is already a plain `Chunk` dict (what the knowledge base returns)."""
     if type(obj) is not dict or not obj.keys() <= _CHUNK_KEYS:
         return False
-    chunk_id, score, position = obj.get("id"), obj.get("score"), obj.get("position", 0)
-    return (
-        type(chunk_id) is str
-        and bool(chunk_id.strip())
-        and type(obj.get("text")) is str
-        and (type(score) is int or (type(score) is float and math.isfinite(score)))
-        and type(position) is int
-        and type(obj.get("collection", "")) is str
-        and type(obj.get("document_id", "")) is str
-    )
+    chunk_id, text, score = obj.get("id"), obj.get("text"), obj.get("score")
+    if type(chunk_id) is not str or type(text) is not str or not chunk_id.strip():
+        return False
+    if not (type(score) is int or (type(score) is float and math.isfinite(score))):
+        return False
+    if "position" in obj and type(obj["position"]) is not int:
+        return False
+    return all(type(obj[k]) is str for k in _OPTIONAL_TEXT if k in obj)
 
 
 def _copy_chunk(obj: dict[str, Any]) -> Chunk:
     """Copy a well-formed chunk dict; the same result as the general path, without its probing."""
-    chunk: Any = {k: obj[k] for k in _CHUNK_ORDER if k in obj}
+    chunk: Any = dict(obj)
     chunk["score"] = float(chunk["score"])
-    metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping):
-        chunk["metadata"] = _json_safe(metadata)
+    if "metadata" in chunk:
+        metadata = chunk["metadata"]
+        if isinstance(metadata, Mapping):
+            chunk["metadata"] = _json_safe(metadata) if metadata else {}
+        else:
+            del chunk["metadata"]  # as the general path: metadata that is not a mapping is dropped
     return chunk  # type: ignore[no-any-return]  # every key was checked by _well_formed
 
 

@@ -1,0 +1,45 @@
+"""Search results become chunks the same way whether or not they are already well formed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+import graph  # noqa: F401  # imports the loop's packages in their working order
+import tools.chunks as chunks
+from tools.chunks import to_chunk
+
+CASES: list[Any] = [
+    {"id": "a", "text": "t", "score": 1, "metadata": {"x": (1, 2)}, "position": 3, "collection": "c"},
+    {"id": "a", "text": "t", "score": 1.5, "metadata": "not a mapping"},
+    {"id": "a", "text": "t", "score": 1, "position": None},
+    {"id": "a", "text": "t", "score": 1, "position": True},
+    {"id": "a", "text": "t", "score": True},
+    {"id": " ", "text": "t", "score": 1},
+    {"id": "a", "text": "t", "score": 1, "document_id": None},
+    {"id": "a", "text": "t", "score": 1, "collection": 5},
+    {"id": "a", "text": "t", "score": math.inf},
+    {"id": "a", "text": "t", "score": math.nan},
+    {"id": "a", "text": None, "score": 0.5},
+    {"id": "a", "text": "t", "score": 2, "metadata": {}},
+    {"id": "a", "text": "t", "score": 2, "metadata": {"nested": {"set": {1}}}},
+    {"id": 7, "text": "t", "score": 2},
+    {"id": "a", "text": "t", "score": 2, "extra": "kept out"},
+]
+
+
+@pytest.mark.parametrize("result", CASES)
+def test_well_formed_shortcut_gives_the_general_result(result: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = to_chunk(result)
+    monkeypatch.setattr(chunks, "_well_formed", lambda _obj: False)
+    assert fast == to_chunk(result)
+
+
+def test_the_shortcut_copies_rather_than_shares() -> None:
+    result = {"id": "a", "text": "t", "score": 1, "metadata": {"k": [1]}}
+    chunk = to_chunk(result)
+    assert chunk is not None and chunk is not result
+    assert chunk["metadata"] is not result["metadata"]
+    assert chunk["score"] == 1.0 and isinstance(chunk["score"], float)
