@@ -560,8 +560,8 @@ class KnowledgeBase:
             exact = req.mode != "fulltext" and self._exact(
                 conn.execute(*q.count_statement(scope)).fetchone()
             )
-            if req.mode != "fulltext" and not exact:
-                conn.execute(*q.settings_statement(req))
+            if req.mode != "fulltext":
+                conn.execute(*(q.exact_settings_statement() if exact else q.settings_statement(req)))
             rows = conn.execute(
                 *q.search_statement(
                     req,
@@ -624,8 +624,9 @@ class KnowledgeBase:
             if req.mode != "fulltext":
                 cur = await conn.execute(*q.count_statement(scope))
                 exact = self._exact(await cur.fetchone())
-                if not exact:
-                    await conn.execute(*q.settings_statement(req))
+                await conn.execute(
+                    *(q.exact_settings_statement() if exact else q.settings_statement(req))
+                )
             cur = await conn.execute(
                 *q.search_statement(
                     req,

@@ -207,6 +207,20 @@ def settings_statement(req: SearchRequest) -> Statement:
     return query, {"ef": str(ef)}
 
 
+def exact_settings_statement() -> Statement:
+    """Return transaction-local settings that let an exact scan run in parallel.
+
+    With the default costs the planner kept a 100k-row exact scan on one process
+    (68 ms); cheaper parallel start-up and tuple transfer give it two workers
+    (48 ms, same machine, same run). Small scans stay serial either way.
+    """
+    query = sql.SQL(
+        "SELECT set_config('parallel_setup_cost', '100', true),"
+        " set_config('parallel_tuple_cost', '0.001', true)"
+    )
+    return query, {}
+
+
 def and_query(text: str) -> str:
     """Return the query for `websearch_to_tsquery`, keeping only its `"phrase"` and `-word` syntax.
 
@@ -237,8 +251,13 @@ LIMIT %(limit)s
 _SEMANTIC = """
 SELECT e.chunk_id, 1 - (e.embedding <=> %(q)s) AS sim
 FROM {t} e WHERE e.collection_id = ANY(%(ids)s)
-ORDER BY (e.embedding <=> %(q)s) {exact} LIMIT %(pool)s
+ORDER BY {order} LIMIT %(pool)s
 """
+_HNSW_ORDER = "e.embedding <=> %(q)s"
+_EXACT_ORDER = "sim DESC"
+"""Ordering by the selected similarity, not the distance, computes one distance a
+row instead of two (the sort key and the output were separate expressions) and is
+no index order, so the scan is exact: 6.5 -> 5.7 ms on a 10k-row collection."""
 
 _FULLTEXT = """
 ftq AS MATERIALIZED (
@@ -335,7 +354,7 @@ def search_statement(
         "or_budget": or_budget,
     }
     semantic = sql.SQL(_SEMANTIC).format(
-        t=embeddings_table(scope.dimension), exact=sql.SQL("+ 0" if exact else "")
+        t=embeddings_table(scope.dimension), order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER)
     )
     if req.mode == "semantic":
         head = sql.SQL("WITH ranked AS (SELECT chunk_id, sim AS score FROM ({s}) s)").format(
