@@ -15,7 +15,7 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers, as_config
-from graph.state import BudgetStop, CollectionSpec, ControllerView, Coverage, TerminatedBy
+from graph.state import BudgetStop, ControllerView, TerminatedBy
 from nodes.common import (
     describe_error,
     emit,
@@ -37,32 +37,14 @@ class ControllerUpdate(TypedDict, total=False):
 
     messages: list[BaseMessage]
     iterations: int
-    terminated_by: TerminatedBy | None
+    terminated_by: TerminatedBy
     answer: str | None
     error: str | None
     usage: dict[str, Any]
     started_at: float
-    budget_stop: BudgetStop | None
+    budget_stop: BudgetStop
     options: dict[str, Any]
-    collection: CollectionSpec
-    grounding: dict[str, Any] | None
-    coverage: Coverage | None
-    repair: dict[str, Any] | None
-    repairs: int
 
-
-FIRST_TURN_DEFAULTS: ControllerUpdate = {
-    "terminated_by": None,
-    "answer": None,
-    "error": None,
-    "budget_stop": None,
-    "grounding": None,
-    "coverage": None,
-    "repair": None,
-    "repairs": 0,
-}
-"""Written on the first turn where the run has not set them: every later read of an unset
-channel costs LangGraph an exception to skip, on every step (and clients see every output key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +143,6 @@ class Controller:
         if "options" not in state:
             # the context is not checkpointed; traces and recorded replays need it
             update["options"] = runtime.context.as_options()
-            update = {**FIRST_TURN_DEFAULTS, **({} if "collection" in state else {"collection": "all"}), **update}
         view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
         emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, as_config(runtime)))
         return update
