@@ -46,7 +46,6 @@ class ControllerUpdate(TypedDict, total=False):
     options: dict[str, Any]
 
 
-
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One prepared controller call."""
