@@ -274,18 +274,22 @@ ft_stats AS MATERIALIZED (
   LEFT JOIN pg_stats s
     ON s.schemaname = current_schema() AND s.tablename = 'kb_chunks' AND s.attname = 'tsv'),
 ft_words AS (
-  SELECT w.lexeme, coalesce(f.freq, st.freqs[array_length(st.freqs, 1) - 2], 0) AS freq
+  SELECT w.lexeme,
+         coalesce(st.freqs[array_position(st.elems, w.lexeme)],
+                  st.freqs[array_length(st.freqs, 1) - 2], 0) AS freq
   FROM unnest(tsvector_to_array(to_tsvector('english', %(or_text)s))) AS w(lexeme)
-  CROSS JOIN ft_stats st
-  LEFT JOIN LATERAL (
-    SELECT x.freq FROM unnest(st.elems, st.freqs) AS x(elem, freq) WHERE x.elem = w.lexeme
-  ) f ON true),
+  CROSS JOIN ft_stats st),
 ft_rare AS MATERIALIZED (
-  SELECT string_agg(quote_literal(r.lexeme), ' | ')::tsquery AS q
-  FROM (SELECT lexeme, freq, sum(freq) OVER (ORDER BY freq, lexeme) - freq AS before
-        FROM ft_words) r
-  CROSS JOIN ft_stats st
-  WHERE r.before = 0 OR r.before * coalesce(st.n, 0) < %(or_budget)s),
+  SELECT CASE
+    WHEN (SELECT reltuples FROM pg_class WHERE oid = 'kb_chunks'::regclass) <= %(or_budget)s
+      THEN (SELECT q_or FROM ftq)
+    ELSE (
+      SELECT string_agg(quote_literal(r.lexeme), ' | ')::tsquery
+      FROM (SELECT lexeme, freq, sum(freq) OVER (ORDER BY freq, lexeme) - freq AS before
+            FROM ft_words) r
+      CROSS JOIN ft_stats st
+      WHERE r.before = 0 OR r.before * coalesce(st.n, 0) < %(or_budget)s)
+    END AS q),
 ft_or AS (
   SELECT id AS chunk_id, ts_rank_cd(tsv, (SELECT q_or FROM ftq)) AS rank
   FROM kb_chunks
@@ -305,7 +309,9 @@ that matches any word cost 0.2-1.5 s at 100k chunks, since common words match a
 quarter of the table; rows sharing only common words with the query were the
 weakest matches anyway. A word missing from the statistics' most common
 elements counts at the least common one's frequency (an upper bound). Without
-statistics (a table never analysed) every word is kept, as before.
+statistics (a table never analysed) every word is kept, as before; so it is
+when the whole table holds no more than `or_budget` rows, without reading the
+statistics (1.2 ms).
 """
 
 _HYBRID = """
