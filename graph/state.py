@@ -13,10 +13,9 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AnyMessage
-from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
-from graph.channels import fold_appended, fold_chunks, fold_messages
+from graph.channels import FoldChannel, fold_appended, fold_chunks, fold_messages
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.
@@ -109,14 +108,14 @@ class LoopOutput(TypedDict):
 class LoopState(LoopInput):
     """Everything the nodes share during a run."""
 
-    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
     """The controller conversation without the system prompt (which is rebuilt per call).
 
     Starts with the question; every assistant tool call is answered by a tool message,
     so the conversation is valid for OpenAI-style APIs whenever it is sent again."""
-    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
+    tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
     """Executed tool calls in order; append-only."""
-    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
+    chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
     """Accumulated chunks, best first, capped. ``tools`` writes a `ChunkMerge` of the turn's
     finds (the cap travels in the write, since it is a context value); a list replaces them."""
     iterations: NotRequired[int]
@@ -147,15 +146,15 @@ class ControllerRouteView(TypedDict):
     """
 
     terminated_by: NotRequired[TerminatedBy | None]
-    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
-    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
+    messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
+    chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
 
 
 class ToolsRouteView(TypedDict):
     """What the router after ``tools`` reads."""
 
     terminated_by: NotRequired[TerminatedBy | None]
-    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
+    tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
 
 
 class OutcomeView(TypedDict):
@@ -174,9 +173,9 @@ class ToolsView(TypedDict):
 
     question: str
     collection: NotRequired[CollectionSpec]
-    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
-    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
-    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
+    messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
+    tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
+    chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
     iterations: NotRequired[int]
     terminated_by: NotRequired[TerminatedBy | None]
 

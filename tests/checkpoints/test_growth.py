@@ -83,3 +83,28 @@ def test_fold_messages_matches_add_messages_for_appends_replacements_and_removal
         expected = add_messages(expected, write)
         folded = fold_messages([], writes[: writes.index(write) + 1])
         assert [(m.id, m.content) for m in folded] == [(m.id, m.content) for m in expected]
+
+
+def test_a_fold_channel_copy_shares_the_value_and_updates_apart():
+    from graph.channels import FoldChannel, fold_appended
+
+    channel = FoldChannel(fold_appended, list)
+    channel.update([[1, 2]])
+    copy = channel.copy()
+    assert copy.get() is channel.get()  # shared, not copied
+    copy.update([[3]])
+    assert channel.get() == [1, 2] and copy.get() == [1, 2, 3]  # the fold built a new list
+
+
+def test_the_folds_never_change_the_value_they_are_given():
+    current_chunks = [{"id": "a", "text": "A", "score": 0.5}]
+    current_msgs = [HumanMessage("q", id="m0")]
+    current_items = [1]
+    fold_chunks(current_chunks, [{"merge": [{"id": "b", "text": "B", "score": 0.9}], "cap": 5}, []])
+    fold_messages(current_msgs, [[AIMessage("a", id="m1")], [AIMessage("b", id="m0")]])
+    from graph.channels import fold_appended
+
+    fold_appended(current_items, [[2], 3])
+    assert current_chunks == [{"id": "a", "text": "A", "score": 0.5}]
+    assert [(m.id, m.content) for m in current_msgs] == [("m0", "q")]
+    assert current_items == [1]
