@@ -557,11 +557,12 @@ class KnowledgeBase:
                 graph=graph,
                 depth=graph_depth,
             )
-            exact = req.mode != "fulltext" and self._exact(
-                conn.execute(*q.count_statement(scope)).fetchone()
-            )
+            exact = False
             if req.mode != "fulltext":
-                conn.execute(*(q.exact_settings_statement() if exact else q.settings_statement(req)))
+                rows = q.estimated_rows(conn.execute(*q.count_statement(scope)).fetchone())
+                exact = rows <= self.exact_max_rows
+                if (settings := q.scan_settings(req, exact=exact, rows=rows)) is not None:
+                    conn.execute(*settings)
             rows = conn.execute(
                 *q.search_statement(
                     req,
@@ -623,10 +624,10 @@ class KnowledgeBase:
             exact = False
             if req.mode != "fulltext":
                 cur = await conn.execute(*q.count_statement(scope))
-                exact = self._exact(await cur.fetchone())
-                await conn.execute(
-                    *(q.exact_settings_statement() if exact else q.settings_statement(req))
-                )
+                rows = q.estimated_rows(await cur.fetchone())
+                exact = rows <= self.exact_max_rows
+                if (settings := q.scan_settings(req, exact=exact, rows=rows)) is not None:
+                    await conn.execute(*settings)
             cur = await conn.execute(
                 *q.search_statement(
                     req,
@@ -644,9 +645,6 @@ class KnowledgeBase:
                 cur = await conn.execute(*gs.chunks_statement(scope.ids, missing))
                 extra = q.to_chunks(await cur.fetchall())
         return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
-
-    def _exact(self, row: tuple[Any, ...] | None) -> bool:
-        return q.estimated_rows(row) <= self.exact_max_rows
 
     def _query_vector(self, req: q.SearchRequest) -> Any:
         if req.mode == "fulltext":

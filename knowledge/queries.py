@@ -44,6 +44,8 @@ DEFAULT_OR_BUDGET = 500
 DEFAULT_EF_SEARCH = 100
 MAX_EF_SEARCH = 1000
 DEFAULT_EXACT_MAX_ROWS = 20_000
+PARALLEL_EXACT_MIN_ROWS = 50_000
+"""Exact scans estimated at this many rows or more may use parallel workers."""
 DEFAULT_HYBRID_MIN_SIMILARITY = 0.35
 _WORD = re.compile(r"[^\W_]+")
 _JUNK = re.compile(r"[^\w\s\"-]+")
@@ -207,12 +209,25 @@ def settings_statement(req: SearchRequest) -> Statement:
     return query, {"ef": str(ef)}
 
 
+def scan_settings(req: SearchRequest, *, exact: bool, rows: int) -> Statement | None:
+    """Return the transaction-local settings a semantic search needs, if any.
+
+    HNSW searches get `settings_statement`; exact scans of at least
+    `PARALLEL_EXACT_MIN_ROWS` (estimated) rows get `exact_settings_statement`;
+    smaller exact scans none, since starting workers costs more than they save.
+    """
+    if not exact:
+        return settings_statement(req)
+    return exact_settings_statement() if rows >= PARALLEL_EXACT_MIN_ROWS else None
+
+
 def exact_settings_statement() -> Statement:
-    """Return transaction-local settings that let an exact scan run in parallel.
+    """Return transaction-local settings that let a large exact scan run in parallel.
 
     With the default costs the planner kept a 100k-row exact scan on one process
     (68 ms); cheaper parallel start-up and tuple transfer give it two workers
-    (48 ms, same machine, same run). Small scans stay serial either way.
+    (48 ms, same machine, same run). On a 9k-row collection the same settings
+    started workers too and made the scan slower, hence `scan_settings`.
     """
     query = sql.SQL(
         "SELECT set_config('parallel_setup_cost', '100', true),"

@@ -12,9 +12,9 @@ rows already in the dimension's table) drop the HNSW index first and rebuild it
 once at the end: inserting into a live HNSW index is about 6x slower per row
 than building it, and searches stay correct meanwhile (exact scans). A load
 that at least doubles `kb_chunks` does the same with its full-text GIN index
-(searches meanwhile scan the table). Every
-ingest ends by merging the full-text index's pending list, which a search
-would otherwise scan linearly (2.5 ms a query with a full 4 MB list).
+(searches meanwhile scan the table). Every other ingest ends by merging the GIN
+index's pending list, which each full-text search would otherwise scan
+linearly (2.5 ms a query with a full 4 MB list).
 """
 
 from __future__ import annotations

@@ -235,3 +235,14 @@ async def test_module_level_api_fits_search_fn(
     again = await knowledge.aingest(TOPICS["volcanoes"], collection="mod", name="v")
     assert again.documents_skipped == 1
     await loaded.aclose()
+
+
+def test_only_large_exact_scans_get_parallel_settings() -> None:
+    from knowledge import queries as q
+
+    req = q.make_request("x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=None)
+    assert req is not None
+    big = q.PARALLEL_EXACT_MIN_ROWS
+    assert q.scan_settings(req, exact=True, rows=big - 1) is None
+    assert q.scan_settings(req, exact=True, rows=big) == q.exact_settings_statement()
+    assert q.scan_settings(req, exact=False, rows=10) == q.settings_statement(req)
