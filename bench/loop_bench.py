@@ -10,6 +10,9 @@ Run: `python -m bench.loop_bench [--rounds 60] [--profile]`. Every variant runs 
 * ``create_agent``: ``langchain.agents.create_agent``.
 * ``arcana_run``: ``graph.run(...)`` (its compiled-graph cache pays compile once).
 * ``arcana_compiled``: the same graph compiled once and called with ``invoke``.
+* ``arcana_run_exit``: ``graph.run(..., durability="exit")`` with a checkpointer: one write at
+  the end instead of one per step (``run()`` defaults to ``"sync"``, so that a killed run
+  can be resumed from its last step).
 
 Each graph variant runs without a checkpointer and with InMemorySaver, SqliteSaver (a
 temporary file) and PostgresSaver (the embedded server of ``knowledge.server``, when it
@@ -58,7 +61,7 @@ CHUNK_CHARS = 800
 TURNS = SEARCHES + 1
 ANSWER_TEXT = "gather() propagates the first exception unless return_exceptions=True [c0_0]."
 CHECKPOINTERS = ("none", "memory", "sqlite", "postgres")
-GRAPH_VARIANTS = ("stategraph", "react_agent", "create_agent", "arcana_run", "arcana_compiled")
+GRAPH_VARIANTS = ("stategraph", "react_agent", "create_agent", "arcana_run", "arcana_compiled", "arcana_run_exit")
 LABELS = {
     "floor": "bare loop (floor)",
     "stategraph": "minimal StateGraph",
@@ -66,6 +69,7 @@ LABELS = {
     "create_agent": "create_agent",
     "arcana_run": "arcana-loop run()",
     "arcana_compiled": "arcana-loop compiled.invoke",
+    "arcana_run_exit": "arcana-loop run(durability=exit)",
 }
 
 _FILLER = (
@@ -293,6 +297,10 @@ def make_runners(model: BaseChatModel, savers: dict[str, BaseCheckpointSaver[Any
         runners[f"react_agent/{column}"] = (lambda g=react, s=saver, i=inputs: g.invoke(i, _config(s)))
         runners[f"create_agent/{column}"] = (lambda g=agent, s=saver, i=inputs: g.invoke(i, _config(s)))
         runners[f"arcana_run/{column}"] = (lambda s=saver: graph.run(QUESTION, controller_llm=model, search_fn=instant_search, checkpointer=s))
+        if saver is not None:
+            runners[f"arcana_run_exit/{column}"] = (
+                lambda s=saver: graph.run(QUESTION, controller_llm=model, search_fn=instant_search, checkpointer=s, durability="exit")
+            )
         runners[f"arcana_compiled/{column}"] = (
             lambda g=arcana, s=saver: g.invoke({"question": QUESTION}, _config(s), context=LoopContext())
         )
@@ -303,7 +311,7 @@ def check_runs(runners: dict[str, Runner]) -> None:
     """Fail loudly if a variant does not run the whole script (a benchmark of a broken loop is worthless)."""
     for name, runner in runners.items():
         out = runner()
-        if name.startswith("arcana_run"):
+        if name.startswith("arcana_run"):  # arcana_run and arcana_run_exit
             assert out.terminated_by == "answered" and out.iterations == TURNS, (name, out.terminated_by, out.iterations)
             assert len(out.chunks) == SEARCHES * CHUNKS_PER_SEARCH, (name, len(out.chunks))
             continue
@@ -370,7 +378,7 @@ def targets(medians: dict[str, float]) -> list[dict[str, Any]]:
         ratio = medians[ours] / medians[theirs]
         checks.append({"target": name, "ours": ours, "reference": theirs, "ratio": round(ratio, 3), "limit": limit, "pass": ratio <= limit})
 
-    for entry in ("arcana_run", "arcana_compiled"):
+    for entry in ("arcana_run", "arcana_compiled", "arcana_run_exit"):
         check("<= 1.1x minimal StateGraph, no checkpointer", f"{entry}/none", "stategraph/none", 1.1)
         check("<= 0.5x create_agent, no checkpointer", f"{entry}/none", "create_agent/none", 0.5)
         for column in CHECKPOINTERS[1:]:
