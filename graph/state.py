@@ -142,7 +142,8 @@ class LoopState(LoopInput):
 class ControllerRouteView(TypedDict):
     """What the router after ``controller`` reads.
 
-    Routers read narrow views because every channel a router reads is copied for it on each step.
+    Routers read narrow views: each channel in a view is read, with the node's writes applied, on
+    every step (LangGraph copies the whole graph's channels for that read whatever the view).
     """
 
     terminated_by: NotRequired[TerminatedBy | None]
@@ -167,8 +168,8 @@ class OutcomeView(TypedDict):
 class ToolsView(TypedDict):
     """What the ``tools`` node reads: the last reply, what was searched and found, and the scope.
 
-    Nodes read narrow views too: LangGraph reads every channel of a node's input on each step,
-    and an unset channel costs an exception to skip.
+    Nodes read narrow views too: LangGraph reads every channel of a node's input on each step
+    (an unset one by raising and catching an exception), so fewer channels cost less.
     """
 
     question: str
