@@ -43,6 +43,11 @@ class SynthesisUpdate(TypedDict, total=False):
     answer: str
     tool_history: list[ToolEvent]
     usage: dict[str, Any]
+    error: str
+
+
+SYNTHESIS_FAILED = "fallback synthesis failed: {reason}"
+SYNTHESIS_EMPTY = "fallback synthesis returned no text"
 
 
 class Synthesis:
@@ -66,7 +71,9 @@ class Synthesis:
     def _finish(self, state: LoopState, runtime: Runtime[LoopContext], instruction: HumanMessage, text: Any) -> SynthesisUpdate:
         update: SynthesisUpdate = {}
         if isinstance(text, BaseException):
-            logger.warning("fallback synthesis failed: %s", describe_error(text))
+            # the run ends without an answer; error says why (terminated_by stays max_iterations)
+            update = {"error": SYNTHESIS_FAILED.format(reason=describe_error(text))}
+            logger.warning("%s", update["error"])
         else:
             written = (message_text(text.content) if isinstance(text, AIMessage) else text) or ""
             if isinstance(written, str) and written.strip():
@@ -86,7 +93,8 @@ class Synthesis:
                 }
                 emit(runtime, tool_call_event(entry, len(state.get("tool_history") or []) + 1))
             else:
-                logger.warning("fallback synthesis returned no text")
+                update = {"error": SYNTHESIS_EMPTY}
+                logger.warning("%s", SYNTHESIS_EMPTY)
         emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, as_config(runtime)))
         return update
 

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
+from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
 from graph import arun, resume, run, trace
@@ -57,6 +58,7 @@ def test_a_failing_synthesis_through_the_client_keeps_the_chunks(openai_server):
     result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts")]), answer_llm=_client(openai_server, max_retries=1),
                  search_fn=_found(), max_iterations=1)
     assert (result.terminated_by, result.answer) == ("max_iterations", None)
+    assert (result.error or "").startswith("fallback synthesis failed:") and "500" in (result.error or "")
     assert [c["id"] for c in result.chunks] == ["c1"] and result.tool_history[0]["returned_chunk_ids"] == ["c1"]
     assert len(openai_server.requests) == 2
 
@@ -101,7 +103,14 @@ def test_a_failing_synthesis_leaves_no_answer_but_keeps_the_chunks():
     result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), RuntimeError("synthesis down")]),
                  search_fn=_found(), max_iterations=1)
     assert result.terminated_by == "max_iterations" and result.answer is None
+    assert result.error == "fallback synthesis failed: RuntimeError: synthesis down"
     assert [c["id"] for c in result.chunks] == ["c1"]
+
+
+def test_a_synthesis_without_text_says_so():
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), AIMessage(content="  ")]),
+                 search_fn=_found(), max_iterations=1)
+    assert (result.terminated_by, result.answer, result.error) == ("max_iterations", None, "fallback synthesis returned no text")
 
 
 @pytest.mark.parametrize("reply", ["not json at all", '{"claims": "oops"}', '{"score": 7}', ""])
