@@ -40,7 +40,10 @@ def _stop(question: str, name: str, result: dict[str, Any] | None) -> dict[str, 
 
 def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] | None:
     try:
-        return enrich(GroundingResult.from_mapping(raw).to_dict(), tool_history)
+        data = GroundingResult.from_mapping(raw).to_dict()
+        if data.get("usage") is None:
+            del data["usage"]  # only grounders that call a model report tokens
+        return enrich(data, tool_history)
     except Exception as exc:  # garbage from a grounder: no grounding, the answer stays
         logger.warning("grounder %s returned an unusable result: %s", name, exc)
         return None

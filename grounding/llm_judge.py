@@ -131,7 +131,7 @@ class LLMJudgeGrounder:
         if not chunks:
             return GroundingResult(score=0.0)
         reply = self._model(opts.get("judge_model")).invoke(self._messages(answer, chunks, question), **self._kwargs(opts))
-        return result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content))))
+        return _with_usage(result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))), reply)
 
     async def aground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> GroundingResult:
         """Judge the answer's claims against the chunks on the event loop."""
@@ -140,4 +140,12 @@ class LLMJudgeGrounder:
         if not chunks:
             return GroundingResult(score=0.0)
         reply = await self._model(opts.get("judge_model")).ainvoke(self._messages(answer, chunks, question), **self._kwargs(opts))
-        return result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content))))
+        return _with_usage(result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))), reply)
+
+
+def _with_usage(result: GroundingResult, reply: Any) -> GroundingResult:
+    """Attach the judge reply's token counts (from its usage metadata) to the result."""
+    metadata = getattr(reply, "usage_metadata", None) or {}
+    counts = {k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")}
+    result.usage = counts if any(counts.values()) else None
+    return result

@@ -56,6 +56,9 @@ class GroundingResult:
     faithful_spans: list[Span] = field(default_factory=list)
     hallucinated_spans: list[Span] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
+    usage: dict[str, int] | None = None
+    """Tokens the grounder's model calls used (``input_tokens``, ``output_tokens``, ``total_tokens``),
+    when it made any; the loop adds them to the run's ``usage`` under ``judge``."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return plain JSON data."""
@@ -79,9 +82,18 @@ class GroundingResult:
                 faithful_spans=[_span(s) for s in data.get("faithful_spans") or []],
                 hallucinated_spans=[_span(s) for s in data.get("hallucinated_spans") or []],
                 claims=[_claim(c) for c in data.get("claims") or []],
+                usage=_usage(data.get("usage")),
             )
         except (TypeError, KeyError, AttributeError) as exc:
             raise GroundingError(f"malformed grounding result: {exc}") from exc
+
+
+def _usage(value: Any) -> dict[str, int] | None:
+    """Keep a grounder's token counts when they are counts; anything else is dropped."""
+    if not isinstance(value, Mapping):
+        return None
+    counts = {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    return counts or None
 
 
 def _score(value: Any, name: str) -> float:

@@ -63,7 +63,10 @@ class Ground:
         self.routers = routers
 
     def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None) -> Any:
+        tokens = None if grounding is None else grounding.pop("usage", None)
         update = ground_update(state, runtime.context, grounding)
+        if tokens:
+            update["usage"] = {"judge": tokens, "total": tokens}
         view: Any = {**state, **update}
         emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, as_config(runtime)))
         return update

@@ -143,3 +143,22 @@ def test_min_support_without_a_grounder_is_a_configuration_error():
 
     with pytest.raises(ConfigurationError, match="grounder"):
         run("Q?", controller_llm=ScriptedChatModel(responses=[answer("x")]), search_fn=ScriptedSearch(), min_support=0.5)
+
+
+def test_judge_tokens_are_counted_under_judge_and_in_the_total():
+    from grounding.llm_judge import LLMJudgeGrounder
+
+    model = ScriptedChatModel(responses=[with_usage(search("a"), 100), with_usage(answer("Use wait_for."), 50)])
+    verdict = AIMessage(content='{"claims": [{"text": "Use wait_for.", "verdict": "supported", "chunk_ids": ["c1"]}]}')
+    judge = ScriptedChatModel(responses=[with_usage(verdict, 40)])
+    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1", "Use wait_for to bound it.")]]),
+                 grounder=LLMJudgeGrounder(judge))
+    assert result.grounding is not None and "usage" not in result.grounding
+    assert result.usage["judge"] == {"input_tokens": 39, "output_tokens": 1, "total_tokens": 40}
+    assert result.usage["total"]["total_tokens"] == 190
+
+
+def test_a_grounder_without_model_calls_adds_no_judge_usage():
+    model = ScriptedChatModel(responses=[answer("Use wait_for.")])
+    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1", "Use wait_for.")]]), grounder="local")
+    assert "judge" not in result.usage
