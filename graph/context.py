@@ -90,7 +90,7 @@ class LoopContext:
         "max_tool_calls_per_turn", 16, int, "Tool calls of one turn past this many are answered as skipped, not run."
     )
     max_parallel_searches: int = _opt(
-        "max_parallel_searches", 4, int, "Searches of one turn that run at once on the async path."
+        "max_parallel_searches", 4, int, "Searches of one turn that run at once (worker threads in run(), tasks in arun())."
     )
     budget_ledger: bool = _opt(
         "budget_ledger", True, bool, "Show the controller its budget status (turns, searches, chunks, tokens, time) every turn."

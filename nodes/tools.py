@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -21,6 +23,7 @@ from tools.execute import (
     CallOutcome,
     DuplicateGuard,
     Planned,
+    SearchCall,
     arun_planned,
     plan_calls,
     render_turn,
@@ -114,10 +117,19 @@ class Tools:
         return update
 
     def sync(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
-        """Execute the turn's tool calls in order."""
+        """Execute the turn's tool calls; several searches run in worker threads, results stay in call order."""
         search_fn, _ = self.deps.search()
         opts = runtime.context.search_opts
-        outcomes = [run_planned(step, search_fn, opts) for step in self._plan(state, runtime)]
+        plan = self._plan(state, runtime)
+        searches = [step for step in plan if isinstance(step, SearchCall)]
+        workers = min(len(searches), runtime.context.max_parallel_searches)
+        if workers < 2:
+            return self._fold(state, runtime, [run_planned(step, search_fn, opts) for step in plan])
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arcana-search") as pool:
+            # each search keeps the node's context (callbacks, config) as it would on this thread
+            running = {id(step): pool.submit(contextvars.copy_context().run, run_planned, step, search_fn, opts) for step in searches}
+            # custom tools run here, one at a time, in call order, while the searches run
+            outcomes = [running[id(step)].result() if id(step) in running else run_planned(step, search_fn, opts) for step in plan]
         return self._fold(state, runtime, outcomes)
 
     async def async_(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:

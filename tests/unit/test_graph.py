@@ -12,6 +12,7 @@ from graph import arun, build_graph, make_deps, run
 from graph.build import graph as served_graph
 from graph.context import LoopContext
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
+from tests.unit.test_loop import assert_every_call_answered
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "graph.mmd"
 
@@ -75,6 +76,47 @@ async def test_async_searches_of_one_turn_run_concurrently_in_call_order():
     elapsed = time.perf_counter() - started
     assert [e["args"]["query"] for e in result.tool_history[:4]] == list("abcd")
     assert elapsed < 0.6  # four 0.2 s searches, concurrently
+
+
+def _meeting_searches(expected: int):
+    """A search whose calls wait for each other: they only all finish if they run at once."""
+    import threading
+
+    barrier = threading.Barrier(expected, timeout=10)
+    lock, active, peak = threading.Lock(), [0], [0]
+
+    def search_fn(query, **kwargs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            barrier.wait()
+        finally:
+            with lock:
+                active[0] -= 1
+        return [chunk(f"c-{query}")]
+
+    return search_fn, peak
+
+
+def test_sync_searches_of_one_turn_run_at_once_in_call_order():
+    search_fn, peak = _meeting_searches(4)
+    turn = calls(*[tool_call("search", query=q) for q in "abcd"])
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=search_fn)
+    assert peak[0] == 4
+    assert [e["args"]["query"] for e in result.tool_history[:4]] == list("abcd")
+    assert [e["returned_chunk_ids"] for e in result.tool_history[:4]] == [[f"c-{q}"] for q in "abcd"]
+    assert_every_call_answered(result.messages)
+
+
+def test_sync_searches_respect_max_parallel_searches_and_match_serial_results():
+    search_fn, peak = _meeting_searches(2)  # pairs meet: two at once, never more
+    turn = calls(*[tool_call("search", query=q) for q in "abcdef"])
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=search_fn, max_parallel_searches=2)
+    assert peak[0] == 2 and [e["args"]["query"] for e in result.tool_history[:6]] == list("abcdef")
+    serial = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]),
+                 search_fn=lambda query, **kwargs: [chunk(f"c-{query}")], max_parallel_searches=1)
+    assert serial.tool_history == result.tool_history and serial.chunks == result.chunks
 
 
 async def test_async_path_runs_sync_search_functions_off_the_event_loop():
