@@ -321,6 +321,8 @@ def replay_record(record: Record) -> LoopResult:
     """Run the loop again from a record alone: no model, no database, no checkpointer."""
     options = {k: v for k, v in record.options.items() if k in CONTEXT_FIELDS}
     options.update(controller_model=None, answer_model=None, judge_model=None)
+    # recorded results are handed out per query in the order they were sent: one at a time keeps that order
+    options["max_parallel_searches"] = 1
     if options.get("grounder") == "llm_judge":
         options["grounder"] = None  # the judge's replies are not recorded; see `verify_record`
     synthesis = record.synthesis_reply
