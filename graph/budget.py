@@ -24,8 +24,12 @@ def usage_of(role: str, message: Any) -> dict[str, Any]:
     metadata = getattr(message, "usage_metadata", None) if isinstance(message, AIMessage) else None
     if not metadata:
         return {}
-    tokens = {k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")}
-    return {role: tokens, "total": tokens}
+    return usage_record(role, {k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")})
+
+
+def usage_record(role: str, tokens: dict[str, int] | None) -> dict[str, Any]:
+    """Return the usage record of token counts: under ``role`` and ``total`` (empty without counts)."""
+    return {role: tokens, "total": tokens} if tokens else {}
 
 
 def tokens_used(state: Mapping[str, Any]) -> int:

@@ -99,11 +99,11 @@ def fold_messages(current: list[AnyMessage], writes: Sequence[Any]) -> list[AnyM
         stamped: list[Any] = [_with_id(m, len(out) + i) for i, m in enumerate(incoming)]
         if _appends_only(stamped, ids):
             out.extend(stamped)  # what add_messages does for new ids, without rebuilding its index
+            ids.update(m.id for m in stamped)
         else:
             merged: Any = add_messages(list[Any](out), stamped)  # it returns messages when given messages
             out = merged
             ids = {m.id for m in out}
-        ids.update(m.id for m in stamped)
     return out
 
 

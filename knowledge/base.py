@@ -559,9 +559,8 @@ class KnowledgeBase:
             )
             exact = False
             if req.mode != "fulltext":
-                rows = q.estimated_rows(conn.execute(*q.count_statement(scope)).fetchone())
-                exact = rows <= self.exact_max_rows
-                if (settings := q.scan_settings(req, exact=exact, rows=rows)) is not None:
+                exact, settings = self._scan(req, conn.execute(*q.count_statement(scope)).fetchone())
+                if settings is not None:
                     conn.execute(*settings)
             rows = conn.execute(
                 *q.search_statement(
@@ -624,9 +623,8 @@ class KnowledgeBase:
             exact = False
             if req.mode != "fulltext":
                 cur = await conn.execute(*q.count_statement(scope))
-                rows = q.estimated_rows(await cur.fetchone())
-                exact = rows <= self.exact_max_rows
-                if (settings := q.scan_settings(req, exact=exact, rows=rows)) is not None:
+                exact, settings = self._scan(req, await cur.fetchone())
+                if settings is not None:
                     await conn.execute(*settings)
             cur = await conn.execute(
                 *q.search_statement(
@@ -645,6 +643,12 @@ class KnowledgeBase:
                 cur = await conn.execute(*gs.chunks_statement(scope.ids, missing))
                 extra = q.to_chunks(await cur.fetchall())
         return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
+
+    def _scan(self, req: q.SearchRequest, count_row: tuple[Any, ...] | None) -> tuple[bool, q.Statement | None]:
+        """Choose exact scan or HNSW from the planner's row estimate; return it with its settings."""
+        rows = q.estimated_rows(count_row)
+        exact = rows <= self.exact_max_rows
+        return exact, q.scan_settings(req, exact=exact, rows=rows)
 
     def _query_vector(self, req: q.SearchRequest) -> Any:
         if req.mode == "fulltext":

@@ -10,6 +10,7 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
+from graph.budget import usage_record
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.evidence import ground_update
@@ -66,7 +67,7 @@ class Ground:
         tokens = None if grounding is None else grounding.pop("usage", None)
         update = ground_update(state, runtime.context, grounding)
         if tokens:
-            update["usage"] = {"judge": tokens, "total": tokens}
+            update["usage"] = usage_record("judge", tokens)
         view: Any = {**state, **update}
         emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, as_config(runtime)))
         return update
