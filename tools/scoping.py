@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 ALL = "all"
-"""The collection value meaning "unrestricted"."""
+"""The collection value meaning "unrestricted".
+
+It is reserved: no collection may be called ``all`` (in any case, with or without
+surrounding spaces), so a scope naming it can never be read as "every collection"
+by a search function further down.
+"""
 
 MAX_COLLECTION_NAME_CHARS = 200
 
@@ -93,6 +98,11 @@ def _check_name(name: Any) -> str:
         raise ValueError(f"collection names are at most {MAX_COLLECTION_NAME_CHARS} characters")
     if "\x00" in name:
         raise ValueError("collection names must not contain NUL characters")
+    if name.strip().casefold() == ALL:
+        raise ValueError(
+            f"{name!r} is reserved (it means every collection) and cannot name a collection; "
+            "pass collection='all' or None for an unrestricted run"
+        )
     return name
 
 
@@ -101,10 +111,12 @@ def normalize_scope(collection: Any) -> Scope:
 
     ``"all"`` or ``None``: unrestricted. A name or a one-element list: locked to it.
     Two or more names: the controller picks per call. ``[]``: matches nothing.
+    ``all`` inside a list, or in another case or spacing (``"ALL"``, ``" all"``), is
+    refused: it would otherwise reach a search function as the unrestricted value.
 
     Raises:
         TypeError: for a value that is not ``None``, a string, or a list/tuple of strings.
-        ValueError: for blank, over-long or NUL-containing names.
+        ValueError: for blank, over-long, NUL-containing or reserved names.
     """
     if collection is None or collection == ALL:
         return Scope("all")

@@ -101,6 +101,45 @@ def test_empty_scope_matches_nothing_and_never_queries(tenants):
     assert tenants.search("launch code", collection=[]) == []
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("collection", [["all"], "ALL", [" all"], ["public", "all"], ("All",)])
+def test_the_reserved_name_all_cannot_lock_or_join_a_scope(tenants, collection):
+    # "all" reached the search as the bare string the knowledge base reads as "every collection"
+    model = ScriptedChatModel(responses=[search("launch code"), answer("none")])
+    found = ScriptedSearch(lambda query, **kw: tenants.search(query, **kw))
+    with pytest.raises(ValueError, match="reserved"):
+        run("Launch code?", collection=collection, controller_llm=model, search_fn=found)
+    assert model.calls == [] and found.calls == []
+
+
+@pytest.mark.postgres
+def test_a_picking_controller_cannot_pick_all(tenants):
+    attempts = [search("launch code", collection="all"), search("launch code", collection="ALL"), answer("none")]
+    result = run("Launch code?", collection=["public", "other"], controller_llm=ScriptedChatModel(responses=attempts), search_fn=tenants.search)
+    assert [e["returned_chunk_ids"] for e in result.tool_history[:2]] == [[], []]
+    assert all(e["summary"].startswith("search error: collection") for e in result.tool_history[:2])
+
+
+def test_the_unrestricted_scope_hands_a_custom_search_none_only():
+    seen = []
+
+    def recording(query, collection=None, limit=5, **opts):
+        seen.append(collection)
+        return []
+
+    script = [search("x"), search("y", collection="all"), answer("none")]
+    run("Anything?", collection="all", controller_llm=ScriptedChatModel(responses=script), search_fn=recording)
+    run("Anything?", collection=None, controller_llm=ScriptedChatModel(responses=[search("x"), answer("none")]), search_fn=recording)
+    assert seen == [None, None, None]
+
+
+def test_the_served_graph_refuses_all_inside_a_list():
+    from graph.build import graph as served
+
+    with pytest.raises(ValueError, match="reserved"):
+        served.invoke({"question": "Launch code?", "collection": ["all"]}, context={"controller_model": "offline"})
+
+
 # ----- SQL is composed, never pasted ---------------------------------------------------------
 
 SQL_CALLS = {"execute", "executemany", "copy", "cursor_execute"}
