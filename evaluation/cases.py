@@ -1,16 +1,26 @@
 """Labelled cases: questions with their relevant chunks or sources, key facts and expected outcome.
 
 A case file is JSON: ``{"name": ..., "collection": ..., "cases": [case, ...]}`` (a bare
-list of cases is accepted too). Retrieval evaluation needs ``relevant_ids`` or
-``relevant_sources``; loop evaluation needs ``key_facts`` or ``reference`` and
-``expected``. A chunk matches a source when its ``metadata["source"]`` equals it.
+list of cases is accepted too). Retrieval evaluation needs ``evidence``,
+``relevant_ids`` or ``relevant_sources``; loop evaluation needs ``key_facts`` or
+``reference`` and ``expected``. A chunk matches a source when its
+``metadata["source"]`` equals it, and an evidence passage when it contains the
+passage (compared normalised; a passage cut by a chunk boundary counts where the
+chunk holds most of it).
+
+Two sets ship for the demo corpus: the *lookup* set (`PYTHON_DOCS_EVAL`), whose
+questions mostly name the function that answers them, and the *realistic* set
+(`PYTHON_DOCS_REALISTIC`), written as people with a task ask, each case in the
+``tune`` or the ``test`` split.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +29,15 @@ OUTCOMES: tuple[Outcome, ...] = ("answered", "gave_up")
 
 DATA_DIR = Path(__file__).parent / "data"
 PYTHON_DOCS_EVAL = DATA_DIR / "python_docs_eval.json"
-"""The labelled set shipped for the demo corpus (``knowledge.stdlib_docs``)."""
+"""The lookup set for the demo corpus (``knowledge.stdlib_docs``): questions naming their answer."""
+PYTHON_DOCS_REALISTIC = DATA_DIR / "python_docs_realistic.json"
+"""The realistic set for the demo corpus: questions as people with a task ask them."""
+EVAL_SETS = {"lookup": PYTHON_DOCS_EVAL, "realistic": PYTHON_DOCS_REALISTIC}
+"""The shipped sets by name (``arcana-loop eval --set``)."""
+SPLITS = ("tune", "test")
+
+KeyFact = str | list[str]
+"""A key fact: a string, or a list of alternatives of which an answer must hold one."""
 
 
 @dataclass
@@ -28,8 +46,9 @@ class EvalCase:
 
     id: str
     question: str
-    key_facts: list[str] = field(default_factory=list)
-    """Short strings a correct answer contains (compared case- and punctuation-insensitively)."""
+    key_facts: list[KeyFact] = field(default_factory=list)
+    """What a correct answer contains (compared case- and punctuation-insensitively): each
+    entry a string, or a list of alternatives of which one must appear."""
     reference: str | None = None
     """A reference answer, for the LLM judge; optional."""
     relevant_ids: list[str] = field(default_factory=list)
@@ -37,7 +56,15 @@ class EvalCase:
     expected: Outcome = "answered"
     """``gave_up`` for a question the collection cannot answer."""
     kind: str = "single"
-    """Free label for breakdowns: ``single``, ``multi``, ``unanswerable``, ``generated``..."""
+    """Free label for breakdowns: ``single``, ``multi``, ``howto``, ``why``, ``unanswerable``..."""
+    evidence: list[str] = field(default_factory=list)
+    """Passages of the corpus that answer the question (one per part of a multi-part one)."""
+    modules: list[str] = field(default_factory=list)
+    """What the question is about (for coverage counts)."""
+    names_api: bool = False
+    """Whether the question names the function or class that answers it."""
+    split: str | None = None
+    """``tune`` (used to tune retrieval and the offline controller) or ``test`` (reported only)."""
 
     def __post_init__(self) -> None:
         ident: Any = self.id  # typed as str, but case files hold any JSON
@@ -48,10 +75,15 @@ class EvalCase:
             raise ValueError(f"case {self.id!r}: question must be a non-empty string")
         if self.expected not in OUTCOMES:
             raise ValueError(f"case {self.id!r}: expected must be one of {OUTCOMES}, got {self.expected!r}")
-        for name in ("key_facts", "relevant_ids", "relevant_sources"):
+        for name in ("relevant_ids", "relevant_sources", "evidence", "modules"):
             value: Any = getattr(self, name)
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
                 raise ValueError(f"case {self.id!r}: {name} must be a list of non-empty strings")
+        facts: Any = self.key_facts
+        if not isinstance(facts, list) or not all(_is_key_fact(f) for f in facts):
+            raise ValueError(f"case {self.id!r}: key_facts must be a list of strings or of non-empty lists of strings")
+        if self.split is not None and self.split not in SPLITS:
+            raise ValueError(f"case {self.id!r}: split must be one of {SPLITS} or null, got {self.split!r}")
         if self.reference is not None and not isinstance(self.reference, str):
             raise ValueError(f"case {self.id!r}: reference must be a string or null")
         if self.expected == "gave_up" and (self.key_facts or self.reference):
@@ -59,7 +91,9 @@ class EvalCase:
 
     @property
     def relevant(self) -> tuple[str, list[str]]:
-        """What relevance is labelled by (``"id"`` or ``"source"``) and the relevant keys."""
+        """What relevance is labelled by (``"evidence"``, ``"id"`` or ``"source"``) and the relevant keys."""
+        if self.evidence:
+            return "evidence", [evidence_key(i) for i in range(len(self.evidence))]
         return ("id", self.relevant_ids) if self.relevant_ids else ("source", self.relevant_sources)
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,8 +164,41 @@ def as_cases(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]]) -> list[Ev
     return [c if isinstance(c, EvalCase) else EvalCase.from_mapping(c, i) for i, c in enumerate(items)]
 
 
-def chunk_key(chunk: Mapping[str, Any], by: str) -> str:
-    """A retrieved chunk's relevance key: its id, or its document source."""
+def _is_key_fact(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value.strip())
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+
+
+def evidence_key(index: int) -> str:
+    """The relevance key of a case's evidence passage number `index`."""
+    return f"evidence:{index}"
+
+
+_NOT_WORD = re.compile(r"\W+")
+MIN_PASSAGE_SHARE = 0.6
+"""A chunk holding at least this share of a passage (cut by a chunk boundary) holds it."""
+
+
+def _folded(text: str) -> str:
+    return " ".join(_NOT_WORD.sub(" ", text.casefold()).split())
+
+
+def holds_passage(text: str, passage: str) -> bool:
+    """Whether a chunk's text holds an evidence passage (normalised; a boundary may cut it)."""
+    haystack, needle = _folded(text), _folded(passage)
+    if needle in haystack:
+        return True
+    match = SequenceMatcher(None, haystack, needle, autojunk=False).find_longest_match(0, len(haystack), 0, len(needle))
+    return match.size >= MIN_PASSAGE_SHARE * len(needle) and (match.b == 0 or match.b + match.size == len(needle))
+
+
+def chunk_key(chunk: Mapping[str, Any], by: str, case: EvalCase | None = None) -> str:
+    """A retrieved chunk's relevance key: its id, its document source, or the evidence it holds."""
+    if by == "evidence":
+        passages = case.evidence if case is not None else []
+        text = str(chunk.get("text", ""))
+        return next((evidence_key(i) for i, p in enumerate(passages) if holds_passage(text, p)), "")
     if by == "id":
         return str(chunk["id"])
     metadata = chunk.get("metadata") or {}

@@ -16,7 +16,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from evaluation.cases import CaseSet, EvalCase
+from evaluation.cases import CaseSet, EvalCase, KeyFact
 from evaluation.metrics import fact_found
 from evaluation.parse import parse_json_object, reply_text
 from evaluation.prompts import GENERATE_QUESTION_PROMPT
@@ -78,7 +78,7 @@ def _case_from_reply(chunk: Mapping[str, Any], reply: str, index: int) -> EvalCa
     raw_facts = data.get("key_facts") or []
     if not isinstance(raw_facts, list):
         raise ValueError("'key_facts' is not a list")
-    facts = [f.strip() for f in raw_facts if isinstance(f, str) and _in_text(f, str(chunk["text"]))]
+    facts: list[KeyFact] = [f.strip() for f in raw_facts if isinstance(f, str) and _in_text(f, str(chunk["text"]))]
     source = str((chunk.get("metadata") or {}).get("source") or "")
     return EvalCase(
         id=f"generated-{index:03d}",

@@ -75,7 +75,7 @@ async def judge_answer(judge: ModelCaller, case: EvalCase, answer: str | None) -
     prompt = JUDGE_PROMPT.format(
         question=case.question,
         reference=case.reference or "(none)",
-        key_facts="\n".join(case.key_facts) or "(none)",
+        key_facts="\n".join(f if isinstance(f, str) else " or ".join(f) for f in case.key_facts) or "(none)",
         answer=answer or "(no answer)",
     )
     reply = await judge.ainvoke([HumanMessage(content=prompt)], [], {"temperature": 0.0})

@@ -93,13 +93,20 @@ def fact_found(fact: str, text: str) -> bool:
     return f" {wanted} " in f" {normalize_text(text)} "
 
 
-def key_fact_recall(answer: str | None, key_facts: Sequence[str]) -> float:
-    """Share of the key facts an answer contains (0.0 for no answer, 1.0 when there are none)."""
+def key_fact_recall(answer: str | None, key_facts: Sequence[str | Sequence[str]]) -> float:
+    """Share of the key facts an answer contains (0.0 for no answer, 1.0 when there are none).
+
+    A key fact given as a list of alternatives is found when any one of them is.
+    """
     if not key_facts:
         return 1.0
     if not answer:
         return 0.0
-    return sum(1 for fact in key_facts if fact_found(fact, answer)) / len(key_facts)
+    found = 0
+    for fact in key_facts:
+        alternatives = [fact] if isinstance(fact, str) else fact
+        found += any(fact_found(alt, answer) for alt in alternatives)
+    return found / len(key_facts)
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:

@@ -53,7 +53,7 @@ def evaluate_retrieval(
             started = time.perf_counter()
             hits = search(case.question, collection=collection, limit=max(ks), mode=mode)
             elapsed = (time.perf_counter() - started) * 1000
-            keys = [chunk_key(h, by) for h in hits]
+            keys = [chunk_key(h, by, case) for h in hits]
             per_case.append({"id": case.id, "kind": case.kind, "retrieved": keys, "latency_ms": round(elapsed, 3), **retrieval_scores(keys, relevant, ks)})
         latencies = sorted(row["latency_ms"] for row in per_case)
         report["modes"][mode] = {
