@@ -19,6 +19,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable
 
+from graph.text import scrub, scrub_deep
 from tools.schemas import ToolSchema
 
 ModelSpec = str | tuple[Any, Mapping[str, Any]] | BaseChatModel | Callable[..., Any]
@@ -35,12 +36,36 @@ class ModelReplyError(RuntimeError):
     """A model call that returned something other than an assistant message."""
 
 
+EMPTY_REPLY = "the model returned an empty reply (no choices)"
+
+_SCRUBBED_FIELDS = ("content", "tool_calls", "invalid_tool_calls", "additional_kwargs", "response_metadata")
+
+
 def _as_ai_message(reply: Any) -> AIMessage:
     if isinstance(reply, AIMessage):
-        return reply
+        return scrub_reply(reply)
     if isinstance(reply, str):
-        return AIMessage(content=reply)
+        return AIMessage(content=scrub(reply))
     raise ModelReplyError(f"the model returned {type(reply).__name__}, expected an AIMessage")
+
+
+def scrub_reply(reply: AIMessage) -> AIMessage:
+    """Return the reply with lone surrogates replaced by U+FFFD (see ``graph.text``).
+
+    A provider may send them as JSON escapes; stored as they are, they would break the
+    checkpointer and the message ids. The reply itself is returned when it holds none.
+    """
+    update = {name: scrubbed for name in _SCRUBBED_FIELDS if (scrubbed := scrub_deep(value := getattr(reply, name))) is not value}
+    for name in ("id", "name"):
+        value = getattr(reply, name)
+        if isinstance(value, str) and scrub(value) is not value:
+            update[name] = scrub(value)
+    return reply.model_copy(update=update) if update else reply
+
+
+def _empty_reply(exc: IndexError) -> ModelReplyError:
+    """The error for a reply with no generation: LangChain indexes the first one, and an empty list raises."""
+    return ModelReplyError(f"{EMPTY_REPLY}: {type(exc).__name__}: {exc}")
 
 
 def _temperature_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,12 +96,24 @@ class ChatModelCaller:
         return bound
 
     def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
-        """Call the model once."""
-        return _as_ai_message(self._runnable(tools).invoke(messages, **_temperature_kwargs(opts)))
+        """Call the model once.
+
+        Raises:
+            ModelReplyError: for a reply with no choices (``choices: []`` from an OpenAI-compatible provider).
+        """
+        try:
+            reply = self._runnable(tools).invoke(messages, **_temperature_kwargs(opts))
+        except IndexError as exc:
+            raise _empty_reply(exc) from exc
+        return _as_ai_message(reply)
 
     async def ainvoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
-        """Call the model once on the event loop."""
-        return _as_ai_message(await self._runnable(tools).ainvoke(messages, **_temperature_kwargs(opts)))
+        """Call the model once on the event loop (see `invoke`)."""
+        try:
+            reply = await self._runnable(tools).ainvoke(messages, **_temperature_kwargs(opts))
+        except IndexError as exc:
+            raise _empty_reply(exc) from exc
+        return _as_ai_message(reply)
 
 
 @dataclass

@@ -1,0 +1,59 @@
+r"""Text the loop can always store: lone surrogates found and replaced.
+
+A JSON ``"\ud800"`` escape decodes to a lone surrogate, a Python string that cannot
+be encoded as UTF-8. Such a string passes through a model call, then breaks whatever
+encodes it next (message ids, the PostgreSQL checkpointer, a JSON dump). Run inputs
+holding one are refused; model replies and search results get U+FFFD in its place.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+MAX_SCRUB_DEPTH = 100
+"""Containers nested deeper than this are left as they are (tool-call arguments that deep are refused anyway)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether a string holds a surrogate code point (never valid on its own in UTF-8)."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def check_text(name: str, value: Any) -> None:
+    """Raise a clear error when a string input holds a lone surrogate (the value is not echoed).
+
+    Raises:
+        ValueError: naming the input.
+    """
+    if isinstance(value, str) and has_lone_surrogate(value):
+        raise ValueError(f"{name} holds a lone surrogate (an unpaired \\ud800-\\udfff code point), which is not valid text")
+
+
+def scrub(text: str) -> str:
+    """Return the string with each lone surrogate replaced by U+FFFD."""
+    return _SURROGATE.sub(REPLACEMENT, text) if has_lone_surrogate(text) else text
+
+
+def scrub_deep(value: Any, _depth: int = 0) -> Any:
+    """Return JSON-like data with lone surrogates replaced in every string, keys included.
+
+    Unchanged containers are returned as they are, so the common case copies nothing.
+    """
+    if isinstance(value, str):
+        return scrub(value)
+    if _depth >= MAX_SCRUB_DEPTH:
+        return value
+    if isinstance(value, dict):
+        items = [(scrub_deep(k, _depth + 1), scrub_deep(v, _depth + 1)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list | tuple):
+        scrubbed = [scrub_deep(v, _depth + 1) for v in value]
+        if all(a is b for a, b in zip(scrubbed, value, strict=True)):
+            return value
+        return type(value)(scrubbed) if isinstance(value, tuple) else scrubbed
+    return value
