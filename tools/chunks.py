@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graph.channels import merge_chunks
 from graph.state import Chunk
+from graph.text import has_lone_surrogate, scrub
 
 __all__ = ["merge_chunks"]
 
@@ -17,6 +20,11 @@ SHOWN_PER_SEARCH = 5
 
 NO_RESULTS = "No results."
 FOUND_TEMPLATE = "Found {total} chunks. Top {shown}:"
+MAX_CHUNK_CHARS = 100_000
+"""Longest chunk text the loop keeps; a longer one is cut (it would be checkpointed with every merge)."""
+SHOWN_CHUNK_CHARS = 4_000
+"""Longest chunk text the controller reads in a search result; the rest is summarised by its length."""
+TRUNCATED = "[... truncated: {more:,} more characters]"
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -30,19 +38,26 @@ def _score(value: Any) -> float:
         return 0.0
     try:
         score = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float range, e.g. 10**400
         return 0.0
     return score if math.isfinite(score) else 0.0
 
 
 def _json_safe(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
+    if isinstance(value, str):
+        return scrub(value)
+    if value is None or isinstance(value, int | float | bool):
         return value
     if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {scrub(str(k)): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
-    return str(value)
+    return scrub(str(value))
+
+
+def _text(value: str) -> str:
+    """A chunk text or id as the loop keeps it: valid UTF-8, the text cut at `MAX_CHUNK_CHARS`."""
+    return scrub(value[:MAX_CHUNK_CHARS])
 
 
 _CHUNK_KEYS = frozenset(("id", "text", "score", "collection", "document_id", "position", "metadata"))
@@ -54,19 +69,20 @@ def _well_formed(obj: Any) -> bool:
     if type(obj) is not dict or not obj.keys() <= _CHUNK_KEYS:
         return False
     chunk_id, text, score = obj.get("id"), obj.get("text"), obj.get("score")
-    if type(chunk_id) is not str or type(text) is not str or not chunk_id.strip():
+    if type(chunk_id) is not str or type(text) is not str or not chunk_id.strip() or len(text) > MAX_CHUNK_CHARS:
         return False
     if not (type(score) is int or (type(score) is float and math.isfinite(score))):
         return False
     if "position" in obj and type(obj["position"]) is not int:
         return False
-    return all(type(obj[k]) is str for k in _OPTIONAL_TEXT if k in obj)
+    strings = [chunk_id, text, *(obj[k] for k in _OPTIONAL_TEXT if k in obj)]
+    return all(type(v) is str for v in strings) and not any(has_lone_surrogate(v) for v in strings)
 
 
 def _copy_chunk(obj: dict[str, Any]) -> Chunk:
     """Copy a well-formed chunk dict; the same result as the general path, without its probing."""
     chunk: Any = dict(obj)
-    chunk["score"] = float(chunk["score"])
+    chunk["score"] = _score(chunk["score"])
     if "metadata" in chunk:
         metadata = chunk["metadata"]
         if isinstance(metadata, Mapping):
@@ -89,17 +105,17 @@ def to_chunk(obj: Any) -> Chunk | None:
     if obj is None or isinstance(obj, str | bytes | int | float):
         return None
     text = _field(obj, "text")
-    text = text if isinstance(text, str) else ("" if text is None else str(text))
+    text = _text(text if isinstance(text, str) else ("" if text is None else str(text)))
     raw_id = _field(obj, "id")
     if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
         chunk_id = "anon-" + hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
     else:
-        chunk_id = str(raw_id)
+        chunk_id = scrub(str(raw_id))
     chunk: Chunk = {"id": chunk_id, "text": text, "score": _score(_field(obj, "score"))}
     for key in ("collection", "document_id"):
         value = _field(obj, key)
         if value is not None:
-            chunk[key] = str(value)
+            chunk[key] = scrub(str(value))
     position = _field(obj, "position")
     if isinstance(position, int) and not isinstance(position, bool):
         chunk["position"] = position
@@ -109,9 +125,33 @@ def to_chunk(obj: Any) -> Chunk | None:
     return chunk
 
 
-def to_chunks(results: Iterable[Any]) -> list[Chunk]:
-    """Normalise a search result list, dropping entries that are not chunks."""
-    return [c for c in (to_chunk(r) for r in results) if c is not None]
+def to_chunks(results: Iterable[Any], limit: int | None = None) -> list[Chunk]:
+    """Normalise a search result list, dropping entries that are not chunks.
+
+    Args:
+        results: what the search returned.
+        limit: keep at most this many chunks (the search's limit; a search function
+            may return more than it was asked for); the rest is not even read.
+    """
+    chunks = (c for c in (to_chunk(r) for r in results) if c is not None)
+    return list(itertools.islice(chunks, limit))
+
+
+def render_id(chunk_id: str) -> str:
+    """Return a chunk id as a search result shows it: as is, or JSON-quoted when it could break the layout.
+
+    An id with a line break or a bracket could otherwise start a forged result entry.
+    """
+    if chunk_id.isprintable() and "[" not in chunk_id and "]" not in chunk_id:
+        return chunk_id
+    return json.dumps(chunk_id, ensure_ascii=True)
+
+
+def shown_text(text: str) -> str:
+    """Return a chunk text as the controller reads it: cut at `SHOWN_CHUNK_CHARS`, saying how much was left out."""
+    if len(text) <= SHOWN_CHUNK_CHARS:
+        return text
+    return f"{text[:SHOWN_CHUNK_CHARS]}\n{TRUNCATED.format(more=len(text) - SHOWN_CHUNK_CHARS)}"
 
 
 SHOWN_BEFORE = "(full text in the search result of iteration {iteration} above)"
@@ -130,9 +170,9 @@ def format_search_result(chunks: Sequence[Chunk], shown_before: Mapping[str, int
     shown = chunks[:SHOWN_PER_SEARCH]
     earlier = shown_before or {}
     body = "\n\n".join(
-        f"{i}. [{c['id']}] " + SHOWN_BEFORE.format(iteration=earlier[c["id"]])
+        f"{i}. [{render_id(c['id'])}] " + SHOWN_BEFORE.format(iteration=earlier[c["id"]])
         if c["id"] in earlier
-        else f"{i}. [{c['id']}]\n{c['text']}"
+        else f"{i}. [{render_id(c['id'])}]\n{shown_text(c['text'])}"
         for i, c in enumerate(shown, start=1)
     )
     return f"{FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))}\n\n{body}"
