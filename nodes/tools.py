@@ -90,7 +90,10 @@ class Tools:
 
     def _fold(self, state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
         iteration = _iteration(state)
-        outcomes = render_turn(outcomes, state.get("tool_history") or [], iteration, show_once=runtime.context.show_chunks_once)
+        outcomes = render_turn(
+            outcomes, state.get("tool_history") or [], iteration,
+            show_once=runtime.context.show_chunks_once, known=state.get("chunks") or [],
+        )
         messages = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
         recorded = [o for o in outcomes if o.recorded]
         history = [_entry(o, iteration) for o in recorded]

@@ -1,8 +1,11 @@
 """The duplicate-search guard: a repeated query is answered from the history, not sent again.
 
-Two searches are the same when their normalised text is equal, or (optionally) when
-their query embeddings are at least ``similarity`` alike, and they ran in the same
-scope. The controller is told when it searched that before and what came back.
+Two searches are the same when they would search identically: the same text up to
+case and spacing (``C++ threads`` and ``C# threads`` are different searches), the same
+scope and the same limit; the run's search options are the same for all its searches.
+With ``duplicate_similarity`` set, the text may instead be merely alike (query
+embeddings at least that similar); scope and limit must still match. The controller
+is told when it searched that before and what came back.
 """
 
 from __future__ import annotations
@@ -16,18 +19,28 @@ from functools import lru_cache
 from typing import Any
 
 from graph.state import ToolEvent
-from tools.schemas import SEARCH
+from tools.schemas import DEFAULT_SEARCH_LIMIT, SEARCH, effective_limit
 from tools.scoping import Scope, ScopeError
 
 _PUNCTUATION = re.compile(r"[^\w\s.:/-]+|(?<!\w)[.:/-]|[.:/-](?!\w)")
 
 
 @lru_cache(maxsize=4096)  # every turn compares against every earlier query again
-def normalize_query(query: str) -> str:
-    """Return a query's comparison key: case-folded, punctuation and spacing ignored.
+def search_key(query: str) -> str:
+    """Return the duplicate guard's key for a query: case-folded, runs of whitespace as one space.
 
-    Dots, colons, slashes and hyphens inside words are kept, so ``asyncio.wait_for``
-    and ``asyncio wait_for`` stay different queries.
+    Nothing else is ignored: punctuation changes what a search finds (``C++`` and
+    ``C#``; ``-snake`` may exclude a word).
+    """
+    return " ".join(query.casefold().split())
+
+
+@lru_cache(maxsize=4096)
+def normalize_query(query: str) -> str:
+    """Return a loose key for reports that group similar queries: case-folded, punctuation and spacing ignored.
+
+    Not the duplicate guard's key (`search_key`). Dots, colons, slashes and hyphens
+    inside words are kept, so ``asyncio.wait_for`` and ``asyncio wait_for`` stay different.
     """
     text = unicodedata.normalize("NFKC", query).casefold()
     return " ".join(_PUNCTUATION.sub(" ", text).split())
@@ -51,6 +64,8 @@ class PastSearch:
     call_id: str | None
     """Set for a search planned earlier in the same turn (its results are not known yet)."""
     returned_chunk_ids: tuple[str, ...] = ()
+    limit: int = DEFAULT_SEARCH_LIMIT
+    """The number of results it asked for (after the cap)."""
 
 
 def past_searches(history: Sequence[ToolEvent], scope: Scope) -> list[PastSearch]:
@@ -60,14 +75,17 @@ def past_searches(history: Sequence[ToolEvent], scope: Scope) -> list[PastSearch
         query = entry["args"].get("query")
         if entry["tool"] != SEARCH or "duplicate_of" in entry or not isinstance(query, str):
             continue
-        if entry["summary"].startswith("search error"):
+        limit = effective_limit(entry["args"].get("limit"))
+        if entry["summary"].startswith("search error") or limit is None:
             continue
         try:
             resolved = scope.resolve(entry["args"].get("collection"))
         except ScopeError:
             continue
         past.append(
-            PastSearch(query, normalize_query(query), scope_key(resolved), entry["iteration"], None, tuple(entry["returned_chunk_ids"]))
+            PastSearch(
+                query, search_key(query), scope_key(resolved), entry["iteration"], None, tuple(entry["returned_chunk_ids"]), limit
+            )
         )
     return past
 
@@ -89,11 +107,17 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def find_duplicate(
-    query: str, scope: str, past: Sequence[PastSearch], *, similarity: float | None, embed: Embed | None = None
+    query: str,
+    scope: str,
+    past: Sequence[PastSearch],
+    *,
+    similarity: float | None,
+    embed: Embed | None = None,
+    limit: int = DEFAULT_SEARCH_LIMIT,
 ) -> PastSearch | None:
-    """Return the earliest past search this one repeats, or ``None``."""
-    key = normalize_query(query)
-    same_scope = [p for p in past if p.scope == scope]
+    """Return the earliest past search this one repeats (same scope and limit), or ``None``."""
+    key = search_key(query)
+    same_scope = [p for p in past if p.scope == scope and p.limit == limit]
     for earlier in same_scope:
         if earlier.key == key:
             return earlier

@@ -19,18 +19,28 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from graph.state import Chunk, TerminatedBy
+from graph.text import scrub
 from tools import schemas
-from tools.chunks import NO_RESULTS, SHOWN_PER_SEARCH, format_search_result, to_chunks
-from tools.duplicates import PastSearch, find_duplicate, normalize_query, scope_key
+from tools.chunks import NO_RESULTS, SHOWN_PER_SEARCH, format_search_result, render_id, to_chunks
+from tools.duplicates import PastSearch, find_duplicate, scope_key, search_key
 from tools.scoping import Scope, ScopeError
 
-MAX_SEARCH_LIMIT = 50
+MAX_SEARCH_LIMIT = schemas.MAX_SEARCH_LIMIT
+MAX_ARGUMENT_DEPTH = 32
+"""Deepest nesting of a tool call's arguments the loop keeps (a checkpoint cannot store ~250 levels)."""
+MAX_ARGUMENT_CHARS = 100_000
+"""Most characters (string lengths plus one per value) in a tool call's arguments the loop keeps."""
+KEPT_ARGUMENT_CHARS = 2_000
+"""How much of refused arguments, as JSON text, the message and the tool history keep."""
 
 SEARCH_ERROR = "search error: {reason}"
 MISSING_QUERY = "missing :query argument"
 TOOL_ERROR = "Tool error: {reason}"
 UNKNOWN_TOOL = "Unknown tool: {name}"
 INVALID_ARGUMENTS = "Tool error: the arguments of {name} are not valid JSON ({reason})"
+REFUSED_ARGUMENTS = "Tool error: the call to {name} was not run: {reason}. Send smaller, flatter arguments."
+REFUSED_MARK = "arguments refused: "
+"""How the controller marks, in an invalid call's ``error``, a call whose arguments it would not keep."""
 MISSING_ANSWER_TEXT = "Tool error: answer needs a non-empty string `text` argument"
 MISSING_GIVE_UP_REASON = "Tool error: give_up needs a non-empty string `reason` argument"
 SKIPPED_AFTER_END = "Skipped: the run ended at an earlier tool call in this turn."
@@ -108,11 +118,9 @@ def _plan_search(call_id: str, args: dict[str, Any], scope: Scope, guard: Duplic
         return _search_error(call_id, args, MISSING_QUERY)
     if not isinstance(query, str) or not query.strip():
         return _search_error(call_id, args, "query must be a non-blank string")
-    limit = args.get("limit", schemas.DEFAULT_SEARCH_LIMIT)
+    limit = schemas.effective_limit(args.get("limit"))
     if limit is None:
-        limit = schemas.DEFAULT_SEARCH_LIMIT
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        return _search_error(call_id, args, f"limit must be a positive integer, got {limit!r}")
+        return _search_error(call_id, args, f"limit must be a positive integer, got {args.get('limit')!r}")
     try:
         collection = scope.resolve(args.get("collection"))
     except ScopeError as exc:
@@ -123,11 +131,11 @@ def _plan_search(call_id: str, args: dict[str, Any], scope: Scope, guard: Duplic
         return CallOutcome(call_id, schemas.SEARCH, args, NO_RESULTS, NO_RESULTS)
     if guard is not None:
         key = scope_key(collection)
-        earlier = find_duplicate(query, key, guard.past, similarity=guard.similarity)
+        earlier = find_duplicate(query, key, guard.past, similarity=guard.similarity, limit=limit)
         if earlier is not None:
             return CallOutcome(call_id, schemas.SEARCH, args, "", "", duplicate=earlier, rendered=False)
-        guard.past.append(PastSearch(query, normalize_query(query), key, iteration, call_id))
-    return SearchCall(call_id, args, query, collection, min(limit, MAX_SEARCH_LIMIT))
+        guard.past.append(PastSearch(query, search_key(query), key, iteration, call_id, limit=limit))
+    return SearchCall(call_id, args, query, collection, limit)
 
 
 def _plan_terminal(call_id: str, name: str, args: dict[str, Any]) -> CallOutcome:
@@ -182,16 +190,52 @@ def plan_calls(
         planned.append(step)
     for call in invalid_calls:
         name = str(call.get("name") or "unknown")
-        text = INVALID_ARGUMENTS.format(name=name, reason=str(call.get("error") or "unparseable"))
+        error = str(call.get("error") or "unparseable")
+        if error.startswith(REFUSED_MARK):
+            text = REFUSED_ARGUMENTS.format(name=name, reason=error.removeprefix(REFUSED_MARK))
+        else:
+            text = INVALID_ARGUMENTS.format(name=name, reason=error)
         raw = call.get("args")
         planned.append(CallOutcome(str(call["id"]), name, {"raw_arguments": raw}, text, text, recorded=not ended))
     return planned
 
 
+def oversized_arguments(args: Any) -> str | None:
+    """Return why a tool call's arguments are too deep or too large to keep, or ``None``.
+
+    Walks the arguments without recursion, so any depth is measured safely, and stops
+    as soon as a bound is crossed.
+    """
+    pending: list[tuple[Any, int]] = [(args, 1)]
+    size = 0
+    while pending:
+        value, depth = pending.pop()
+        size += len(value) if isinstance(value, str) else 1
+        if size > MAX_ARGUMENT_CHARS:
+            return f"the arguments are larger than {MAX_ARGUMENT_CHARS:,} characters"
+        if isinstance(value, dict | list | tuple):
+            if depth > MAX_ARGUMENT_DEPTH:
+                return f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            pending.extend((item, depth + 1) for item in items)
+    return None
+
+
+def kept_arguments(args: Any) -> str:
+    """Return refused arguments as bounded JSON text, what the message and the history keep of them."""
+    try:
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=str)
+    except (RecursionError, TypeError, ValueError):
+        text = f"<{type(args).__name__} that cannot be shown>"
+    if len(text) > KEPT_ARGUMENT_CHARS:
+        text = text[:KEPT_ARGUMENT_CHARS] + f"... [{len(text) - KEPT_ARGUMENT_CHARS:,} more characters]"
+    return scrub(text)  # parts nested too deep for the reply's scrubbing may hold lone surrogates
+
+
 def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
     if not isinstance(results, list | tuple):
         return _search_error(call.call_id, call.args, f"the search returned {type(results).__name__}, not a list of chunks")
-    found = to_chunks(results)
+    found = to_chunks(results, call.limit)  # bounded: a search may return far more than it was asked for
     ids = [c["id"] for c in found]
     return CallOutcome(call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, graph=graph_usage(found))
 
@@ -225,6 +269,7 @@ def _tool_text(result: Any) -> str:
 
 def _custom_outcome(call: CustomCall, result: Any = None, error: BaseException | None = None) -> CallOutcome:
     text = TOOL_ERROR.format(reason=str(error) or type(error).__name__) if error else _tool_text(result)
+    text = scrub(text)  # a tool's output is stored and sent like a model reply
     return CallOutcome(call.call_id, call.tool.name, call.args, text, text)
 
 
@@ -300,15 +345,24 @@ def shown_chunks(history: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 
 def render_turn(
-    outcomes: Sequence[CallOutcome], history: Sequence[Mapping[str, Any]], iteration: int, *, show_once: bool
+    outcomes: Sequence[CallOutcome],
+    history: Sequence[Mapping[str, Any]],
+    iteration: int,
+    *,
+    show_once: bool,
+    known: Sequence[Mapping[str, Any]] = (),
 ) -> list[CallOutcome]:
     """Write the text of the turn's search results, in call order.
 
     With ``show_once``, a chunk whose full text an earlier result already showed
     appears by id with a pointer to that result, so the conversation does not grow
-    with repeats. A duplicate search gets the ids its earlier twin returned.
+    with repeats; unless ``known`` (the chunks the run holds) or an earlier result of
+    this turn has a different text under that id: a search function that reuses an id
+    for new text gets the new text shown. A duplicate search gets the ids its earlier
+    twin returned.
     """
     shown = shown_chunks(history) if show_once else {}
+    texts = {c["id"]: c["text"] for c in known}
     by_call = {o.call_id: o for o in outcomes}
     rendered = []
     for outcome in outcomes:
@@ -320,10 +374,16 @@ def render_turn(
             ids = list(earlier.returned_chunk_ids)
             if earlier.call_id is not None and earlier.call_id in by_call:
                 ids = by_call[earlier.call_id].returned_chunk_ids
-            text = DUPLICATE_SEARCH.format(query=earlier.query, iteration=earlier.iteration, ids=", ".join(ids) or "no chunks")
+            text = DUPLICATE_SEARCH.format(
+                query=earlier.query, iteration=earlier.iteration, ids=", ".join(map(render_id, ids)) or "no chunks"
+            )
         else:
-            text = format_search_result(outcome.found, shown if show_once else None)
+            # an id shown before with another text points nowhere useful: show this text in full
+            changed = {c["id"] for c in outcome.found if texts.get(c["id"], c["text"]) != c["text"]}
+            pointers = {k: v for k, v in shown.items() if k not in changed} if changed else shown
+            text = format_search_result(outcome.found, pointers if show_once else None)
             for chunk in outcome.found[:SHOWN_PER_SEARCH]:
-                shown.setdefault(chunk["id"], iteration)
+                shown[chunk["id"]] = iteration if chunk["id"] in changed else shown.get(chunk["id"], iteration)
+                texts[chunk["id"]] = chunk["text"]
         rendered.append(replace(outcome, content=text, summary=text, rendered=True))
     return rendered

@@ -25,6 +25,17 @@ SYNTHESIS = "synthesis"
 
 DEFAULT_TOOL_NAMES = (SEARCH, ANSWER, GIVE_UP)
 DEFAULT_SEARCH_LIMIT = 5
+MAX_SEARCH_LIMIT = 50
+"""A larger ``limit`` is searched as this one."""
+
+
+def effective_limit(limit: object) -> int | None:
+    """Return the number of results a search asks for, or ``None`` for a ``limit`` that is no positive integer."""
+    if limit is None:
+        return DEFAULT_SEARCH_LIMIT
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return None
+    return min(limit, MAX_SEARCH_LIMIT)
 
 ToolSchema = dict[str, Any]
 

@@ -69,7 +69,7 @@ def test_iteration_budget_is_named():
 
 def test_repeated_search_is_not_sent_again_and_is_recorded_as_duplicate():
     found = ScriptedSearch([[chunk("c1"), chunk("c2")]])
-    model = ScriptedChatModel(responses=[search("Asyncio  timeout"), search("asyncio timeout!"), answer("x")])
+    model = ScriptedChatModel(responses=[search("Asyncio  timeout"), search("asyncio   TIMEOUT"), answer("x")])
     result = run("Q?", controller_llm=model, search_fn=found)
     assert len(found.calls) == 1
     duplicate = result.tool_history[1]
