@@ -21,7 +21,15 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from graph.models import ModelSpec, resolve_model
 from graph.routing import Routers
-from graph.state import ControllerView, LoopInput, LoopOutput, LoopState, ToolsView, add_usage
+from graph.state import (
+    ControllerView,
+    LoopInput,
+    LoopOutput,
+    LoopState,
+    RunInput,
+    ToolsView,
+    add_usage,
+)
 from nodes.answerer import Answerer
 from nodes.controller import Controller
 from nodes.ground import Ground
@@ -114,11 +122,13 @@ def make_deps(
     )
 
 
-def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
+def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwargs: Any) -> LoopGraph:
     """Build the loop graph (uncompiled, so callers choose the checkpointer).
 
     Args:
         deps: resolved dependencies; or pass `make_deps` keyword arguments instead.
+        run_input: accept `RunInput` (the input with the run's options, what `run` sends)
+            instead of the public `LoopInput` a served graph shows its clients.
         **kwargs: `make_deps` keyword arguments, when ``deps`` is not given.
 
     Returns:
@@ -126,8 +136,9 @@ def build_graph(deps: LoopDeps | None = None, **kwargs: Any) -> LoopGraph:
     """
     deps = deps if deps is not None else make_deps(**kwargs)
     routers = Routers(deps)
+    input_schema: type[Any] = RunInput if run_input else LoopInput
     builder: LoopGraph = StateGraph(
-        LoopState, context_schema=LoopContext, input_schema=LoopInput, output_schema=LoopOutput
+        LoopState, context_schema=LoopContext, input_schema=input_schema, output_schema=LoopOutput
     )
     nodes: tuple[tuple[str, Any, type[Any]], ...] = (
         ("controller", Controller(deps, routers), ControllerView),

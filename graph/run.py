@@ -22,6 +22,7 @@ from graph.context import CONTEXT_FIELDS, LoopContext
 from graph.deps import ConfigurationError, SynthesizerFn
 from graph.models import ModelSpec
 from graph.state import BudgetStop, Chunk, CollectionSpec, Coverage, TerminatedBy, ToolEvent
+from graph.text import check_text
 from tools.execute import SearchFn
 from tools.scoping import normalize_scope
 
@@ -95,7 +96,32 @@ def check_question(question: Any) -> str:
         raise ValueError(f"question is {len(question):,} characters; the most accepted is {MAX_QUESTION_CHARS:,}")
     if "\x00" in question:
         raise ValueError("question must not contain NUL characters")
+    check_text("question", question)
     return question
+
+
+def _check_texts(collection: Any, context: LoopContext) -> None:
+    """Refuse lone surrogates in the collection names and string options; they would break storage mid-run."""
+    for name in [collection] if isinstance(collection, str) else collection if isinstance(collection, list) else []:
+        check_text("collection", name)
+    for option in CONTEXT_FIELDS:
+        value = getattr(context, option)
+        if option == "search_opts":
+            _check_nested("search_opts", value)
+        else:
+            check_text(option, value)
+
+
+def _check_nested(name: str, value: Any, depth: int = 0) -> None:
+    if isinstance(value, dict) and depth < 32:
+        for key, item in value.items():
+            check_text(name, key)
+            _check_nested(name, item, depth + 1)
+    elif isinstance(value, list | tuple) and depth < 32:
+        for item in value:
+            _check_nested(name, item, depth + 1)
+    else:
+        check_text(name, value)
 
 
 class _CompiledGraphs:
@@ -119,7 +145,7 @@ class _CompiledGraphs:
             if hit is not None:
                 self._entries.move_to_end(key)
                 return hit[0]
-        compiled = build_graph(make_deps(**deps_kwargs)).compile(checkpointer=checkpointer, name=GRAPH_NAME)
+        compiled = build_graph(make_deps(**deps_kwargs), run_input=True).compile(checkpointer=checkpointer, name=GRAPH_NAME)
         with self._lock:
             self._entries[key] = (compiled, values)
             while len(self._entries) > self._size:
@@ -151,6 +177,7 @@ def _checked_context(question: Any, collection: Any, controller_llm: Any, deps_k
     if unknown:
         raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONTEXT_FIELDS))}")
     context = LoopContext(**{k: v for k, v in options.items() if v is not None})
+    _check_texts(collection, context)
     if context.grounder is not None:
         from grounding.resolve import resolve_grounder
 
@@ -171,6 +198,7 @@ def _prepare(
 ) -> tuple[Pregel[Any, Any, Any, Any], dict[str, Any], RunnableConfig, LoopContext, str | None]:
     if context is None:
         context = _checked_context(question, collection, controller_llm, deps_kwargs, options)
+    check_text("thread_id", thread_id)
     saver = resolve_checkpointer(checkpointer)
     compiled = _graphs.get({"controller_llm": controller_llm, **deps_kwargs}, saver)
     config: RunnableConfig = {"recursion_limit": recursion_limit(context)}
@@ -179,7 +207,10 @@ def _prepare(
         config["configurable"] = {"thread_id": thread_id}
     else:
         thread_id = None
-    return compiled, {"question": question, "collection": collection}, config, context, thread_id
+    # the options travel with the input, so the input checkpoint holds them before any model call:
+    # a process that dies during the first turn resumes with them, not with the defaults
+    inputs = {"question": question, "collection": collection, "options": context.as_options()}
+    return compiled, inputs, config, context, thread_id
 
 
 def run(

@@ -89,6 +89,12 @@ class LoopInput(TypedDict):
     collection: NotRequired[CollectionSpec]
 
 
+class RunInput(LoopInput):
+    """What `run` and `arun` send: the input and the run's options (the served graph's input is `LoopInput`)."""
+
+    options: NotRequired[dict[str, Any]]
+
+
 class LoopOutput(TypedDict):
     """The public result of a run, as Studio and server clients see it."""
 
@@ -135,8 +141,11 @@ class LoopState(LoopInput):
     """``{"ran", "unsupported_claims", "score_before", "score_after"}`` once a repair ran."""
     coverage: NotRequired[Coverage | None]
     options: NotRequired[dict[str, Any]]
-    """The run's options (its `LoopContext` as JSON), written on the first turn: LangGraph
-    does not checkpoint the context, and traces and recorded replays need it."""
+    """The run's options (its `LoopContext` as JSON). LangGraph does not checkpoint the context,
+    and resumes, traces and recorded replays need it: `run` sends them with its input
+    (`RunInput`), so the input checkpoint holds them before any model call; the first
+    controller turn writes them when the input did not (a served run), or replaces them
+    when they differ from the context."""
 
 
 class ControllerRouteView(TypedDict):

@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, InvalidToolCall
+from langchain_core.messages.tool import invalid_tool_call
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
@@ -26,6 +27,7 @@ from nodes.common import (
     system_message,
 )
 from nodes.lifecycle import emit_if_final, start_event
+from tools.execute import KEPT_ARGUMENT_CHARS, REFUSED_MARK, kept_arguments, oversized_arguments
 from tools.schemas import ToolSchema
 
 NAME = "controller"
@@ -76,6 +78,51 @@ def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
     return reply.model_copy(update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]})
 
 
+def bound_arguments(reply: AIMessage) -> AIMessage:
+    """Refuse tool calls whose arguments are too deep or too large to keep, keeping a bounded copy.
+
+    Such a call becomes an invalid call (answered with a tool error, never run) whose
+    arguments are bounded JSON text; the raw calls in ``additional_kwargs`` are bounded
+    too. Kept whole, ~250 levels of nesting cannot be checkpointed and megabytes of
+    arguments would be stored and sent again every turn. Ids must already be unique.
+    """
+    kept, refused = [], []
+    for call in reply.tool_calls:
+        reason = oversized_arguments(call["args"])
+        if reason is None:
+            kept.append(call)
+        else:
+            refused.append(invalid_tool_call(name=call["name"], args=kept_arguments(call["args"]), id=call["id"], error=REFUSED_MARK + reason))
+    invalid = [_bounded_invalid(call) for call in reply.invalid_tool_calls]
+    changed = [call for call, original in zip(invalid, reply.invalid_tool_calls, strict=True) if call is not original]
+    if not refused and not changed:
+        return reply
+    bounded_ids = {call["id"] for call in [*refused, *changed]}
+    update: dict[str, Any] = {"tool_calls": kept, "invalid_tool_calls": [*refused, *invalid]}
+    raw = reply.additional_kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        update["additional_kwargs"] = {**reply.additional_kwargs, "tool_calls": [_bounded_raw(c, bounded_ids) for c in raw]}
+    return reply.model_copy(update=update)
+
+
+def _bounded_invalid(call: InvalidToolCall) -> InvalidToolCall:
+    """An invalid call with its raw arguments and error cut to a bound (the same call when within it)."""
+    args, error = call.get("args"), call.get("error")
+    long_args = isinstance(args, str) and len(args) > KEPT_ARGUMENT_CHARS
+    long_error = isinstance(error, str) and len(error) > KEPT_ARGUMENT_CHARS
+    if not (long_args or long_error):
+        return call
+    return {**call, "args": kept_arguments(args) if long_args else args, "error": kept_arguments(error) if long_error else error}
+
+
+def _bounded_raw(call: Any, ids: set[str | None]) -> Any:
+    """A provider's raw tool call, its arguments text bounded when the call was bounded."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or call.get("id") not in ids:
+        return call
+    return {**call, "function": {**function, "arguments": kept_arguments(function.get("arguments") or "")}}
+
+
 def check_input(state: ControllerView) -> None:
     """Reject a run input that `run` would have refused (server clients send any JSON).
 
@@ -124,7 +171,7 @@ class Controller:
         if isinstance(reply, BaseException):
             update_error: ControllerUpdate = {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
             return update_error
-        reply = normalize_reply(reply, iterations)
+        reply = bound_arguments(normalize_reply(reply, iterations))
         update: ControllerUpdate = {"messages": [*turn.new, reply], "iterations": iterations + 1, "usage": usage_of("controller", reply)}
         if turn.started_at is not None and "started_at" not in state:
             update["started_at"] = turn.started_at
@@ -139,9 +186,12 @@ class Controller:
         return update
 
     def _settle(self, state: ControllerView, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
-        if "options" not in state:
-            # the context is not checkpointed; traces and recorded replays need it
-            update["options"] = runtime.context.as_options()
+        if "options" not in state or not state.get("messages"):
+            # the context is not checkpointed; resumes, traces and recorded replays need it. `run`
+            # sends it with the input; a served run's input may lack it or carry anything
+            options = runtime.context.as_options()
+            if state.get("options") != options:
+                update["options"] = options
         view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
         emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, as_config(runtime)))
         return update
