@@ -99,7 +99,12 @@ class LoopContext:
         "max_tokens_total", None, int, "End the loop (with synthesis) once the models have used this many tokens."
     )
     max_seconds: float | None = _opt(
-        "max_seconds", None, float, "End the loop (with synthesis) once this many seconds have passed."
+        "max_seconds", None, float,
+        "End the loop (with synthesis) once this many seconds have passed; grounding gets only the time left.",
+    )
+    ground_timeout: float = _opt(
+        "ground_timeout", 60.0, float,
+        "Seconds the grounder may take; past them (or past max_seconds) grounding is None and error says so.",
     )
     duplicate_guard: bool = _opt(
         "duplicate_guard", True, bool, "Answer a repeated search from the history instead of sending it again."
@@ -129,6 +134,10 @@ class LoopContext:
             _check_int("max_tokens_total", self.max_tokens_total, minimum=1)
         for name in ("max_seconds", "duplicate_similarity", "min_support"):
             _check_number(name, getattr(self, name))
+        ground_timeout: Any = self.ground_timeout  # typed as a float, but server clients send any JSON
+        _check_number("ground_timeout", ground_timeout)
+        if ground_timeout is None or ground_timeout == 0:
+            raise ValueError(f"ground_timeout must be a number of seconds > 0, got {ground_timeout!r}")
         for name in ("duplicate_similarity", "min_support"):
             value = getattr(self, name)
             if value is not None and value > 1:

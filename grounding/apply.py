@@ -2,15 +2,20 @@
 
 Used by both the graph's ``ground`` node and ``graph.ground``, so the two agree.
 Grounding never loses the answer: a grounder that raises, times out or returns
-garbage leaves the grounding as ``None`` and logs why.
+garbage leaves the grounding as ``None`` and logs why. With a timeout, a synchronous
+grounder runs in a daemon thread: one that never returns is abandoned there, and
+keeps neither the run nor the interpreter's exit waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import functools
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +26,31 @@ from grounding.types import GroundingResult
 logger = logging.getLogger("grounding")
 
 Emit = Callable[[dict[str, Any]], None]
+OnTimeout = Callable[[float], None]
+"""Told the seconds a grounding was given when it timed out."""
+
+
+def _in_daemon_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+    """Start ``fn`` in a daemon thread (with the caller's context) and return its future."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(fn))
+        except BaseException as exc:  # handed to the waiting caller, who decides
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="arcana-ground", daemon=True).start()
+    return future
+
+
+def _timed_out(name: str, timeout: float, on_timeout: OnTimeout | None) -> None:
+    logger.warning("grounder %s timed out after %.3g s; grounding is None", name, timeout)
+    if on_timeout is not None:
+        on_timeout(timeout)
 
 
 def _applies(answer: Any, chunks: Sequence[Any], error: Any) -> bool:
@@ -51,9 +81,10 @@ def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] 
 
 def ground_answer(
     *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
-    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None, **opts: Any,
+    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
+    on_timeout: OnTimeout | None = None, **opts: Any,
 ) -> dict[str, Any] | None:
-    """Ground an answer synchronously; ``None`` when grounding does not apply or fails."""
+    """Ground an answer synchronously; ``None`` when grounding does not apply, fails or takes over ``timeout`` seconds."""
     if not _applies(answer, chunks, error) or grounder is None:
         return None
     assert answer is not None
@@ -68,15 +99,10 @@ def ground_answer(
 
     result = None
     try:
-        if timeout is None:
-            raw = call()
-        else:
-            pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-            try:
-                raw = pool.submit(call).result(timeout=timeout)
-            finally:
-                pool.shutdown(wait=False)
+        raw = call() if timeout is None else _in_daemon_thread(call).result(timeout=timeout)
         result = _finish(raw, tool_history, name)
+    except TimeoutError:
+        _timed_out(name, timeout or 0.0, on_timeout)
     except Exception as exc:  # a failing grounder never loses the answer
         logger.warning("grounder %s failed: %s: %s", name, type(exc).__name__, exc)
     if emit:
@@ -86,9 +112,10 @@ def ground_answer(
 
 async def aground_answer(
     *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
-    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None, **opts: Any,
+    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
+    on_timeout: OnTimeout | None = None, **opts: Any,
 ) -> dict[str, Any] | None:
-    """Ground an answer on the event loop; a synchronous grounder runs in a worker thread."""
+    """Ground an answer on the event loop; a synchronous grounder runs in a daemon thread (see the module docstring)."""
     if not _applies(answer, chunks, error) or grounder is None:
         return None
     assert answer is not None
@@ -99,11 +126,14 @@ async def aground_answer(
     if aground is not None and inspect.iscoroutinefunction(aground):
         pending = aground(answer, list(chunks), question=question, **opts)
     else:
-        pending = asyncio.to_thread(grounder.ground, answer, list(chunks), question=question, **opts)
+        call = functools.partial(grounder.ground, answer, list(chunks), question=question, **opts)
+        pending = asyncio.wrap_future(_in_daemon_thread(call))
     result = None
     try:
         raw = await asyncio.wait_for(pending, timeout)
         result = _finish(raw, tool_history, name)
+    except TimeoutError:
+        _timed_out(name, timeout or 0.0, on_timeout)
     except Exception as exc:  # a failing grounder never loses the answer
         logger.warning("grounder %s failed: %s: %s", name, type(exc).__name__, exc)
     if emit:

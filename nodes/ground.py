@@ -2,10 +2,14 @@
 
 Runs only when a grounder is configured. Grounding never loses the answer: a
 grounder that fails, times out or returns garbage leaves ``grounding`` as ``None``.
+It gets ``ground_timeout`` seconds, or the time left of ``max_seconds`` when that is
+less (``max_seconds`` bounds the whole run); a timeout is noted in ``error``.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -21,6 +25,21 @@ from nodes.common import emit
 from nodes.lifecycle import emit_if_final
 
 NAME = "ground"
+TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
+NO_TIME_LEFT = "grounding timed out: max_seconds was spent before it could start; the answer stands, ungrounded"
+
+
+def ground_seconds(state: Mapping[str, Any], ctx: LoopContext, now: float | None = None) -> tuple[float, str]:
+    """Return the seconds grounding may take and which limit set them: ``ground_timeout`` or ``max_seconds``.
+
+    The seconds are 0 or less when ``max_seconds`` is already spent.
+    """
+    started = state.get("started_at")
+    if ctx.max_seconds is not None and started is not None:
+        left = ctx.max_seconds - ((now or time.time()) - started)
+        if left < ctx.ground_timeout:
+            return left, "the time left of max_seconds"
+    return ctx.ground_timeout, "ground_timeout"
 
 
 def judge_model_for(deps: LoopDeps, ctx: LoopContext) -> Any:
@@ -56,6 +75,11 @@ def _inputs(state: LoopState) -> dict[str, Any]:
     }
 
 
+def _would_ground(state: LoopState) -> bool:
+    """Whether grounding applies: an answer, no error, and chunks to ground it in (as `grounding.apply` decides)."""
+    return state.get("error") is None and state.get("answer") is not None and bool(state.get("chunks"))
+
+
 class Ground:
     """The ``ground`` node's sync and async functions."""
 
@@ -63,27 +87,43 @@ class Ground:
         self.deps = deps
         self.routers = routers
 
-    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None) -> Any:
+    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None, note: str | None) -> Any:
         tokens = None if grounding is None else grounding.pop("usage", None)
         update = ground_update(state, runtime.context, grounding)
         if tokens:
             update["usage"] = usage_record("judge", tokens)
+        if note is not None:
+            update["error"] = note
         view: Any = {**state, **update}
         emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, as_config(runtime)))
         return update
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
-        """Ground the answer."""
+        """Ground the answer, within its time."""
         from grounding.apply import ground_answer
 
         grounder = grounder_for(self.deps, runtime.context)
-        result = ground_answer(**_inputs(state), grounder=grounder, emit=lambda e: emit(runtime, e))
-        return self._finish(state, runtime, result)
+        seconds, limit = ground_seconds(state, runtime.context)
+        if seconds <= 0:
+            return self._finish(state, runtime, None, NO_TIME_LEFT if _would_ground(state) else None)
+        notes: list[str] = []
+        result = ground_answer(
+            **_inputs(state), grounder=grounder, timeout=seconds, emit=lambda e: emit(runtime, e),
+            on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
+        )
+        return self._finish(state, runtime, result, notes[0] if notes else None)
 
     async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
-        """Ground the answer on the event loop."""
+        """Ground the answer on the event loop, within its time."""
         from grounding.apply import aground_answer
 
         grounder = grounder_for(self.deps, runtime.context)
-        result = await aground_answer(**_inputs(state), grounder=grounder, emit=lambda e: emit(runtime, e))
-        return self._finish(state, runtime, result)
+        seconds, limit = ground_seconds(state, runtime.context)
+        if seconds <= 0:
+            return self._finish(state, runtime, None, NO_TIME_LEFT if _would_ground(state) else None)
+        notes: list[str] = []
+        result = await aground_answer(
+            **_inputs(state), grounder=grounder, timeout=seconds, emit=lambda e: emit(runtime, e),
+            on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
+        )
+        return self._finish(state, runtime, result, notes[0] if notes else None)
