@@ -39,11 +39,13 @@ from knowledge.loading import (
     DEFAULT_MAX_BYTES,
     SourceDoc,
     check_chunking,
+    glob_patterns,
     is_path_source,
     read_file,
     text_document,
     walk_directory,
 )
+from knowledge.names import new_collection_name, normalize_collection_name
 from knowledge.schema import ensure_dimension, ensure_graph_schema, ensure_schema
 from knowledge.server import database_url, ensure_pgvector
 from knowledge.types import Chunk, CollectionInfo, IngestResult, ProgressFn
@@ -190,19 +192,23 @@ class KnowledgeBase:
         Raises:
             EmbeddingMismatch: if the collection uses another model or dimension.
             CollectionNotFound: if it does not exist and `create` is false.
+            TypeError, ValueError: for a name `normalize_collection_name` refuses
+                (or, with `create`, the reserved `"all"`).
         """
-        value: object = name  # callers may pass anything at runtime
-        if not isinstance(value, str) or not name.strip():
-            raise ValueError(f"collection name must be a non-empty str, got {name!r}")
-        if "\x00" in name:
-            raise ValueError("collection names must not contain NUL characters")
+        coll, _ = self._resolve_collection(name, create=create)
+        return coll
+
+    def _resolve_collection(self, name: str, *, create: bool) -> tuple[CollectionRef, bool]:
+        """Return the collection and whether this call created it."""
+        name = new_collection_name(name) if create else normalize_collection_name(name)
+        created = False
         with self.pool().connection() as conn:
             if create:
-                conn.execute(
+                created = conn.execute(
                     "INSERT INTO kb_collections (name, embedding_model, dimension)"
-                    " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
+                    " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id",
                     (name, self.model_name, self.dimension),
-                )
+                ).fetchone() is not None
             row = conn.execute(
                 "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s",
                 (name,),
@@ -216,7 +222,28 @@ class KnowledgeBase:
             )
         with self.pool().connection() as conn:
             ensure_dimension(conn, row[2])
-        return CollectionRef(id=row[0], name=name, dimension=row[2])
+        return CollectionRef(id=row[0], name=name, dimension=row[2]), created
+
+    def _drop_if_empty(self, coll: CollectionRef) -> None:
+        """Delete a collection an ingest created, if that ingest failed before storing anything.
+
+        The row lock waits for any other writer's open batch (they hold KEY SHARE on
+        it), and the document count is read after it, so a collection another
+        process has meanwhile written to is kept.
+        """
+        try:
+            with self.pool().connection() as conn, conn.transaction():
+                locked = conn.execute(
+                    "SELECT 1 FROM kb_collections WHERE id = %s FOR UPDATE", (coll.id,)
+                ).fetchone()
+                used = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM kb_documents WHERE collection_id = %s)",
+                    (coll.id,),
+                ).fetchone()
+                if locked is not None and used == (False,):
+                    conn.execute("DELETE FROM kb_collections WHERE id = %s", (coll.id,))
+        except psycopg.Error as exc:  # the ingest's own error is the one to report
+            logger.warning("could not remove the empty collection %r: %s", coll.name, exc)
 
     def collections(self) -> list[CollectionInfo]:
         """List collections with document and chunk counts, by name."""
@@ -233,12 +260,21 @@ class KnowledgeBase:
     def delete_collection(self, name: str) -> None:
         """Delete a collection with its documents, chunks and embeddings.
 
+        A delete waits for the batch an ingest into the collection is writing;
+        that ingest then stops with `CollectionNotFound` at its next batch.
+
         Raises:
             CollectionNotFound: if no collection has this name.
         """
-        with self.pool().connection() as conn:
-            cur = conn.execute("DELETE FROM kb_collections WHERE name = %s", (name,))
-        if cur.rowcount == 0:
+        name = normalize_collection_name(name)
+        with self.pool().connection() as conn, conn.transaction():
+            # FOR UPDATE waits for writers' KEY SHARE locks, so no insert races the cascade
+            row = conn.execute(
+                "SELECT id FROM kb_collections WHERE name = %s FOR UPDATE", (name,)
+            ).fetchone()
+            if row is not None:
+                conn.execute("DELETE FROM kb_collections WHERE id = %s", (row[0],))
+        if row is None:
             raise CollectionNotFound(f"no collection named {name!r}")
 
     def delete_document(
@@ -258,6 +294,7 @@ class KnowledgeBase:
         """
         if (document_id is None) == (source is None):
             raise ValueError("give exactly one of document_id= or source=")
+        collection = normalize_collection_name(collection)
         with self.pool().connection() as conn:
             if document_id is not None:
                 cur = conn.execute(_DELETE_BY_ID, (document_id,))
@@ -284,8 +321,8 @@ class KnowledgeBase:
         name: str | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-        include: Sequence[str] | None = None,
-        exclude: Sequence[str] | None = None,
+        include: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         batch_size: int = DEFAULT_BATCH_SIZE,
         progress: ProgressFn | None = None,
@@ -294,18 +331,35 @@ class KnowledgeBase:
     ) -> IngestResult:
         """Ingest text, a file or a directory into `collection` (created if missing).
 
+        Every argument, the collection name, the metadata and the text are checked
+        before anything is written: a refused ingest stores nothing, not even an
+        empty collection. A directory is walked without recursion (any depth),
+        and symbolic links never lead out of it: a link to a file inside the
+        directory is read (stored under the file's real path), a link to anything
+        outside it is skipped with its reason in `skipped_files`, and links to
+        directories are not descended. Two processes may ingest the same files at
+        once: each document is stored once, the slower process counts it skipped.
+
         Args:
             source: Text, or a path to a file or directory. A `Path` is always a
                 path; a `str` is a path only if it names an existing one.
-            collection: Collection name.
-            metadata: JSON-serialisable metadata stored on each document and chunk.
+            collection: Collection name, stored in Unicode NFC (so NFC and NFD
+                spellings are one collection), at most `MAX_COLLECTION_NAME_CHARS`
+                characters; `"all"` is reserved (it means every collection).
+            metadata: JSON metadata stored on each document and chunk: string keys,
+                none of `knowledge.writer.RESERVED_METADATA_KEYS`, no NaN or infinity,
+                no NUL or lone surrogate in any string. A `source` key is replaced
+                by the document's source name.
             name: Source name for text input (default `text:<hash>`); re-ingesting
                 changed text under the same name replaces it.
             chunk_size: Maximum characters per chunk.
             chunk_overlap: Characters shared by consecutive chunks.
-            include: Globs a directory walk keeps (default: every non-hidden file).
-            exclude: Globs a directory walk drops.
-            max_bytes: Largest file accepted.
+            include: Globs a directory walk keeps (default: every non-hidden file);
+                a single string is one glob.
+            exclude: Globs a directory walk drops; a single string is one glob.
+            max_bytes: Largest file accepted, in bytes read (not only in the size a
+                file reports). Only regular files are read: a FIFO, a device or a
+                socket named directly is an `IngestError`, and skipped in a walk.
             batch_size: Chunks embedded and written per transaction.
             progress: Called as `progress(done_chunks, total_chunks)`.
             graph: Build the knowledge graph of the new chunks (`True`), or not
@@ -321,44 +375,54 @@ class KnowledgeBase:
             GraphBuildError: if the graph step failed; the documents are stored,
                 the chunks without a graph stay pending for `build_graph`.
             IngestError: for an unusable explicit input (empty, binary, undecodable,
-                missing, too large); inside a directory walk these are skipped.
+                missing, too large, not a regular file, NUL or a lone surrogate in
+                the text or its name); inside a directory walk these are skipped.
+            TypeError, ValueError: for a bad option, collection name or metadata.
             EmbeddingMismatch: if the collection was built with another embedder.
+            StorageFull: if the database's disk filled up; the message says what
+                was stored (re-running the ingest skips it).
+            CollectionNotFound: if the collection was deleted during the ingest.
         """
+        # everything is checked before the first write, so a refused ingest stores nothing
         check_chunking(chunk_size, chunk_overlap)
+        _check_ingest_options(graph=graph, name=name, max_bytes=max_bytes, batch_size=batch_size)
+        collection = new_collection_name(collection)
         meta = check_metadata(metadata)
         result = IngestResult()
         docs = self._load(
             source,
             name=name,
             metadata=meta,
-            include=include,
-            exclude=exclude,
+            include=glob_patterns(include, "include"),
+            exclude=glob_patterns(exclude, "exclude"),
             max_bytes=max_bytes,
             result=result,
         )
         if not docs:
             return result
-        coll = self._collection(collection, create=True)
-        write_documents(
-            self.pool(),
-            self.embeddings,
-            coll,
-            docs,
-            chunk_size=chunk_size,
-            chunk_overlap=chunk_overlap,
-            batch_size=batch_size,
-            progress=progress,
-            result=result,
-        )
+        coll, created = self._resolve_collection(collection, create=True)
+        try:
+            write_documents(
+                self.pool(),
+                self.embeddings,
+                coll,
+                docs,
+                chunk_size=chunk_size,
+                chunk_overlap=chunk_overlap,
+                batch_size=batch_size,
+                progress=progress,
+                result=result,
+            )
+        except BaseException:
+            if created and not (result.documents_added or result.documents_replaced):
+                self._drop_if_empty(coll)
+            raise
         self._ingest_graph(coll, result, graph, graph_extractor)
         return result
 
     def _ingest_graph(
         self, coll: CollectionRef, result: IngestResult, graph: bool | None, extractor: Any
     ) -> None:
-        value: object = graph
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(f"graph must be True, False or None, got {graph!r}")
         with self.pool().connection() as conn:
             exists = graph_store.has_graph(conn, coll.id)
         if (graph is True or (graph is None and exists)) and (result.chunks_added or not exists):
@@ -468,8 +532,8 @@ class KnowledgeBase:
         *,
         name: str | None,
         metadata: dict[str, Any],
-        include: Sequence[str] | None,
-        exclude: Sequence[str] | None,
+        include: Sequence[str],
+        exclude: Sequence[str],
         max_bytes: int,
         result: IngestResult,
     ) -> list[SourceDoc]:
@@ -483,13 +547,16 @@ class KnowledgeBase:
             raise IngestError(f"{path}: no such file or directory")
         if not path.is_dir():
             return [read_file(path, max_bytes=max_bytes, metadata=metadata)]
+        def skip(file: Path, reason: str) -> None:
+            logger.warning("skipping %s: %s", file, reason)
+            result.skipped_files.append((str(file), reason))
+
         docs = []
-        for file in walk_directory(path, include=include, exclude=exclude):
+        for file in walk_directory(path, include=include, exclude=exclude, skip=skip):
             try:
                 docs.append(read_file(file, max_bytes=max_bytes, metadata=metadata))
             except IngestError as exc:
-                logger.warning("skipping %s", exc)
-                result.skipped_files.append((str(file), str(exc).removeprefix(f"{file}: ")))
+                skip(file, str(exc).removeprefix(f"{file}: "))
         return docs
 
     # -- search --------------------------------------------------------------------
@@ -688,6 +755,17 @@ _DELETE_BY_SOURCE = (
     " RETURNING d.id, d.collection_id)"
     " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
+
+
+def _check_ingest_options(*, graph: object, name: object, max_bytes: object, batch_size: object) -> None:
+    """Raise `TypeError`/`ValueError` for an ingest option of the wrong type or range."""
+    if graph is not None and not isinstance(graph, bool):
+        raise TypeError(f"graph must be True, False or None, got {graph!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    for label, value in (("max_bytes", max_bytes), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive int, got {value!r}")
 
 
 def _resolved(source: str) -> str:

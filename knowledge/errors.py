@@ -26,3 +26,7 @@ class EmbeddingMismatch(KnowledgeBaseError, ValueError):
 
 class IngestError(KnowledgeBaseError, ValueError):
     """An explicit ingest input is unusable (empty, binary, undecodable, missing, too large)."""
+
+
+class StorageFull(KnowledgeBaseError):
+    """The database ran out of disk space; the message says what was stored and what is left."""

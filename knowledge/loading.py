@@ -19,8 +19,9 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
 
 from knowledge.errors import IngestError
+from knowledge.names import check_text
 
 logger = logging.getLogger(__name__)
 
@@ -103,31 +105,36 @@ def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> S
     """
     if not text.strip():
         raise IngestError("cannot ingest empty text")
-    if "\x00" in text:
-        # PostgreSQL text cannot hold NUL; failing here keeps the write from starting
-        raise IngestError("cannot ingest text containing NUL characters")
+    # PostgreSQL text cannot hold NUL nor UTF-8 a lone surrogate; failing here
+    # keeps the write from starting
+    _check_stored_text(text, "ingest text")
+    if name is not None:
+        _check_stored_text(name, "document name")
     doc = SourceDoc(source="", text=text, markdown=bool(_HEADING.search(text)), metadata={})
     doc.source = name or f"text:{doc.content_hash[:16]}"
     doc.metadata = {**metadata, "source": doc.source}
     return doc
 
 
+def _check_stored_text(value: str, what: str) -> None:
+    try:
+        check_text(value, what)
+    except ValueError as exc:
+        raise IngestError(str(exc)) from exc
+
+
 def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> SourceDoc:
-    """Read one text file into a document.
+    """Read one regular text file into a document.
+
+    The size limit holds for what is read, not only for what the file reports:
+    at most `max_bytes + 1` bytes are read, so a file that grows meanwhile is
+    refused rather than loaded whole.
 
     Raises:
-        IngestError: if the file is missing, unreadable, too large, binary, not
-            UTF-8, or empty.
+        IngestError: if the file is missing, unreadable, not a regular file (a
+            FIFO, a device, a directory), too large, binary, not UTF-8, or empty.
     """
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise IngestError(f"{path}: file is too large ({size} bytes > max_bytes={max_bytes})")
-        raw = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise IngestError(f"{path}: no such file") from exc
-    except OSError as exc:
-        raise IngestError(f"{path}: unreadable ({exc.strerror or exc})") from exc
+    raw = _read_bounded(path, max_bytes)
     if b"\x00" in raw:
         raise IngestError(f"{path}: binary file (contains NUL bytes)")
     try:
@@ -145,30 +152,143 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     )
 
 
+def _read_bounded(path: Path, max_bytes: int) -> bytes:
+    """Return the bytes of the regular file `path`, refusing more than `max_bytes`."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise IngestError(f"{path}: no such file") from exc
+    except OSError as exc:
+        raise IngestError(f"{path}: unreadable ({exc.strerror or exc})") from exc
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise IngestError(f"{path}: not a regular file ({_file_kind(info.st_mode)})")
+        if info.st_size > max_bytes:
+            raise IngestError(
+                f"{path}: file is too large ({info.st_size} bytes > max_bytes={max_bytes})"
+            )
+        try:
+            raw = file.read(max_bytes + 1)
+        except OSError as exc:
+            raise IngestError(f"{path}: unreadable ({exc.strerror or exc})") from exc
+    if len(raw) > max_bytes:
+        raise IngestError(f"{path}: file is too large (more than max_bytes={max_bytes} bytes)")
+    return raw
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def glob_patterns(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """Return glob patterns as a tuple; a single string is one pattern, not its characters.
+
+    Raises:
+        TypeError: if `value` is neither a str nor a sequence of str.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    items: object = value
+    if not isinstance(items, Sequence) or not all(isinstance(p, str) for p in value):
+        raise TypeError(f"{what} must be a glob string or a list of them, got {value!r}")
+    return tuple(value)
+
+
+SkipFn = Callable[[Path, str], None]
+"""Called as `skip(path, reason)` for an entry a directory walk leaves out."""
+
+
 def walk_directory(
     root: Path,
     *,
-    include: Sequence[str] | None,
-    exclude: Sequence[str] | None,
-) -> Iterator[Path]:
-    """Yield files under `root`, recursively, sorted, filtered by globs.
+    include: str | Sequence[str] | None,
+    exclude: str | Sequence[str] | None,
+    skip: SkipFn | None = None,
+) -> list[Path]:
+    """Return the files under `root`, recursively, sorted, filtered by globs.
 
     Patterns match the path relative to `root` (POSIX form) with `fnmatch`, or
     its tail the way `PurePath.match` does, so `"*.md"` matches at any depth and
-    `"docs/*.md"` only under `docs`. Hidden files and directories (a name
-    starting with `.`) are skipped unless an include pattern names them.
+    `"docs/*.md"` only under `docs`; a single string is one pattern. Hidden files
+    and directories (a name starting with `.`) are skipped unless an include
+    pattern names them.
+
+    Symbolic links never lead out of `root`: a link to a file inside `root` is
+    read (and stored under the file's real path, once), a link to anything
+    outside it is skipped, and links to directories are not descended (what
+    they point at inside `root` is walked anyway, and a loop cannot form). The
+    walk is iterative, so no depth of nesting exhausts the stack.
+
+    Args:
+        root: The directory to walk.
+        include: Globs to keep (default: every non-hidden file).
+        exclude: Globs to drop.
+        skip: Told about each symbolic link left out, with the reason.
     """
-    for path in sorted(root.rglob("*")):
-        if not path.is_file():
+    keep, drop = glob_patterns(include, "include"), glob_patterns(exclude, "exclude")
+    base = root.resolve()
+    found: dict[Path, tuple[str, ...]] = {}
+    for path, rel in _entries(base, descend_hidden=bool(keep)):
+        posix = PurePosixPath(*rel)
+        if (keep and not _matches(posix, keep)) or (not keep and _hidden(rel)):
             continue
-        rel = PurePosixPath(path.relative_to(root).as_posix())
-        if include and not _matches(rel, include):
+        if drop and _matches(posix, drop):
             continue
-        if not include and any(part.startswith(".") for part in rel.parts):
+        real, reason = _inside(path, base)
+        if real is None:
+            if skip is not None:
+                skip(path, reason)
             continue
-        if exclude and _matches(rel, exclude):
+        found.setdefault(real, rel)
+    return sorted(found, key=lambda p: found[p])
+
+
+def _entries(base: Path, *, descend_hidden: bool) -> Iterator[tuple[Path, tuple[str, ...]]]:
+    """Yield every non-directory entry under `base` with its relative parts, without recursion."""
+    stack: list[tuple[Path, tuple[str, ...]]] = [(base, ())]
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            logger.warning("cannot list %s: %s", folder, exc.strerror or exc)
             continue
-        yield path
+        for entry in entries:
+            parts = (*rel, entry.name)
+            if entry.is_dir(follow_symlinks=False):
+                if descend_hidden or not entry.name.startswith("."):
+                    stack.append((Path(entry.path), parts))
+            elif not (entry.is_symlink() and entry.is_dir()):  # a link to a directory
+                yield Path(entry.path), parts
+
+
+def _inside(path: Path, base: Path) -> tuple[Path | None, str]:
+    """Return the real path of `path` if it lies inside `base`, else `None` and why not."""
+    if not path.is_symlink():
+        return path, ""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):  # dangling, or a loop of links
+        return None, "broken symbolic link"
+    if not real.is_relative_to(base):
+        return None, "symbolic link to a path outside the directory being ingested"
+    return real, ""
+
+
+def _hidden(rel: tuple[str, ...]) -> bool:
+    return any(part.startswith(".") for part in rel)
 
 
 def _matches(rel: PurePosixPath, patterns: Sequence[str]) -> bool:

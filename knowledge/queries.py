@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,7 +134,8 @@ def scope_names(collection: str | Sequence[str] | None) -> list[str] | None:
         raise TypeError("collection must be None, 'all', a name, or a list of names")
     if any("\x00" in n for n in names):
         raise ValueError("collection names must not contain NUL characters")
-    return names
+    # names are stored in NFC: an NFD spelling of the same name must find it
+    return [unicodedata.normalize("NFC", n) for n in names]
 
 
 def scope_statement(req: SearchRequest) -> Statement:

@@ -24,6 +24,8 @@ the table names below are never qualified and never built from user text.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -31,9 +33,13 @@ from psycopg import sql
 
 from knowledge.graph.schema import create_entity_vectors, create_graph_tables
 
+logger = logging.getLogger(__name__)
+
 HNSW_MAX_DIMENSION = 2000
 _SCHEMA_LOCK_KEY = 0x6B625F736368  # "kb_sch": serialises concurrent schema creation
+_INDEX_LOCK_KEY = 0x6B625F696478  # "kb_idx": one builder per index, so two never race on its name
 
+_FULLTEXT_INDEX_NAME = "kb_chunks_tsv_idx"
 _FULLTEXT_INDEX = "CREATE INDEX IF NOT EXISTS kb_chunks_tsv_idx ON kb_chunks USING gin (tsv)"
 _BASE_DDL = (
     """
@@ -69,7 +75,6 @@ _BASE_DDL = (
     """,
     "CREATE INDEX IF NOT EXISTS kb_chunks_document_idx ON kb_chunks (document_id)",
     "CREATE INDEX IF NOT EXISTS kb_chunks_collection_idx ON kb_chunks (collection_id)",
-    _FULLTEXT_INDEX,
 )
 
 
@@ -80,7 +85,11 @@ def embeddings_table(dimension: int) -> sql.Identifier:
 
 def hnsw_index(dimension: int) -> sql.Identifier:
     """Return the identifier of the HNSW index for `dimension`."""
-    return sql.Identifier(f"kb_embeddings_{_checked_dimension(dimension)}_hnsw")
+    return sql.Identifier(_hnsw_index_name(dimension))
+
+
+def _hnsw_index_name(dimension: int) -> str:
+    return f"kb_embeddings_{_checked_dimension(dimension)}_hnsw"
 
 
 def _checked_dimension(dimension: int) -> int:
@@ -98,6 +107,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
         for statement in _BASE_DDL:
             conn.execute(statement)
         dims = conn.execute("SELECT DISTINCT dimension FROM kb_collections ORDER BY 1").fetchall()
+    _tolerate_full_disk(conn, create_fulltext_index, "full-text")
     for (dim,) in dims:
         ensure_dimension(conn, dim)
 
@@ -125,7 +135,22 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
         )
         if conn.execute("SELECT to_regclass('kb_graph_entities')").fetchone() != (None,):
             create_entity_vectors(conn, dimension, hnsw=dimension <= HNSW_MAX_DIMENSION)
-    create_hnsw_index(conn, dimension)
+    _tolerate_full_disk(conn, lambda c: create_hnsw_index(c, dimension), "HNSW")
+
+
+def _tolerate_full_disk(
+    conn: psycopg.Connection[Any], build: Callable[[psycopg.Connection[Any]], None], name: str
+) -> None:
+    """Build a missing index, but let the knowledge base open if the server lacks the room.
+
+    Only a bulk load that failed leaves an index missing. Every search stays
+    correct without it (a scan instead), so a full disk must not make the
+    knowledge base unusable: the build is retried at the next opening.
+    """
+    try:
+        build(conn)
+    except (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory) as exc:
+        logger.warning("the %s index is missing and could not be built now: %s", name, exc)
 
 
 def ensure_graph_schema(conn: psycopg.Connection[Any]) -> None:
@@ -139,9 +164,10 @@ def ensure_graph_schema(conn: psycopg.Connection[Any]) -> None:
 
 def create_hnsw_index(conn: psycopg.Connection[Any], dimension: int) -> None:
     """Build the HNSW index for `dimension` if missing (after a bulk load, or at startup)."""
-    if dimension > HNSW_MAX_DIMENSION:
+    if dimension > HNSW_MAX_DIMENSION or _exists(conn, _hnsw_index_name(dimension)):
         return
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INDEX_LOCK_KEY,))
         # 1 GB keeps a 100k-row build in memory (149 s spilling at 64 MB, 58 s at 1 GB).
         conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
         conn.execute(
@@ -171,7 +197,10 @@ def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
 
 def create_fulltext_index(conn: psycopg.Connection[Any]) -> None:
     """Build the GIN index of `kb_chunks.tsv` if missing (after a bulk load)."""
+    if _exists(conn, _FULLTEXT_INDEX_NAME):
+        return
     with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INDEX_LOCK_KEY,))
         conn.execute("SELECT set_config('maintenance_work_mem', '256MB', true)")
         conn.execute(_FULLTEXT_INDEX)
 
@@ -180,6 +209,29 @@ def drop_fulltext_index(conn: psycopg.Connection[Any]) -> None:
     """Drop the GIN index of `kb_chunks.tsv` before a bulk load; searches stay correct."""
     with conn.transaction():
         conn.execute("DROP INDEX IF EXISTS kb_chunks_tsv_idx")
+
+
+def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
+    """Name the search indexes (`"full-text"`, `"HNSW"`) that do not exist right now."""
+    missing = [] if _exists(conn, _FULLTEXT_INDEX_NAME) else ["full-text"]
+    if dimension <= HNSW_MAX_DIMENSION and not _exists(conn, _hnsw_index_name(dimension)):
+        missing.append("HNSW")
+    return missing
+
+
+def _exists(conn: psycopg.Connection[Any], index: str) -> bool:
+    """Tell whether `index` exists in this knowledge base's schema (no table lock taken).
+
+    `CREATE INDEX IF NOT EXISTS` locks the table first, waiting for every open
+    write. `to_regclass` would not do either: it searches the whole
+    `search_path`, so it finds a namesake in `public`.
+    """
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = %s)",
+        (index,),
+    ).fetchone()
+    return row == (True,)
 
 
 def truncate_all(conn: psycopg.Connection[Any]) -> None:

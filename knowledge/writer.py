@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from knowledge.errors import EmbeddingMismatch
+from knowledge.errors import CollectionNotFound, EmbeddingMismatch, StorageFull
 from knowledge.loading import CHUNK_ID_CHARS, ChunkRow, SourceDoc, document_id, split_document
+from knowledge.names import check_text
 from knowledge.schema import (
     create_fulltext_index,
     create_hnsw_index,
@@ -42,6 +44,7 @@ from knowledge.schema import (
     drop_hnsw_index,
     embeddings_table,
     merge_fulltext_pending,
+    missing_indexes,
 )
 from knowledge.types import IngestResult, ProgressFn
 
@@ -81,14 +84,69 @@ class _Batch:
         return [c.text for item in self.items for c in item.chunks]
 
 
+RESERVED_METADATA_KEYS = frozenset(
+    {"start_index", "graph_enhanced", "graph_entities", "graph_matched_entities", "found_by"}
+)
+"""Keys the knowledge base writes into chunk metadata itself (at ingest or in graph search).
+
+`source` is not among them: callers have long passed it, and it is replaced by
+the document's source name, as documented for ingest.
+"""
+MAX_METADATA_DEPTH = 32
+"""Deepest nesting of lists and dicts accepted in metadata (PostgreSQL parses jsonb recursively)."""
+
+
 def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
-    """Return a copy of `metadata`, or raise `ValueError` if it is not JSON-serialisable."""
+    """Return a copy of `metadata` after checking PostgreSQL can store all of it as jsonb.
+
+    Checked before anything is written, so a refused ingest stores nothing: keys
+    are strings and none is reserved (`RESERVED_METADATA_KEYS`, which ingest or
+    search set and a caller's value would be confused with or overwrite); no
+    string, key or value, holds NUL or a lone surrogate; no number is NaN or
+    infinite (JSON has neither); nesting is at most `MAX_METADATA_DEPTH` deep.
+
+    Raises:
+        TypeError: if `metadata` is not a dict.
+        ValueError: naming the offending key path, for anything listed above or a
+            value that is not JSON-serialisable.
+    """
+    value: object = metadata
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"metadata must be a dict, got {type(value).__name__}")
     data = dict(metadata or {})
+    reserved = sorted(k for k in RESERVED_METADATA_KEYS if k in data)
+    if reserved:
+        raise ValueError(
+            f"metadata key {reserved[0]!r} is reserved (set by the knowledge base);"
+            f" reserved keys: {', '.join(sorted(RESERVED_METADATA_KEYS))}"
+        )
+    _check_json_tree(data)
     try:
-        json.dumps(data)
-    except (TypeError, ValueError) as exc:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"metadata must be JSON-serialisable: {exc}") from exc
     return data
+
+
+def _check_json_tree(data: dict[str, Any]) -> None:
+    """Walk `data` without recursion, raising `ValueError` at the first value jsonb cannot hold."""
+    stack: list[tuple[str, object, int]] = [("metadata", data, 0)]
+    while stack:
+        where, node, depth = stack.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise ValueError(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep at {where}")
+        if isinstance(node, str):
+            check_text(node, f"the string at {where}")
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise ValueError(f"{where} is {node!r}: JSON has no NaN or infinity")
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"metadata keys must be strings, got {key!r} in {where}")
+                check_text(key, f"a key in {where}")
+                stack.append((f"{where}[{key!r}]", item, depth + 1))
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{where}[{i}]", item, depth + 1) for i, item in enumerate(node))
 
 
 def embed_matrix(embeddings: Embeddings, texts: list[str], dimension: int) -> np.ndarray[Any, Any]:
@@ -121,7 +179,13 @@ def write_documents(
     progress: ProgressFn | None = None,
     result: IngestResult,
 ) -> IngestResult:
-    """Embed and store `docs` in `coll`, updating and returning `result`."""
+    """Embed and store `docs` in `coll`, updating and returning `result`.
+
+    Raises:
+        StorageFull: if the database's disk filled up; what was committed stays,
+            and every index a bulk load dropped has been rebuilt if it could be.
+        CollectionNotFound: if the collection was deleted during the write.
+    """
     pending = _drop_unchanged(pool, coll, docs, result)
     planned = [
         _Planned(
@@ -137,29 +201,98 @@ def write_documents(
     total = sum(b.size for b in batches)
     if progress is not None:
         progress(0, total)
-    bulk = _bulk_load(pool, coll, total)
     try:
-        _run_pipeline(pool, embeddings, coll, batches, total, progress, result)
-    finally:
-        if total:
-            _after_load(pool, coll, bulk)
+        _load(pool, embeddings, coll, batches, total, progress, result)
+    except psycopg.errors.DiskFull as exc:
+        raise StorageFull(_disk_full_message(pool, coll, result, exc)) from exc
     return result
 
 
+def _load(
+    pool: ConnectionPool[Any],
+    embeddings: Embeddings,
+    coll: CollectionRef,
+    batches: list[_Batch],
+    total: int,
+    progress: ProgressFn | None,
+    result: IngestResult,
+) -> None:
+    """Write the batches; whatever happens, put back the indexes a bulk load dropped."""
+    bulk = _bulk_load(pool, coll, total)
+    try:
+        _run_pipeline(pool, embeddings, coll, batches, total, progress, result)
+    except BaseException:
+        # the load's own error is the one to report; a failed rebuild is only logged
+        try:
+            _after_load(pool, coll, bulk)
+        except psycopg.Error as exc:
+            logger.warning("could not rebuild the indexes after a failed load: %s", exc)
+        raise
+    if total:
+        _after_load(pool, coll, bulk)
+
+
+def _disk_full_message(
+    pool: ConnectionPool[Any], coll: CollectionRef, result: IngestResult, exc: Exception
+) -> str:
+    try:
+        with pool.connection() as conn:
+            missing = missing_indexes(conn, coll.dimension)
+    except psycopg.Error:  # the message must not hide the disk-full error behind another
+        missing = ["full-text or HNSW"]
+    indexes = (
+        f"the {' and '.join(missing)} index could not be rebuilt yet (searches stay correct,"
+        " scanning instead; it is rebuilt when the knowledge base is next opened)"
+        if missing
+        else "every index is in place"
+    )
+    return (
+        f"the database disk is full ({str(exc).strip().splitlines()[0]}):"
+        f" {result.documents_added + result.documents_replaced} document(s) of this ingest"
+        f" into {coll.name!r} were stored, {indexes}; free disk space, then re-run the"
+        " ingest (what was stored is skipped)"
+    )
+
+
 def _after_load(pool: ConnectionPool[Any], coll: CollectionRef, bulk: _Bulk) -> None:
-    """Rebuild what a bulk load dropped, refresh statistics, merge the GIN pending list."""
+    """Rebuild what a bulk load dropped, refresh statistics, merge the GIN pending list.
+
+    Each dropped index is rebuilt even if the other one fails, and a failed build
+    is tried once more: its partial files are freed when it fails, and an index
+    left missing would slow every search. The first failure is raised after
+    both attempts, so the caller learns of it (a full disk, typically).
+    """
+    failure: psycopg.Error | None = None
+    if bulk.fulltext:
+        failure = _rebuild(pool, lambda conn: create_fulltext_index(conn)) or failure
+    if bulk.hnsw:
+        failure = _rebuild(pool, lambda conn: create_hnsw_index(conn, coll.dimension)) or failure
     with pool.connection() as conn:
-        if bulk.fulltext:
-            create_fulltext_index(conn)
-        else:
+        if not bulk.fulltext:
             merge_fulltext_pending(conn)
-        if bulk.hnsw:
-            create_hnsw_index(conn, coll.dimension)
         if bulk.hnsw or bulk.fulltext:
             # fresh statistics for the exact-versus-HNSW choice in search, and
             # the word frequencies the full-text OR fallback reads
             conn.execute(sql.SQL("ANALYZE {t}").format(t=embeddings_table(coll.dimension)))
             conn.execute("ANALYZE kb_chunks")
+    if failure is not None:
+        raise failure
+
+
+def _rebuild(
+    pool: ConnectionPool[Any], build: Callable[[psycopg.Connection[Any]], None]
+) -> psycopg.Error | None:
+    """Run one index build, twice if it fails; return the first failure, if any."""
+    first: psycopg.Error | None = None
+    for _ in range(2):
+        try:
+            with pool.connection() as conn:
+                build(conn)
+            return first
+        except psycopg.Error as exc:
+            logger.warning("rebuilding an index failed: %s", exc)
+            first = first or exc
+    return first
 
 
 def _drop_unchanged(
@@ -274,6 +407,7 @@ def _write_batch(
     delta = IngestResult()
     parts = _split_rows(matrix, batch)
     with pool.connection() as conn, conn.transaction():
+        _hold_collection(conn, coll)
         keep = _upsert_documents(conn, coll, batch.items, delta)
         kept = [
             (item, part)
@@ -283,6 +417,25 @@ def _write_batch(
         _copy_chunks(conn, coll, kept)
         delta.chunks_added = sum(len(item.chunks) for item, _ in kept)
     return delta
+
+
+def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None:
+    """Keep the collection from being deleted until this transaction ends.
+
+    `delete_collection` locks the row FOR UPDATE, which waits for this KEY SHARE
+    lock; a delete that committed first leaves no row, which is reported here
+    rather than as a foreign-key violation from the inserts below.
+
+    Raises:
+        CollectionNotFound: if the collection was deleted since the ingest began.
+    """
+    row = conn.execute(
+        "SELECT 1 FROM kb_collections WHERE id = %s FOR KEY SHARE", (coll.id,)
+    ).fetchone()
+    if row is None:
+        raise CollectionNotFound(
+            f"collection {coll.name!r} was deleted while this ingest was writing to it"
+        )
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
@@ -296,43 +449,67 @@ def _upsert_documents(
     """Insert or replace the batch's document rows; return, per item, whether to write it.
 
     One locking read and one insert for the whole batch (a statement per document
-    cost two round trips each). Rows are locked in id order, so two writers with
-    overlapping batches wait for each other instead of deadlocking.
+    cost two round trips each). Rows are locked and inserted in id order, so two
+    writers with overlapping batches wait for each other instead of deadlocking.
+    A document another writer inserted since the read (two processes ingesting
+    the same files) is not inserted twice: the insert skips it, and it is then
+    handled like any stored document, locked and compared by content hash.
     """
-    stored = dict(
-        conn.execute(
-            "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-            ([item.doc_id for item in items],),
-        ).fetchall()
-    )
+    known = _lock_stored(conn, [item.doc_id for item in items])
+    new = sorted((item for item in items if item.doc_id not in known), key=lambda i: i.doc_id)
+    inserted = _insert_documents(conn, coll, new)
+    delta.documents_added += len(inserted)
+    raced = [item.doc_id for item in new if item.doc_id not in inserted]
+    if raced:
+        known.update(_lock_stored(conn, raced))
     keep = []
-    new: list[_Planned] = []
     for item in items:
-        known = stored.get(item.doc_id)
-        if known == item.doc.content_hash:
+        if item.doc_id in inserted:
+            keep.append(True)
+        elif known.get(item.doc_id) == item.doc.content_hash:
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
             keep.append(False)
-            continue
-        keep.append(True)
-        if known is None:
-            new.append(item)
-        else:
+        elif item.doc_id in known:
             _replace_document(conn, item, delta)
-    if new:
-        conn.execute(
-            "INSERT INTO kb_documents (id, collection_id, source, content_hash, metadata)"
-            " SELECT d.id, %s, d.source, d.hash, d.meta"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[]) AS d(id, source, hash, meta)",
-            (
-                coll.id,
-                [item.doc_id for item in new],
-                [item.doc.source for item in new],
-                [item.doc.content_hash for item in new],
-                [Jsonb(item.doc.metadata) for item in new],
-            ),
-        )
-        delta.documents_added += len(new)
+            keep.append(True)
+        else:  # inserted by another writer, then deleted before this one could lock it
+            raise CollectionNotFound(
+                f"document {item.doc.source!r} of collection {coll.name!r} was deleted"
+                " while this ingest was writing it"
+            )
     return keep
+
+
+def _lock_stored(conn: psycopg.Connection[Any], ids: list[str]) -> dict[str, str]:
+    """Lock the stored rows among document `ids` (in id order); return their content hashes."""
+    return dict(
+        conn.execute(
+            "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+            (ids,),
+        ).fetchall()
+    )
+
+
+def _insert_documents(
+    conn: psycopg.Connection[Any], coll: CollectionRef, new: list[_Planned]
+) -> set[str]:
+    """Insert document rows not yet stored; return the ids this transaction inserted."""
+    if not new:
+        return set()
+    rows = conn.execute(
+        "INSERT INTO kb_documents (id, collection_id, source, content_hash, metadata)"
+        " SELECT d.id, %s, d.source, d.hash, d.meta"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[]) AS d(id, source, hash, meta)"
+        " ON CONFLICT DO NOTHING RETURNING id",
+        (
+            coll.id,
+            [item.doc_id for item in new],
+            [item.doc.source for item in new],
+            [item.doc.content_hash for item in new],
+            [Jsonb(item.doc.metadata) for item in new],
+        ),
+    ).fetchall()
+    return {row[0] for row in rows}
 
 
 def _replace_document(conn: psycopg.Connection[Any], item: _Planned, delta: IngestResult) -> None:

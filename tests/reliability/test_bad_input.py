@@ -344,8 +344,11 @@ def test_ingest_of_bad_text_is_a_clear_error_and_writes_nothing(kb, kind, text, 
     assert _counts(kb) == before  # an empty string is not the working directory either
 
 
+STORABLE_NAMES = [n for n in HOSTILE_NAMES[1:] if len(n) <= 200]  # longer names are refused at ingest
+
+
 @pytest.mark.postgres
-@pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if n != "no-such-collection"], ids=[n[:20] for n in HOSTILE_NAMES[1:]])
+@pytest.mark.parametrize("name", STORABLE_NAMES, ids=[n[:20] for n in STORABLE_NAMES])
 def test_hostile_collection_names_are_stored_as_plain_names(kb, name):
     kb.ingest("Walruses sleep on ice floes.", collection=name)
     kb.ingest("Penguins huddle in the cold.", collection="neighbour")

@@ -1,0 +1,80 @@
+"""Collection names and the text checks every stored string goes through.
+
+A collection name is compared in Unicode NFC: `"café"` typed with a combining
+accent (NFD) and with a precomposed `é` (NFC) print identically, so they must
+name one collection, not two. Ingest, lookup, delete and search scopes all pass
+names through `normalize_collection_name`, which also bounds their length with
+the same limit a run's scope uses.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+MAX_COLLECTION_NAME_CHARS = 200
+"""The longest collection name, in characters after NFC normalisation."""
+
+RESERVED_COLLECTION_NAME = "all"
+"""Means "every collection" in a search or run scope, so no collection may be called that."""
+
+
+def check_text(value: str, what: str) -> None:
+    r"""Raise `ValueError` if `value` cannot be stored as PostgreSQL text.
+
+    PostgreSQL text holds no NUL character, and UTF-8 cannot encode a lone
+    surrogate (`"\ud800"`), which a Python str may hold: both would fail only
+    inside the database, after earlier statements had run.
+
+    Args:
+        value: The string to check.
+        what: What the string is, for the message (e.g. `"collection name"`).
+    """
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} contains a lone surrogate {value[exc.start]!r} at index {exc.start}"
+            " (not valid Unicode text)"
+        ) from exc
+
+
+def normalize_collection_name(name: Any) -> str:
+    """Return `name` in NFC, the one spelling under which a collection is stored and found.
+
+    Raises:
+        TypeError: if `name` is not a str.
+        ValueError: if it is blank, holds NUL or a lone surrogate, or is longer than
+            `MAX_COLLECTION_NAME_CHARS`.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"collection name must be a str, got {type(name).__name__}")
+    if not name.strip():
+        raise ValueError(f"collection name must not be empty or blank, got {name!r}")
+    check_text(name, "collection name")
+    normal = unicodedata.normalize("NFC", name)
+    if len(normal) > MAX_COLLECTION_NAME_CHARS:
+        raise ValueError(
+            f"collection names are at most {MAX_COLLECTION_NAME_CHARS} characters,"
+            f" got one of {len(normal)}: {normal[:40]!r}..."
+        )
+    return normal
+
+
+def new_collection_name(name: Any) -> str:
+    """Return `name` normalised like `normalize_collection_name`, refusing the reserved `"all"`.
+
+    Raises:
+        TypeError: if `name` is not a str.
+        ValueError: as `normalize_collection_name`, or if the name is `"all"` in any
+            case or spacing.
+    """
+    normal = normalize_collection_name(name)
+    if normal.strip().casefold() == RESERVED_COLLECTION_NAME:
+        raise ValueError(
+            f"{normal!r} is reserved (it means every collection in a search scope)"
+            " and cannot name a collection"
+        )
+    return normal
