@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
+import numbers
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,6 @@ from knowledge import queries as q
 from knowledge.embeddings import embedding_model_name, resolve_embeddings
 from knowledge.errors import (
     CollectionNotFound,
-    DatabaseUnavailable,
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
@@ -46,14 +48,17 @@ from knowledge.loading import (
     walk_directory,
 )
 from knowledge.names import new_collection_name, normalize_collection_name
-from knowledge.schema import ensure_dimension, ensure_graph_schema, ensure_schema
-from knowledge.server import database_url, ensure_pgvector
+from knowledge.pools import AsyncFailFastPool, FailFastPool, connection_lost, unavailable
+from knowledge.schema import backfill_lexical, ensure_dimension, ensure_graph_schema, ensure_schema
+from knowledge.server import database_url, ensure_pgvector, normalize_url
 from knowledge.types import Chunk, CollectionInfo, IngestResult, ProgressFn
 from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
 
 logger = logging.getLogger(__name__)
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+MAX_SEARCH_LIMIT = 10_000
+"""Most chunks one search returns (PostgreSQL's LIMIT takes a bigint; nobody reads more)."""
 Source = str | os.PathLike[str]
 CollectionScope = str | Sequence[str] | None
 
@@ -62,20 +67,28 @@ class KnowledgeBase:
     """A knowledge base stored in one PostgreSQL schema.
 
     Args:
-        url: A PostgreSQL URL. Default: `DATABASE_URL`, else the embedded server.
+        url: A PostgreSQL URL (`postgresql://`, also `postgresql+psycopg://`) or libpq
+            keyword string. Default: `DATABASE_URL`, else the embedded server.
         embeddings: An `Embeddings` instance or spec (see `resolve_embeddings`);
             default WordLlama.
         schema: The PostgreSQL schema holding the tables (created if missing).
         pool_size: Maximum connections in each pool (sync and async).
         exact_max_rows: Searches whose scope holds at most this many vectors (planner
             estimate) use an exact scan instead of HNSW (recall 1.0, fast at that size).
-        hybrid_min_similarity: Cosine floor for semantic-only hybrid candidates.
-        fulltext_or_budget: When a full-text AND query matches nothing, its words
-            are OR-ed, and only rows matching its rarest words are ranked, as many
-            words as the planner statistics estimate to match fewer than this many
-            rows (at least one word). Higher ranks more rows, slower.
+        hybrid_min_similarity: Cosine floor for semantic-only hybrid candidates
+            (used when `ranking` is not given).
+        fulltext_or_budget: Rows the lexical side scores at most: the chunks holding
+            the query's rarest terms, as many terms as stay under this many rows
+            (at least one term). Higher scores more rows, slower (used when
+            `ranking` is not given).
+        ranking: The lexical ranking (BM25 by default) and the hybrid fusion
+            (`knowledge.queries.Ranking`).
         graph_options: How graph-enhanced search matches, expands and fuses
             (`knowledge.graph.GraphSearchOptions`).
+
+    Raises:
+        InvalidDatabaseURL: for a URL without a scheme, of another database, or
+            malformed (the message masks its password); nothing is sent.
     """
 
     def __init__(
@@ -89,16 +102,18 @@ class KnowledgeBase:
         hybrid_min_similarity: float = q.DEFAULT_HYBRID_MIN_SIMILARITY,
         fulltext_or_budget: int = q.DEFAULT_OR_BUDGET,
         graph_options: GraphSearchOptions | None = None,
+        ranking: q.Ranking | None = None,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(f"schema must match {_SCHEMA_NAME.pattern}, got {schema!r}")
-        self.url = url or database_url()
+        self.url = normalize_url(url) if url else database_url()
         self.embeddings = resolve_embeddings(embeddings)
         self.model_name = embedding_model_name(self.embeddings)
         self.schema = schema
         self.exact_max_rows = exact_max_rows
-        self.hybrid_min_similarity = hybrid_min_similarity
-        self.fulltext_or_budget = fulltext_or_budget
+        self.ranking = ranking or q.Ranking(
+            hybrid_min_similarity=hybrid_min_similarity, or_budget=fulltext_or_budget
+        )
         self.graph_options = graph_options or GraphSearchOptions()
         self._pool_size = max(1, pool_size)
         self._options = f"-c search_path={schema},public"
@@ -129,7 +144,8 @@ class KnowledgeBase:
         with self._lock:
             if self._pool is None:
                 self._prepare_database()
-                pool: ConnectionPool[Any] = ConnectionPool(
+                # fails fast with DatabaseUnavailable once the server is gone, not after 30 s
+                pool: ConnectionPool[Any] = FailFastPool(
                     self.url,
                     min_size=1,
                     max_size=self._pool_size,
@@ -149,15 +165,16 @@ class KnowledgeBase:
                 ensure_pgvector(conn)
                 ensure_schema(conn, self.schema)
                 ensure_graph_schema(conn)
+                backfill_lexical(conn)
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise unavailable(exc, self.url) from None  # the original may repeat the password
 
     async def apool(self) -> AsyncConnectionPool[Any]:
         """Return the async pool bound to the running event loop."""
         loop = asyncio.get_running_loop()
         if self._apool is None or self._apool_loop is not loop:
             await asyncio.to_thread(self.pool)  # schema and extension, once
-            apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            apool: AsyncConnectionPool[Any] = AsyncFailFastPool(
                 self.url,
                 min_size=1,
                 max_size=self._pool_size,
@@ -169,6 +186,22 @@ class KnowledgeBase:
             await apool.open(wait=True, timeout=30)
             self._apool, self._apool_loop = apool, loop
         return self._apool
+
+    @contextlib.contextmanager
+    def _server_errors(self) -> Iterator[None]:
+        """Turn a connection lost mid-statement (server shut down or killed) into `DatabaseUnavailable`."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if not connection_lost(exc):
+                raise
+            raise unavailable(exc, self.url) from None
+
+    @contextlib.asynccontextmanager
+    async def _aserver_errors(self) -> AsyncIterator[None]:
+        """`_server_errors` for `async with`."""
+        with self._server_errors():
+            yield
 
     def close(self) -> None:
         """Close the sync pool (the async pool is closed by `aclose`)."""
@@ -247,7 +280,7 @@ class KnowledgeBase:
 
     def collections(self) -> list[CollectionInfo]:
         """List collections with document and chunk counts, by name."""
-        with self.pool().connection() as conn:
+        with self._server_errors(), self.pool().connection() as conn:
             rows = conn.execute(
                 "SELECT k.name,"
                 " (SELECT count(*) FROM kb_documents d WHERE d.collection_id = k.id),"
@@ -595,9 +628,13 @@ class KnowledgeBase:
             `graph_matched_entities` and `found_by` (`"text"`, `"graph"`).
 
         Raises:
-            ValueError: for a blank query, an unknown mode or a bad limit.
+            ValueError: for a blank query, an unknown mode, a limit outside
+                1..`MAX_SEARCH_LIMIT` or a non-finite threshold.
+            TypeError: for a threshold that is not a number (`bool` included).
             EmbeddingMismatch: if a named collection uses another embedder.
+            DatabaseUnavailable: if the server is down or went away mid-search.
         """
+        _check_limit_and_threshold(limit, threshold)
         req = q.make_request(
             query,
             collection=collection,
@@ -610,7 +647,7 @@ class KnowledgeBase:
             return []
         vector = self._query_vector(req)
         opts = self.graph_options
-        with self.pool().connection() as conn:
+        with self._server_errors(), self.pool().connection() as conn:
             scope_rows = conn.execute(*q.scope_statement(req)).fetchall()
             scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
             if not scope.ids:
@@ -635,7 +672,7 @@ class KnowledgeBase:
                     scope,
                     vector=vector,
                     exact=exact,
-                    hybrid_min_similarity=self.hybrid_min_similarity,
+                    ranking=self.ranking,
                     rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
                     or_budget=self.fulltext_or_budget,
                 )
@@ -659,6 +696,7 @@ class KnowledgeBase:
         graph_depth: int | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
+        _check_limit_and_threshold(limit, threshold)
         req = q.make_request(
             query,
             collection=collection,
@@ -672,7 +710,7 @@ class KnowledgeBase:
         vector = await self._aquery_vector(req)
         opts = self.graph_options
         pool = await self.apool()
-        async with pool.connection() as conn:
+        async with self._aserver_errors(), pool.connection() as conn:
             cur = await conn.execute(*q.scope_statement(req))
             scope_rows = await cur.fetchall()
             scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
@@ -699,7 +737,7 @@ class KnowledgeBase:
                     scope,
                     vector=vector,
                     exact=exact,
-                    hybrid_min_similarity=self.hybrid_min_similarity,
+                    ranking=self.ranking,
                     rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
                     or_budget=self.fulltext_or_budget,
                 )
@@ -766,6 +804,23 @@ def _check_ingest_options(*, graph: object, name: object, max_bytes: object, bat
     for label, value in (("max_bytes", max_bytes), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
+
+
+def _check_limit_and_threshold(limit: object, threshold: object) -> None:
+    """Refuse what PostgreSQL would reject late (a huge limit) or compare silently wrong (NaN).
+
+    Raises:
+        ValueError: for a limit outside 1..`MAX_SEARCH_LIMIT` or a non-finite threshold.
+        TypeError: for a threshold that is not a real number (`bool` is not one here).
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise ValueError(f"limit must be an int in 1..{MAX_SEARCH_LIMIT}, got {limit!r}")
+    if threshold is None:
+        return
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise TypeError(f"threshold must be a number or None, got {type(threshold).__name__} {threshold!r}")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be finite, got {threshold!r}")
 
 
 def _resolved(source: str) -> str:

@@ -16,6 +16,17 @@ class DatabaseUnavailable(KnowledgeBaseError):
     """The database cannot be reached, or lacks what the knowledge base needs (pgvector)."""
 
 
+class PgvectorMissing(DatabaseUnavailable):
+    """The server is reachable but has no pgvector extension, or it cannot be created."""
+
+
+class InvalidDatabaseURL(KnowledgeBaseError, ValueError):
+    """A database URL that cannot be used (no scheme, another database's scheme, malformed).
+
+    The message never repeats the URL's password.
+    """
+
+
 class CollectionNotFound(KnowledgeBaseError, LookupError):
     """A collection named in a delete or an ingest check does not exist."""
 

@@ -16,18 +16,32 @@ server running, never stops it under someone.)
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
 import platformdirs
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from knowledge.errors import DatabaseUnavailable
+from knowledge.errors import DatabaseUnavailable, InvalidDatabaseURL, PgvectorMissing
+from knowledge.redact import describe, redact
 
 DATABASE_URL_ENV = "DATABASE_URL"
 PGDATA_ENV = "ARCANA_LOOP_PGDATA"
+URL_FORM = "postgresql://user:password@host:port/dbname"
+PGVECTOR_INSTALL = (
+    "install pgvector on that server (https://github.com/pgvector/pgvector#installation) and run"
+    " CREATE EXTENSION vector as a superuser, or unset DATABASE_URL to use the embedded server"
+)
 _lock = threading.Lock()
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_KEYWORD_FORM = re.compile(r"^\w+\s*=")
+# SQLAlchemy-style schemes that name a driver (what langchain-postgres users write): libpq
+# wants the bare scheme
+_DRIVER_SCHEMES = {"postgresql+psycopg", "postgres+psycopg", "postgresql+psycopg2", "postgres+psycopg2"}
+_SCHEMES = {"postgresql", "postgres"}
 
 
 def pgdata_dir() -> Path:
@@ -59,30 +73,74 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
 
 
 def database_url() -> str:
-    """Return `DATABASE_URL` if set, else the URL of the embedded server (started on demand)."""
+    """Return `DATABASE_URL` (normalised) if set, else the URL of the embedded server (started on demand).
+
+    Raises:
+        InvalidDatabaseURL: if `DATABASE_URL` cannot be used (see `normalize_url`).
+    """
     url = os.environ.get(DATABASE_URL_ENV)
     if url:
-        return url
+        return normalize_url(url, name=DATABASE_URL_ENV)
     return embedded_server_url()
+
+
+def normalize_url(url: str, *, name: str = "the database URL") -> str:
+    """Return `url` as libpq takes it, checked before any connection is tried.
+
+    A `postgresql+psycopg://` (or `postgres+psycopg://`, `+psycopg2`) scheme becomes
+    `postgresql://`; a libpq keyword string (`host=... dbname=...`) is kept as is.
+
+    Args:
+        url: A PostgreSQL URL or libpq keyword string.
+        name: What to call the value in error messages (e.g. `DATABASE_URL`).
+
+    Raises:
+        TypeError: if `url` is not a str.
+        InvalidDatabaseURL: for a blank value, a missing or foreign scheme, or a
+            string libpq cannot parse; the message masks the password.
+    """
+    value: object = url
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(url).__name__}")
+    text = url.strip()
+    if not text:
+        raise InvalidDatabaseURL(f"{name} is empty: expected {URL_FORM}")
+    match = _SCHEME.match(text)
+    if match is None and not _KEYWORD_FORM.match(text):
+        raise InvalidDatabaseURL(f"{name} {redact(text)!r} has no scheme: expected {URL_FORM}")
+    if match is not None:
+        scheme = match[1].lower()
+        if scheme in _DRIVER_SCHEMES:
+            text = "postgresql" + text[match.end(1) :]
+        elif scheme not in _SCHEMES:
+            raise InvalidDatabaseURL(f"{name} has the scheme {match[1]!r}, not a PostgreSQL one: expected {URL_FORM}")
+    try:
+        conninfo_to_dict(text)
+    except psycopg.Error as exc:
+        # from None: the original error repeats the password, and a traceback would print it
+        raise InvalidDatabaseURL(f"{name} {redact(text, text)!r} is malformed: {describe(exc, text)}") from None
+    return text
 
 
 def ensure_pgvector(conn: psycopg.Connection[TupleRow]) -> None:
     """Create the `vector` extension if needed, with a clear error when the server lacks it.
 
     Raises:
-        DatabaseUnavailable: if pgvector is not installed on the server or cannot be created.
+        PgvectorMissing: if pgvector is not installed on the server or cannot be created.
     """
     row = conn.execute(
         "SELECT installed_version IS NOT NULL FROM pg_available_extensions WHERE name = 'vector'"
     ).fetchone()
     if row is None:
-        raise DatabaseUnavailable(
-            "the PostgreSQL server has no pgvector extension ('vector' is not in "
-            "pg_available_extensions); install pgvector or unset DATABASE_URL to use "
-            "the embedded server"
+        raise PgvectorMissing(
+            "the PostgreSQL server is reachable but has no pgvector extension ('vector' is not in "
+            f"pg_available_extensions): {PGVECTOR_INSTALL}"
         )
     if not row[0]:
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.Error as exc:
-            raise DatabaseUnavailable(f"could not create the pgvector extension: {exc}") from exc
+            raise PgvectorMissing(
+                f"the PostgreSQL server could not create the pgvector extension ({describe(exc, conn.info.dsn)}): "
+                f"{PGVECTOR_INSTALL}"
+            ) from None
