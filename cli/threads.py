@@ -77,13 +77,11 @@ def replay_command(
 ) -> None:
     """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
     from cli.main import _print_result, out
-    from graph.replay import Record, ReplayError, replay, replay_record, verify_record
+    from graph.replay import ReplayError, replay
 
     try:
         if record is not None:
-            loaded = Record.load(record)
-            differences = verify_record(loaded)
-            result = replay_record(loaded)
+            differences, result = _replay_file(record)
         elif thread_id is None:
             _fail("replay needs a thread id or --record FILE.", "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json")
             return
@@ -106,6 +104,20 @@ def replay_command(
         out.print(f"New thread: {result.thread_id}")
     if differences:
         raise typer.Exit(1)
+
+
+def _replay_file(path: Path) -> tuple[list[str], Any]:
+    """Check and replay a record file; a file of the wrong shape is a one-line error naming it."""
+    from graph.replay import Record, ReplayError, replay_record, verify_record
+
+    loaded = Record.load(path)
+    try:
+        return verify_record(loaded), replay_record(loaded)
+    except ReplayError:
+        raise
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a field of the wrong type or shape
+        _fail(f"{path} is not a usable replay record ({type(exc).__name__}: {exc}).", "replay a file written by arcana-loop record")
+        raise AssertionError("unreachable") from exc
 
 
 def record_command(

@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -27,8 +28,12 @@ _lock = threading.Lock()
 def _sqlite(path: str) -> BaseCheckpointSaver[Any]:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    # check_same_thread=False: LangGraph writes checkpoints from a background thread
-    return SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    try:
+        # check_same_thread=False: LangGraph writes checkpoints from a background thread
+        conn = sqlite3.connect(path, check_same_thread=False)
+    except sqlite3.Error as exc:  # sqlite's own message ("unable to open database file") omits the path
+        raise ValueError(f"cannot open the SQLite checkpointer file {path!r}: {exc}") from exc
+    return SqliteSaver(conn)
 
 
 def _postgres() -> BaseCheckpointSaver[Any]:
@@ -50,10 +55,30 @@ def _postgres() -> BaseCheckpointSaver[Any]:
 
 
 def resolve_checkpointer_spec(spec: Any) -> str:
-    """Return a valid checkpointer spec string, or raise a clear error."""
+    """Return a valid checkpointer spec string, or raise a clear error.
+
+    Raises:
+        ValueError: for an unknown spec, a blank SQLite path, or one whose directory
+            does not exist (both named in the message).
+    """
     if not isinstance(spec, str) or not (spec in ("memory", "postgres") or (spec.startswith("sqlite:") and len(spec) > 7)):
         raise ValueError(f"unknown checkpointer {spec!r}: expected a LangGraph checkpointer, 'memory', 'sqlite:<path>' or 'postgres'")
+    if spec.startswith("sqlite:"):
+        _check_sqlite_path(spec.split(":", 1)[1])
     return spec
+
+
+def _check_sqlite_path(path: str) -> None:
+    """Refuse what SQLite would turn into a stray file (a blank name) or a message without the path."""
+    if not path.strip():
+        raise ValueError(f"the SQLite checkpointer path {path!r} is blank: expected 'sqlite:<path>'")
+    if path == ":memory:":
+        return
+    target = Path(path)  # as sqlite3 opens it: no ~ expansion
+    if target.is_dir():
+        raise ValueError(f"the SQLite checkpointer path {path!r} is a directory, not a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"the SQLite checkpointer path {path!r} is in a directory that does not exist ({target.parent})")
 
 
 def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
