@@ -170,12 +170,20 @@ def _mean(values: Sequence[float | int | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
+def _right(row: Mapping[str, Any]) -> bool:
+    """A case is right when it gave up as expected, or answered with every key fact."""
+    if row["expected"] == "gave_up":
+        return bool(row["outcome_ok"])
+    return row["outcome"] == "answered" and row.get("correctness") == 1.0
+
+
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Summary metrics and distributions of per-case rows.
 
     ``duplicate_search_rate`` is the share of searches that repeated an earlier one of their
     run, ``guarded_search_rate`` the share the duplicate guard answered from the history;
-    ``grounding_score`` is averaged over answered cases (a give-up message has nothing to ground).
+    ``grounding_score`` is averaged over answered cases (a give-up message has nothing to ground);
+    ``right`` is the share of cases answered with every key fact or given up as expected.
     """
     answerable = [r for r in rows if r["expected"] == "answered"]
     unanswerable = [r for r in rows if r["expected"] == "gave_up"]
@@ -189,11 +197,13 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "cases": len(group),
             "outcome_accuracy": _mean([float(r["outcome_ok"]) for r in group]),
             "answer_correctness": _mean([r["correctness"] for r in group]),
+            "right": _mean([float(_right(r)) for r in group]),
         }
     return {
         "cases": len(rows),
         "answer_correctness": _mean([r["correctness"] for r in answerable]),
         "outcome_accuracy": _mean([float(r["outcome_ok"]) for r in rows]),
+        "right": _mean([float(_right(r)) for r in rows]),
         "answered_when_answerable": _mean([float(r["outcome_ok"]) for r in answerable]),
         "gave_up_when_unanswerable": _mean([float(r["outcome_ok"]) for r in unanswerable]),
         "grounding_score": _mean([r["grounding_score"] for r in answered]),

@@ -1,8 +1,12 @@
 """Embedding models for the knowledge base, behind LangChain's `Embeddings` interface.
 
 The default is WordLlama (256 dimensions), whose weights ship inside its wheel, so
-nothing is ever downloaded. `"openai:<model>"` selects `OpenAIEmbeddings`, which
-honours `OPENAI_BASE_URL`; any `Embeddings` instance is used as it is.
+nothing is ever downloaded. Any ``"provider:model"`` spec goes through LangChain's
+`init_embeddings` (``"openai:text-embedding-3-small"``, ``"huggingface:..."``,
+``"ollama:..."``; the provider's LangChain package must be installed); any
+`Embeddings` instance is used as it is. WordLlama is a static embedder: fast and
+offline, but it ranks evidence markedly worse than a contextual model (see
+`evaluation/README.md`); use a real embedder in production.
 """
 
 from __future__ import annotations
@@ -95,23 +99,39 @@ def resolve_embeddings(spec: Embeddings | str | None) -> Embeddings:
     """Turn an embedder spec into an `Embeddings` instance.
 
     Args:
-        spec: `None` or `"wordllama"` for the default, `"openai:<model>"`, or an
-            `Embeddings` instance.
+        spec: `None` or `"wordllama"` for the default, `"provider:model"` for
+            LangChain's `init_embeddings`, or an `Embeddings` instance.
 
     Raises:
-        ValueError: for an unknown spec.
+        ValueError: for an unknown spec or provider, or a provider whose package
+            is not installed.
     """
     if spec is None or spec in ("wordllama", DEFAULT_EMBEDDING_MODEL):
         return default_embeddings()
     if isinstance(spec, Embeddings):
         return spec
-    if spec.startswith("openai:") and len(spec) > len("openai:"):
-        from langchain_openai import OpenAIEmbeddings
+    value: object = spec
+    if not isinstance(value, str) or ":" not in spec or not all(spec.split(":", 1)):
+        raise ValueError(
+            f"unknown embedding model {spec!r}: expected 'wordllama', 'provider:model' "
+            "(LangChain init_embeddings) or a langchain_core.embeddings.Embeddings instance"
+        )
+    return _provider_embeddings(spec)
 
-        # check_embedding_ctx_length=False: otherwise tiktoken downloads an
-        # encoding file on first use, before any request reaches base_url.
-        return OpenAIEmbeddings(model=spec.split(":", 1)[1], check_embedding_ctx_length=False)
-    raise ValueError(
-        f"unknown embedding model {spec!r}: expected 'wordllama', 'openai:<model>' "
-        "or a langchain_core.embeddings.Embeddings instance"
-    )
+
+def _provider_embeddings(spec: str) -> Embeddings:
+    from langchain.embeddings import init_embeddings
+
+    provider = spec.split(":", 1)[0]
+    # check_embedding_ctx_length=False: otherwise tiktoken downloads an encoding
+    # file on first use, before any request reaches base_url.
+    kwargs: dict[str, Any] = {"check_embedding_ctx_length": False} if provider == "openai" else {}
+    try:
+        embeddings = init_embeddings(spec, **kwargs)
+    except ImportError as exc:
+        raise ValueError(f"embedding model {spec!r} needs a package that is not installed: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"unknown embedding model {spec!r}: {exc}") from None
+    if not isinstance(embeddings, Embeddings):  # init_embeddings may return a config-deferred wrapper
+        raise ValueError(f"embedding model {spec!r} did not resolve to an Embeddings instance")
+    return embeddings

@@ -30,6 +30,13 @@ from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
 
 from knowledge.errors import IngestError
 from knowledge.names import check_text
+from knowledge.sections import (
+    content_offset,
+    context_line,
+    document_title,
+    searchable_text,
+    section_paths,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +74,13 @@ class ChunkRow:
     position: int
     text: str
     metadata: dict[str, Any]
+    context: str = ""
+    """The document title and section path the chunk is searched by (`knowledge.sections`)."""
+
+    @property
+    def searchable(self) -> str:
+        """The text embedded and indexed for this chunk: its context, then its text."""
+        return searchable_text(self.context, self.text)
 
 
 def content_hash(text: str) -> str:
@@ -310,15 +324,21 @@ def split_document(
     """Split a document into chunks with stable ids and per-chunk metadata."""
     splitter = _splitter(doc.markdown, chunk_size, chunk_overlap)
     doc_id = document_id(collection, doc.source)
-    pieces = _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap)
+    pieces = [p for p in _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap) if p[0].strip()]
+    title = document_title(doc.source, doc.metadata)
+    sections = section_paths(doc.text, [start + content_offset(text) for text, start in pieces])
     rows = []
-    for position, (text, start) in enumerate(p for p in pieces if p[0].strip()):
+    for position, ((text, start), section) in enumerate(zip(pieces, sections, strict=True)):
+        metadata = {**doc.metadata, "start_index": start}
+        if section:
+            metadata.setdefault("section", section)
         rows.append(
             ChunkRow(
                 id=chunk_id(doc_id, position, text),
                 position=position,
                 text=text,
-                metadata={**doc.metadata, "start_index": start},
+                metadata=metadata,
+                context=context_line(title, section),
             )
         )
     return rows

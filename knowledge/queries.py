@@ -32,6 +32,7 @@ from typing import Any
 
 from psycopg import sql
 
+from knowledge import lexical
 from knowledge.errors import EmbeddingMismatch
 from knowledge.schema import embeddings_table
 from knowledge.types import SEARCH_MODES, Chunk, SearchMode
@@ -310,7 +311,7 @@ ft_rare AS MATERIALIZED (
 ft_or AS (
   SELECT id AS chunk_id, ts_rank_cd(tsv, (SELECT q_or FROM ftq)) AS rank
   FROM kb_chunks
-  WHERE NOT EXISTS (SELECT 1 FROM ft_and)
+  WHERE %(plain)s AND NOT EXISTS (SELECT 1 FROM ft_and)
     AND tsv @@ (SELECT q FROM ft_rare) AND collection_id = ANY(%(ids)s)
   ORDER BY rank DESC, id LIMIT %(pool)s),
 fts AS (SELECT chunk_id, rank FROM ft_and UNION ALL SELECT chunk_id, rank FROM ft_or)
@@ -331,6 +332,39 @@ when the whole table holds no more than `or_budget` rows, without reading the
 statistics (1.2 ms).
 """
 
+_BM25 = """
+lexq AS MATERIALIZED (
+  SELECT q.key, coalesce(t.df, 0) AS df,
+         ln(1 + (st.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf
+  FROM unnest(%(lex_keys)s::integer[]) AS q(key)
+  LEFT JOIN kb_lex_terms t ON t.key = q.key
+  CROSS JOIN (SELECT greatest(chunks, 1)::float8 AS n FROM kb_lex_stats) st),
+lexv AS MATERIALIZED (
+  SELECT ('{{' || string_agg((key + 1) || ':' || idf, ',' ORDER BY key) || '}}/1000000000')::sparsevec AS v
+  FROM lexq WHERE df > 0),
+lexsel AS MATERIALIZED (
+  SELECT array_agg(key) AS keys
+  FROM (SELECT key, df, sum(df) OVER (ORDER BY df, key) - df AS before FROM lexq WHERE df > 0) r
+  WHERE r.before = 0 OR r.before < %(or_budget)s),
+fts AS MATERIALIZED (
+  SELECT id AS chunk_id, coalesce(-(lex <#> (SELECT v FROM lexv)), 0) AS rank
+  FROM kb_chunks
+  WHERE {candidates} AND collection_id = ANY(%(ids)s)
+  ORDER BY rank DESC, id LIMIT %(pool)s)
+"""
+"""BM25 candidates (`knowledge.lexical`), as CTEs ending in `fts (chunk_id, rank)`.
+
+The query's terms get their IDF from `kb_lex_terms`; the chunks scored are those
+holding one of the query's rarer terms, taking terms from the rarest while the
+rows they match stay under `or_budget` (always at least one term), so a query
+of common words does not score a quarter of the table; every term still counts
+in the score of the rows scored. A query with full-text operators (a quoted
+phrase, a ``-word``) scores only the rows its `websearch_to_tsquery` matches,
+and never falls back to any of its words.
+"""
+_BM25_WORDS = "lex_keys && (SELECT keys FROM lexsel)"
+_BM25_OPERATORS = "tsv @@ websearch_to_tsquery('english', %(text)s)"
+
 _HYBRID = """
 WITH sem AS (SELECT chunk_id, sim, row_number() OVER (ORDER BY sim DESC, chunk_id) AS rnk
              FROM ({semantic}) s),
@@ -338,11 +372,55 @@ WITH sem AS (SELECT chunk_id, sim, row_number() OVER (ORDER BY sim DESC, chunk_i
 ft AS (SELECT chunk_id, row_number() OVER (ORDER BY rank DESC, chunk_id) AS rnk FROM fts),
 ranked AS (
   SELECT coalesce(sem.chunk_id, ft.chunk_id) AS chunk_id,
-         coalesce(1.0::float8 / ({k} + sem.rnk), 0) + coalesce(1.0::float8 / ({k} + ft.rnk), 0)
-           AS score
+         coalesce(%(w_sem)s::float8 / (%(rrf_k)s + sem.rnk), 0)
+           + coalesce(%(w_lex)s::float8 / (%(rrf_k)s + ft.rnk), 0) AS score
   FROM sem FULL OUTER JOIN ft ON ft.chunk_id = sem.chunk_id
   WHERE ft.chunk_id IS NOT NULL OR sem.sim >= %(floor)s)
 """
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """How the lexical side ranks and how hybrid search fuses the two sides.
+
+    Attributes:
+        lexical: ``"bm25"`` (code-aware terms, `knowledge.lexical`) or ``"ts_rank"``
+            (PostgreSQL's English full-text search ranked by ``ts_rank_cd``, the
+            ranking before BM25, kept for comparison).
+        rrf_k: The reciprocal-rank-fusion constant: larger flattens the ranks.
+        semantic_weight: Weight of the semantic side's reciprocal rank.
+        lexical_weight: Weight of the lexical side's reciprocal rank.
+        hybrid_min_similarity: Cosine floor a semantic-only hybrid candidate must reach.
+        or_budget: Rows the lexical side scores at most, estimated (see `_BM25`).
+    """
+
+    lexical: str = "bm25"
+    rrf_k: float = RRF_K
+    semantic_weight: float = 1.0
+    lexical_weight: float = 1.3
+    hybrid_min_similarity: float = DEFAULT_HYBRID_MIN_SIMILARITY
+    or_budget: int = DEFAULT_OR_BUDGET
+
+    def __post_init__(self) -> None:
+        if self.lexical not in LEXICAL_RANKINGS:
+            raise ValueError(f"lexical must be one of {', '.join(LEXICAL_RANKINGS)}, got {self.lexical!r}")
+        for name in ("rrf_k", "semantic_weight", "lexical_weight"):
+            value: Any = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
+                raise ValueError(f"{name} must be a number in [0, 1e6), got {value!r}")
+        if not _is_int(self.or_budget) or self.or_budget < 1:
+            raise ValueError(f"or_budget must be a positive int, got {self.or_budget!r}")
+
+
+LEXICAL_RANKINGS = ("bm25", "ts_rank")
+
+
+def lexical_statement(req: SearchRequest, lexical_ranking: str) -> sql.Composable:
+    """Return the lexical CTEs (ending in `fts`) for `req` under the chosen ranking."""
+    if lexical_ranking == "ts_rank":
+        return sql.SQL(_FULLTEXT)
+    candidates = _BM25_OPERATORS if lexical.has_operators(req.query) else _BM25_WORDS
+    return sql.SQL(_BM25).format(candidates=sql.SQL(candidates))
 
 
 def search_statement(
@@ -351,16 +429,15 @@ def search_statement(
     *,
     vector: Any,
     exact: bool,
-    hybrid_min_similarity: float,
+    ranking: Ranking,
     rows_limit: int | None = None,
-    or_budget: int = DEFAULT_OR_BUDGET,
 ) -> Statement:
     """Return the one statement that runs a search.
 
     `rows_limit` returns more rows than `req.limit` with the same ranking, for
     graph fusion, which needs the ranking's tail. Hybrid keeps the pools of `req`,
     since its fused order depends on them. `or_budget` bounds the rows the
-    full-text OR fallback ranks (see `_FULLTEXT`).
+    lexical side ranks (see `_BM25` and `_FULLTEXT`).
     """
     pool = candidate_pool(req)
     if rows_limit is not None and req.mode != "hybrid":
@@ -373,8 +450,13 @@ def search_statement(
         "q": vector,
         "text": and_query(req.query),
         "or_text": or_query(req.query),
-        "floor": hybrid_min_similarity,
-        "or_budget": or_budget,
+        "floor": ranking.hybrid_min_similarity,
+        "or_budget": ranking.or_budget,
+        "lex_keys": lexical.query_keys(req.query),
+        "plain": not lexical.has_operators(req.query),
+        "rrf_k": ranking.rrf_k,
+        "w_sem": ranking.semantic_weight,
+        "w_lex": ranking.lexical_weight,
     }
     semantic = sql.SQL(_SEMANTIC).format(
         t=embeddings_table(scope.dimension), order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER)
@@ -386,12 +468,10 @@ def search_statement(
     elif req.mode == "fulltext":
         head = sql.SQL(
             "WITH {f}, ranked AS (SELECT chunk_id, rank AS score FROM fts)"
-        ).format(f=sql.SQL(_FULLTEXT))
+        ).format(f=lexical_statement(req, ranking.lexical))
     else:
         head = sql.SQL(_HYBRID).format(
-            semantic=semantic,
-            fulltext=sql.SQL(_FULLTEXT),
-            k=sql.Literal(RRF_K),
+            semantic=semantic, fulltext=lexical_statement(req, ranking.lexical)
         )
     return sql.Composed([head, sql.SQL(_SELECT)]), params
 

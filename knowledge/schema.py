@@ -31,7 +31,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from knowledge import lexical
 from knowledge.graph.schema import create_entity_vectors, create_graph_tables
+from knowledge.sections import context_line, document_title, searchable_text
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +80,86 @@ _BASE_DDL = (
 )
 
 
+_LEXICAL_DDL = (
+    "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS lex sparsevec",
+    "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS lex_keys integer[]",
+    "CREATE INDEX IF NOT EXISTS kb_chunks_lex_keys_idx ON kb_chunks USING gin (lex_keys)",
+    "CREATE TABLE IF NOT EXISTS kb_lex_terms (key integer PRIMARY KEY, df integer NOT NULL)",
+    """
+    CREATE TABLE IF NOT EXISTS kb_lex_stats (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        chunks bigint NOT NULL DEFAULT 0
+    )
+    """,
+    "INSERT INTO kb_lex_stats (one, chunks) VALUES (true, 0) ON CONFLICT DO NOTHING",
+    # Document frequencies follow every insert, update and delete of kb_chunks (cascades
+    # from documents and collections included), one statement at a time. Keys are
+    # counted in key order, so two concurrent writers lock kb_lex_terms rows in the
+    # same order and never deadlock.
+    """
+    CREATE OR REPLACE FUNCTION kb_lex_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        UPDATE kb_lex_terms t SET df = t.df - d.n
+        FROM (SELECT k, count(*) AS n FROM old_rows o, unnest(o.lex_keys) AS k GROUP BY k) d
+        WHERE t.key = d.k;
+        UPDATE kb_lex_stats SET chunks = chunks - (SELECT count(*) FROM old_rows WHERE lex_keys IS NOT NULL);
+      END IF;
+      IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO kb_lex_terms AS t (key, df)
+        SELECT k, count(*) FROM new_rows r, unnest(r.lex_keys) AS k GROUP BY k ORDER BY k
+        ON CONFLICT (key) DO UPDATE SET df = t.df + excluded.df;
+        UPDATE kb_lex_stats SET chunks = chunks + (SELECT count(*) FROM new_rows WHERE lex_keys IS NOT NULL);
+      END IF;
+      RETURN NULL;
+    END $$
+    """,
+    "DROP TRIGGER IF EXISTS kb_lex_count_insert ON kb_chunks",
+    "CREATE TRIGGER kb_lex_count_insert AFTER INSERT ON kb_chunks"
+    " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kb_lex_count()",
+    "DROP TRIGGER IF EXISTS kb_lex_count_update ON kb_chunks",
+    "CREATE TRIGGER kb_lex_count_update AFTER UPDATE ON kb_chunks"
+    " REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT"
+    " EXECUTE FUNCTION kb_lex_count()",
+    "DROP TRIGGER IF EXISTS kb_lex_count_delete ON kb_chunks",
+    "CREATE TRIGGER kb_lex_count_delete AFTER DELETE ON kb_chunks"
+    " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kb_lex_count()",
+)
+"""The lexical index (`knowledge.lexical`): BM25 weights per chunk and document frequencies."""
+
+
+def backfill_lexical(conn: psycopg.Connection[Any], batch: int = 2000) -> int:
+    """Index the chunks stored before the lexical index existed; return how many.
+
+    Such chunks are indexed under their document's title and their stored text;
+    their embeddings stay as they were (re-ingest a document to embed it under
+    its context too). Costs one scan of `kb_chunks` when nothing is missing.
+    """
+    done = 0
+    while rows := conn.execute(
+        "SELECT c.id, c.text, d.source, d.metadata, coalesce(c.metadata->>'section', '')"
+        " FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
+        " WHERE c.lex_keys IS NULL LIMIT %s",
+        (batch,),
+    ).fetchall():
+        searchable = [
+            searchable_text(context_line(document_title(source, meta or {}), section), text)
+            for _, text, source, meta, section in rows
+        ]
+        term_lists = [lexical.terms(t) for t in searchable]
+        avg_len = lexical.average_length(term_lists)
+        updates = []
+        for (chunk_id, *_), chunk_terms in zip(rows, term_lists, strict=True):
+            weights = lexical.document_vector(chunk_terms, avg_len)
+            updates.append((lexical.sparse_text(weights), sorted(weights), chunk_id))
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE kb_chunks SET lex = %s::sparsevec, lex_keys = %s WHERE id = %s", updates
+            )
+        done += len(rows)
+    return done
+
+
 def embeddings_table(dimension: int) -> sql.Identifier:
     """Return the identifier of the embeddings table for `dimension` (an int we validated)."""
     return sql.Identifier(f"kb_embeddings_{_checked_dimension(dimension)}")
@@ -106,6 +188,12 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in _BASE_DDL:
             conn.execute(statement)
+        lexical_ready = conn.execute(
+            "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'kb_lex_stats'"
+        ).fetchone()
+        if lexical_ready is None:
+            for statement in _LEXICAL_DDL:
+                conn.execute(statement)
         dims = conn.execute("SELECT DISTINCT dimension FROM kb_collections ORDER BY 1").fetchall()
     _tolerate_full_disk(conn, create_fulltext_index, "full-text")
     for (dim,) in dims:
@@ -238,3 +326,5 @@ def truncate_all(conn: psycopg.Connection[Any]) -> None:
     """Empty every knowledge-base table in the current schema (tests use this)."""
     with conn.transaction():
         conn.execute("TRUNCATE kb_collections, kb_documents, kb_chunks RESTART IDENTITY CASCADE")
+        conn.execute("TRUNCATE kb_lex_terms")
+        conn.execute("UPDATE kb_lex_stats SET chunks = 0")

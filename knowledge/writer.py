@@ -30,10 +30,12 @@ from typing import Any
 import numpy as np
 import psycopg
 from langchain_core.embeddings import Embeddings
+from pgvector.utils import SparseVector  # type: ignore[import-untyped]  # pgvector ships no type hints
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from knowledge import lexical
 from knowledge.errors import CollectionNotFound, EmbeddingMismatch, StorageFull
 from knowledge.loading import CHUNK_ID_CHARS, ChunkRow, SourceDoc, document_id, split_document
 from knowledge.names import check_text
@@ -81,7 +83,8 @@ class _Batch:
         return sum(len(item.chunks) for item in self.items)
 
     def texts(self) -> list[str]:
-        return [c.text for item in self.items for c in item.chunks]
+        """What is embedded: each chunk with its context (title and section path)."""
+        return [c.searchable for item in self.items for c in item.chunks]
 
 
 RESERVED_METADATA_KEYS = frozenset(
@@ -533,16 +536,27 @@ def _copy_chunks(
     if not kept:
         return
     with conn.cursor() as cur:
+        rows = [(item, row, lexical.terms(row.searchable)) for item, _ in kept for row in item.chunks]
+        avg_len = lexical.average_length(t for _, _, t in rows)
         with cur.copy(
-            "COPY kb_chunks (id, document_id, collection_id, position, text, metadata)"
+            "COPY kb_chunks (id, document_id, collection_id, position, text, metadata, lex, lex_keys)"
             " FROM STDIN (FORMAT BINARY)"
         ) as copy:
-            copy.set_types(["text", "text", "int8", "int4", "text", "jsonb"])
-            for item, _ in kept:
-                for row in item.chunks:
-                    copy.write_row(
-                        (row.id, item.doc_id, coll.id, row.position, row.text, Jsonb(row.metadata))
+            copy.set_types(["text", "text", "int8", "int4", "text", "jsonb", "sparsevec", "int4[]"])
+            for item, row, terms in rows:
+                weights = lexical.document_vector(terms, avg_len)
+                copy.write_row(
+                    (
+                        row.id,
+                        item.doc_id,
+                        coll.id,
+                        row.position,
+                        row.text,
+                        Jsonb(row.metadata),
+                        SparseVector(weights, lexical.DIMENSIONS),
+                        sorted(weights),
                     )
+                )
         statement = sql.SQL(
             "COPY {t} (chunk_id, collection_id, embedding) FROM STDIN (FORMAT BINARY)"
         ).format(t=embeddings_table(coll.dimension))

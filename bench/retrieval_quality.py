@@ -1,0 +1,93 @@
+"""Retrieval quality of the ranking variants, side by side in one run.
+
+Ingests the python-docs demo corpus into a fresh schema of the embedded (or
+`DATABASE_URL`) server, then scores each variant on the lookup set and on both
+halves of the realistic set: evidence (or source) in the top 1/5/10 and MRR, per
+mode. Variants differ only in `knowledge.queries.Ranking`, so one ingest serves
+them all.
+
+    .venv/bin/python -m bench.retrieval_quality [--variants default,ts_rank] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import psycopg
+
+from evaluation.cases import EVAL_SETS, load_cases
+from evaluation.retrieval import evaluate_retrieval
+from knowledge import KnowledgeBase
+from knowledge.queries import Ranking
+from knowledge.schema import truncate_all
+from knowledge.server import database_url
+from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+
+SCHEMA = "kb_bench_quality"
+VARIANTS: dict[str, Ranking] = {
+    "default": Ranking(),
+    "ts_rank": Ranking(lexical="ts_rank"),
+    "unweighted": Ranking(semantic_weight=1.0, lexical_weight=1.0, rrf_k=60),
+}
+"""`default` is what KnowledgeBase() uses; `ts_rank` is the lexical ranking before BM25."""
+
+
+def _subsets() -> list[tuple[str, Any]]:
+    lookup = load_cases(EVAL_SETS["lookup"])
+    realistic = load_cases(EVAL_SETS["realistic"])
+    return [
+        ("lookup", lookup.cases),
+        ("realistic/tune", [c for c in realistic.cases if c.split == "tune"]),
+        ("realistic/test", [c for c in realistic.cases if c.split == "test"]),
+    ]
+
+
+def measure(kb: KnowledgeBase, variants: dict[str, Ranking], modes: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Score every variant, subset and mode; return one row each."""
+    rows = []
+    for name, ranking in variants.items():
+        kb.ranking = ranking
+        for subset, cases in _subsets():
+            report = evaluate_retrieval(cases, kb, collection=COLLECTION, modes=modes, k=(1, 5, 10))
+            for mode, result in report["modes"].items():
+                summary = result["summary"]
+                rows.append({
+                    "variant": name, "set": subset, "mode": mode, "cases": report["cases"],
+                    "hit@1": summary["hit@1"], "hit@5": summary["hit@5"], "hit@10": summary["hit@10"],
+                    "all@5": summary["recall@5"], "mrr": summary["mrr"], "p50_ms": result["latency_ms"]["p50"],
+                })
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
+    parser.add_argument("--modes", default="semantic,fulltext,hybrid")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+    variants = {n: VARIANTS[n] for n in args.variants.split(",")}
+    url = database_url()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    kb = KnowledgeBase(url, schema=SCHEMA)
+    started = time.perf_counter()
+    ensure_python_docs(kb)
+    ingest_s = time.perf_counter() - started
+    rows = measure(kb, variants, tuple(args.modes.split(",")))
+    print(f"python-docs ingested in {ingest_s:.1f} s ({kb.collections()[0].chunks} chunks)")
+    print(f"{'variant':<12} {'set':<16} {'mode':<9} {'n':>4} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'all@5':>6} {'mrr':>6} {'p50 ms':>7}")
+    for r in rows:
+        print(f"{r['variant']:<12} {r['set']:<16} {r['mode']:<9} {r['cases']:>4} {r['hit@1']:>6.3f} {r['hit@5']:>6.3f} {r['hit@10']:>6.3f} {r['all@5']:>6.3f} {r['mrr']:>6.3f} {r['p50_ms']:>7.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    with kb.pool().connection() as conn:
+        truncate_all(conn)
+    kb.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The lexical side of search: code-aware terms and BM25 weights, stored as sparse vectors.
+
+Each chunk is reduced to *terms* (see `terms`) and stored twice in `kb_chunks`:
+
+* `lex`, a pgvector `sparsevec` holding the document half of BM25 for every
+  term of the chunk: ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``;
+* `lex_keys`, the chunk's distinct term keys (GIN-indexed), which selects the
+  candidates of a query and feeds the document frequencies.
+
+A query becomes a sparse vector holding each of its terms' IDF, so the inner
+product of the two (`<#>`, computed in C by pgvector) is the chunk's BM25 score.
+Document frequencies live in `kb_lex_terms`, kept exact by statement-level
+triggers on `kb_chunks` (see `knowledge.schema`), whatever path inserts or
+deletes chunks.
+
+Terms are code-aware, because questions about code name things the way code
+spells them and prose does not: ``asyncio.wait_for`` yields the whole identifier
+and its parts (``asyncio``, ``wait_for``, ``wait``, ``for``), ``CamelCase`` splits
+into its words, stop words are dropped and words are stemmed (Snowball English),
+so ``timeouts`` meets ``timeout``. A term is stored as an integer key (BLAKE2b of
+the term, modulo pgvector's 10**9 dimensions), since a sparse vector needs integer indices; two terms sharing a key
+are one term to the ranking, which for a million-term vocabulary happens to about one
+term in two thousand, and only adds score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import snowballstemmer  # type: ignore[import-untyped]
+
+K1 = 1.2
+B = 0.75
+DIMENSIONS = 1_000_000_000
+"""pgvector's largest sparse-vector dimension; keys are 0..DIMENSIONS-1 (the text form counts from 1)."""
+MAX_TERMS = 16_000
+"""pgvector's limit of non-zero elements per sparse vector; longer chunks keep their most frequent terms."""
+
+_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*|[0-9]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_OPERATOR = re.compile(r'"[^"]*\w[^"]*"|(?:^|\s)-[^\W\d_]')
+
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its
+    itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    get gets got use used using want need needs like make makes way ways thing things also
+    """.split()
+)
+"""English function words, plus the filler of how people phrase questions ("I want to use
+something like..."); none of them tells two chunks apart. ``not`` and ``no`` are kept out
+of the index too: BM25 has no notion of negation."""
+
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    stem: str = _STEMMER.stemWord(word)
+    return stem
+
+
+def _words(piece: str) -> list[str]:
+    return [w.lower() for sub in piece.split("_") for w in _CAMEL.findall(sub)]
+
+
+@lru_cache(maxsize=200_000)
+def _expand(token: str) -> tuple[str, ...]:
+    """The terms of one token: compound identifiers whole (lower-cased), then its stemmed words."""
+    pieces = [p for p in token.split(".") if p]
+    out: list[str] = []
+    if len(pieces) > 1:
+        out.append(token.lower())  # the dotted name as written: an exact match counts most
+    for piece in pieces:
+        words = _words(piece)
+        if len(words) > 1:
+            out.append(piece.lower())  # snake_case / CamelCase whole
+        out.extend(_stem(w) for w in words if w not in STOP_WORDS and (len(w) > 1 or w.isdigit()))
+    return tuple(out)
+
+
+def terms(text: str) -> list[str]:
+    """Return the terms of `text`, in order, repeats kept (term frequency counts them)."""
+    return [term for token in _TOKEN.findall(text) for term in _expand(token)]
+
+
+@lru_cache(maxsize=500_000)
+def key(term: str) -> int:
+    """Return the sparse-vector index of `term` (0-based, as `SparseVector` takes it; stable across processes)."""
+    digest = hashlib.blake2b(term.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % DIMENSIONS
+
+
+def has_operators(query: str) -> bool:
+    """Whether `query` uses full-text operators (a ``"quoted phrase"`` or a ``-word`` exclusion).
+
+    Such a query means exactly what it says: its matches are filtered by the
+    operators, and it never falls back to matching any of its words.
+    """
+    return bool(_OPERATOR.search(query))
+
+
+def document_vector(text_terms: Sequence[str], avg_len: float) -> dict[int, float]:
+    """Return the BM25 document weights of one chunk's terms, by key."""
+    counts = Counter(key(t) for t in text_terms)
+    if len(counts) > MAX_TERMS:
+        counts = Counter(dict(counts.most_common(MAX_TERMS)))
+    length = len(text_terms)
+    norm = K1 * (1 - B + B * length / max(avg_len, 1.0))
+    return {k: tf * (K1 + 1) / (tf + norm) for k, tf in counts.items()}
+
+
+def sparse_text(weights: dict[int, float]) -> str:
+    """Return `weights` in pgvector's sparse-vector text form ``{i:v,...}/dims`` (1-based)."""
+    body = ",".join(f"{k + 1}:{v:.6g}" for k, v in sorted(weights.items()))
+    return f"{{{body}}}/{DIMENSIONS}"
+
+
+def query_keys(query: str) -> list[int]:
+    """Return the distinct keys of a query's terms, in order of first appearance."""
+    return list(dict.fromkeys(key(t) for t in terms(query)))
+
+
+def average_length(term_lists: Iterable[Sequence[str]]) -> float:
+    """The mean number of terms per chunk (at least 1)."""
+    lengths = [len(t) for t in term_lists]
+    return max(1.0, sum(lengths) / len(lengths)) if lengths else 1.0

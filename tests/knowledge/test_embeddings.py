@@ -1,0 +1,28 @@
+"""Embedder specs: WordLlama by default, any LangChain provider through init_embeddings."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_openai import OpenAIEmbeddings
+
+from knowledge.embeddings import WordLlamaEmbeddings, embedding_model_name, resolve_embeddings
+
+
+def test_default_and_wordllama_specs_give_the_shipped_model():
+    assert isinstance(resolve_embeddings(None), WordLlamaEmbeddings)
+    assert resolve_embeddings("wordllama") is resolve_embeddings(None)
+
+
+def test_a_provider_spec_goes_through_init_embeddings(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    embeddings = resolve_embeddings("openai:text-embedding-3-small")
+    assert isinstance(embeddings, OpenAIEmbeddings)
+    assert embeddings.check_embedding_ctx_length is False  # no tokenizer download before the first request
+    assert embedding_model_name(embeddings) == "openai:text-embedding-3-small"
+
+
+@pytest.mark.parametrize(("spec", "message"), [("nosuch:model", "not supported"), ("huggingface:some/model", "not installed"), ("openai:", "unknown"), ("bare", "unknown")])
+def test_bad_specs_say_what_is_wrong(spec, message):
+    with pytest.raises(ValueError, match=message) as info:
+        resolve_embeddings(spec)
+    assert repr(spec) in str(info.value)
