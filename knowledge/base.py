@@ -674,7 +674,6 @@ class KnowledgeBase:
                     exact=exact,
                     ranking=self.ranking,
                     rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
-                    or_budget=self.fulltext_or_budget,
                 )
             ).fetchall()
             text = q.to_chunks(rows)
@@ -739,7 +738,6 @@ class KnowledgeBase:
                     exact=exact,
                     ranking=self.ranking,
                     rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
-                    or_budget=self.fulltext_or_budget,
                 )
             )
             text = q.to_chunks(await cur.fetchall())
@@ -795,17 +793,6 @@ _DELETE_BY_SOURCE = (
 )
 
 
-def _check_ingest_options(*, graph: object, name: object, max_bytes: object, batch_size: object) -> None:
-    """Raise `TypeError`/`ValueError` for an ingest option of the wrong type or range."""
-    if graph is not None and not isinstance(graph, bool):
-        raise TypeError(f"graph must be True, False or None, got {graph!r}")
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-    for label, value in (("max_bytes", max_bytes), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{label} must be a positive int, got {value!r}")
-
-
 def _check_limit_and_threshold(limit: object, threshold: object) -> None:
     """Refuse what PostgreSQL would reject late (a huge limit) or compare silently wrong (NaN).
 
@@ -821,6 +808,17 @@ def _check_limit_and_threshold(limit: object, threshold: object) -> None:
         raise TypeError(f"threshold must be a number or None, got {type(threshold).__name__} {threshold!r}")
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold!r}")
+
+
+def _check_ingest_options(*, graph: object, name: object, max_bytes: object, batch_size: object) -> None:
+    """Raise `TypeError`/`ValueError` for an ingest option of the wrong type or range."""
+    if graph is not None and not isinstance(graph, bool):
+        raise TypeError(f"graph must be True, False or None, got {graph!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    for label, value in (("max_bytes", max_bytes), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be a positive int, got {value!r}")
 
 
 def _resolved(source: str) -> str:
