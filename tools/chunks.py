@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -157,6 +158,25 @@ def shown_text(text: str) -> str:
 SHOWN_BEFORE = "(full text in the search result of iteration {iteration} above)"
 
 
+_WHERE_CHARS = 160
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def where(chunk: Chunk) -> str:
+    """Where a chunk comes from, for its result line: `` pydoc:tempfile > tempfile.mkstemp``.
+
+    The document's source and the chunk's section path (set at ingest) tell the
+    controller which object a chunk from the middle of a long text documents.
+    Control characters become spaces, so the label cannot start a new entry.
+    """
+    metadata = chunk.get("metadata") or {}
+    parts = [str(metadata[k]) for k in ("source", "section") if isinstance(metadata.get(k), str) and metadata[k]]
+    label = _CONTROL.sub(" ", " > ".join(parts)).strip()
+    if not label:
+        return ""
+    return " " + (label if len(label) <= _WHERE_CHARS else label[: _WHERE_CHARS - 3] + "...")
+
+
 def format_search_result(chunks: Sequence[Chunk], shown_before: Mapping[str, int] | None = None) -> str:
     """Render a search result as the controller reads it: full text, stable ids, search order.
 
@@ -172,7 +192,7 @@ def format_search_result(chunks: Sequence[Chunk], shown_before: Mapping[str, int
     body = "\n\n".join(
         f"{i}. [{render_id(c['id'])}] " + SHOWN_BEFORE.format(iteration=earlier[c["id"]])
         if c["id"] in earlier
-        else f"{i}. [{render_id(c['id'])}]\n{shown_text(c['text'])}"
+        else f"{i}. [{render_id(c['id'])}]{where(c)}\n{shown_text(c['text'])}"
         for i, c in enumerate(shown, start=1)
     )
     return f"{FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))}\n\n{body}"

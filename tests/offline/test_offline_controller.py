@@ -41,3 +41,24 @@ def test_unanswerable_question_refines_once_then_gives_up():
 
 def test_filler_is_dropped_from_queries():
     assert question_parts("Can you please tell me how do I parse JSON?") == ["parse JSON"]
+
+
+def test_sentences_are_chosen_by_meaning_and_led_by_their_subject():
+    def labelled(query, collection=None, limit=5, **_):
+        return [
+            {**chunk("t1", "Create and return a temporary file that is deleted when closed.", score=0.9), "metadata": {"source": "pydoc:tempfile", "section": "tempfile.TemporaryFile"}},
+            {**chunk("h1", "Return the smallest item of the heap without popping it.", score=0.5), "metadata": {"source": "pydoc:heapq", "section": "heapq.nsmallest"}},
+        ]
+
+    result = run("How do I get a temporary file that is deleted once it is closed?", controller_llm="offline", search_fn=labelled)
+    assert result.terminated_by == "answered"
+    first = result.answer.splitlines()[0]
+    assert first.startswith("tempfile.TemporaryFile: ") and first.endswith("[t1].")
+
+
+def test_an_unrelated_result_is_given_up():
+    def unrelated(query, collection=None, limit=5, **_):
+        return [chunk("b1", "Bread dough rises when the yeast releases carbon dioxide.", score=0.2)]
+
+    result = run("How do I open a TLS connection to a server?", controller_llm="offline", search_fn=unrelated)
+    assert result.terminated_by == "gave_up"
