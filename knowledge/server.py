@@ -8,15 +8,21 @@ socket in a per-user data directory (`ARCANA_LOOP_PGDATA`, default
 The embedded server is shared: every process that calls `database_url()` gets the
 same server. pgserver's `cleanup_mode="stop"` records each process id in the data
 directory and, at exit, stops the server only when the exiting process was the
-last one registered, so no process stops a server another one still uses. (A
-process killed without running its exit hooks stays registered, which leaves the
-server running, never stops it under someone.)
+last one registered, so no process stops a server another one still uses. A
+process that ends without running its exit hooks (SIGKILL, or SIGTERM under
+`langgraph dev`, whose uvicorn re-raises it with the default handler) would stay
+registered and leave the server running: each process that joins the server
+therefore starts a small watcher (`knowledge/pgwatch.py`) that, once the process
+is gone, unregisters it and stops the server if no live process is left.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -36,6 +42,9 @@ PGVECTOR_INSTALL = (
     " CREATE EXTENSION vector as a superuser, or unset DATABASE_URL to use the embedded server"
 )
 _lock = threading.Lock()
+_watched: set[Path] = set()
+"""The data directories whose server this process has a watcher for."""
+logger = logging.getLogger(__name__)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _KEYWORD_FORM = re.compile(r"^\w+\s*=")
 # SQLAlchemy-style schemes that name a driver (what langchain-postgres users write): libpq
@@ -69,7 +78,34 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
             raise DatabaseUnavailable(
                 f"could not start the embedded PostgreSQL in {target}: {exc}"
             ) from exc
+        _watch(server.pgdata)
     return str(server.get_uri())
+
+
+def _watch(pgdata: Path) -> None:
+    """Start this process's watcher of the server in `pgdata`, once (see the module docstring)."""
+    if pgdata in _watched:
+        return
+    args = [sys.executable, str(Path(__file__).with_name("pgwatch.py")), str(os.getpid()), str(pgdata)]
+    try:
+        _spawn_detached(args)
+    except OSError as exc:
+        logger.warning("no watcher for the embedded PostgreSQL (a killed process may leave it running): %s", exc)
+        return
+    _watched.add(pgdata)
+
+
+def _spawn_detached(args: list[str]) -> None:
+    """Start `args` in a session of its own (a signal to this process's group must not end it).
+
+    The watcher outlives this process by design: with `posix_spawn` no `Popen` object
+    is left to warn at exit that its child still runs.
+    """
+    if hasattr(os, "posix_spawn"):
+        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+        os.posix_spawn(args[0], args, os.environ, file_actions=quiet, setsid=True)
+    else:
+        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def database_url() -> str:

