@@ -346,11 +346,12 @@ lexsel AS MATERIALIZED (
   SELECT array_agg(key) AS keys
   FROM (SELECT key, df, sum(df) OVER (ORDER BY df, key) - df AS before FROM lexq WHERE df > 0) r
   WHERE r.before = 0 OR r.before < %(or_budget)s),
-fts AS MATERIALIZED (
+bm AS MATERIALIZED (
   SELECT id AS chunk_id, coalesce(-(lex <#> (SELECT v FROM lexv)), 0) AS rank
   FROM kb_chunks
   WHERE {candidates} AND collection_id = ANY(%(ids)s)
-  ORDER BY rank DESC, id LIMIT %(pool)s)
+  ORDER BY rank DESC, id LIMIT %(pool)s),
+fts AS (SELECT chunk_id, rank FROM bm WHERE rank >= %(lex_ratio)s * (SELECT max(rank) FROM bm))
 """
 """BM25 candidates (`knowledge.lexical`), as CTEs ending in `fts (chunk_id, rank)`.
 
@@ -360,7 +361,9 @@ rows they match stay under `or_budget` (always at least one term), so a query
 of common words does not score a quarter of the table; every term still counts
 in the score of the rows scored. A query with full-text operators (a quoted
 phrase, a ``-word``) scores only the rows its `websearch_to_tsquery` matches,
-and never falls back to any of its words.
+and never falls back to any of its words. Rows scoring below `lexical_min_ratio`
+of the best row are dropped: they share only common words with the query, and
+reciprocal-rank fusion would otherwise rank them as if they matched as well.
 """
 _BM25_WORDS = "lex_keys && (SELECT keys FROM lexsel)"
 _BM25_OPERATORS = "tsv @@ websearch_to_tsquery('english', %(text)s)"
@@ -392,6 +395,8 @@ class Ranking:
         lexical_weight: Weight of the lexical side's reciprocal rank.
         hybrid_min_similarity: Cosine floor a semantic-only hybrid candidate must reach.
         or_budget: Rows the lexical side scores at most, estimated (see `_BM25`).
+        lexical_min_ratio: BM25 rows scoring below this share of the best row are
+            not lexical candidates.
     """
 
     lexical: str = "bm25"
@@ -400,6 +405,7 @@ class Ranking:
     lexical_weight: float = 1.3
     hybrid_min_similarity: float = DEFAULT_HYBRID_MIN_SIMILARITY
     or_budget: int = DEFAULT_OR_BUDGET
+    lexical_min_ratio: float = 0.3
 
     def __post_init__(self) -> None:
         if self.lexical not in LEXICAL_RANKINGS:
@@ -408,6 +414,9 @@ class Ranking:
             value: Any = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
                 raise ValueError(f"{name} must be a number in [0, 1e6), got {value!r}")
+        ratio: Any = self.lexical_min_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+            raise ValueError(f"lexical_min_ratio must be a number in [0, 1], got {ratio!r}")
         if not _is_int(self.or_budget) or self.or_budget < 1:
             raise ValueError(f"or_budget must be a positive int, got {self.or_budget!r}")
 
@@ -457,6 +466,7 @@ def search_statement(
         "rrf_k": ranking.rrf_k,
         "w_sem": ranking.semantic_weight,
         "w_lex": ranking.lexical_weight,
+        "lex_ratio": ranking.lexical_min_ratio,
     }
     semantic = sql.SQL(_SEMANTIC).format(
         t=embeddings_table(scope.dimension), order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER)

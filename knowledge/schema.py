@@ -41,8 +41,11 @@ HNSW_MAX_DIMENSION = 2000
 _SCHEMA_LOCK_KEY = 0x6B625F736368  # "kb_sch": serialises concurrent schema creation
 _INDEX_LOCK_KEY = 0x6B625F696478  # "kb_idx": one builder per index, so two never race on its name
 
-_FULLTEXT_INDEX_NAME = "kb_chunks_tsv_idx"
-_FULLTEXT_INDEX = "CREATE INDEX IF NOT EXISTS kb_chunks_tsv_idx ON kb_chunks USING gin (tsv)"
+_TEXT_INDEXES = {
+    "kb_chunks_tsv_idx": "CREATE INDEX IF NOT EXISTS kb_chunks_tsv_idx ON kb_chunks USING gin (tsv)",
+    "kb_chunks_lex_keys_idx": "CREATE INDEX IF NOT EXISTS kb_chunks_lex_keys_idx ON kb_chunks USING gin (lex_keys)",
+}
+"""The GIN indexes of the lexical side: PostgreSQL full text (operators) and BM25 term keys."""
 _BASE_DDL = (
     """
     CREATE TABLE IF NOT EXISTS kb_collections (
@@ -83,7 +86,7 @@ _BASE_DDL = (
 _LEXICAL_DDL = (
     "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS lex sparsevec",
     "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS lex_keys integer[]",
-    "CREATE INDEX IF NOT EXISTS kb_chunks_lex_keys_idx ON kb_chunks USING gin (lex_keys)",
+    _TEXT_INDEXES["kb_chunks_lex_keys_idx"],
     "CREATE TABLE IF NOT EXISTS kb_lex_terms (key integer PRIMARY KEY, df integer NOT NULL)",
     """
     CREATE TABLE IF NOT EXISTS kb_lex_stats (
@@ -272,7 +275,7 @@ def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int) -> None:
 
 
 def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
-    """Merge the GIN pending list of `kb_chunks.tsv` into the index proper.
+    """Merge the GIN pending lists of the lexical indexes into the indexes proper.
 
     Inserts go to an unsorted pending list (up to `gin_pending_list_limit`, 4 MB)
     that every full-text search scans; after a load that left it full, an AND
@@ -280,28 +283,31 @@ def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
     it too, but only later.
     """
     # to_regclass: NULL (nothing to do) while a bulk load has the index dropped
-    conn.execute("SELECT gin_clean_pending_list(to_regclass('kb_chunks_tsv_idx'))")
+    for name in _TEXT_INDEXES:
+        conn.execute("SELECT gin_clean_pending_list(to_regclass(%s))", (name,))
 
 
 def create_fulltext_index(conn: psycopg.Connection[Any]) -> None:
-    """Build the GIN index of `kb_chunks.tsv` if missing (after a bulk load)."""
-    if _exists(conn, _FULLTEXT_INDEX_NAME):
-        return
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INDEX_LOCK_KEY,))
-        conn.execute("SELECT set_config('maintenance_work_mem', '256MB', true)")
-        conn.execute(_FULLTEXT_INDEX)
+    """Build the lexical GIN indexes (full text and BM25 term keys) that are missing."""
+    for name, ddl in _TEXT_INDEXES.items():
+        if _exists(conn, name):
+            continue
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INDEX_LOCK_KEY,))
+            conn.execute("SELECT set_config('maintenance_work_mem', '256MB', true)")
+            conn.execute(ddl)
 
 
 def drop_fulltext_index(conn: psycopg.Connection[Any]) -> None:
-    """Drop the GIN index of `kb_chunks.tsv` before a bulk load; searches stay correct."""
+    """Drop the lexical GIN indexes before a bulk load; searches stay correct (scans)."""
     with conn.transaction():
-        conn.execute("DROP INDEX IF EXISTS kb_chunks_tsv_idx")
+        for name in _TEXT_INDEXES:
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
     """Name the search indexes (`"full-text"`, `"HNSW"`) that do not exist right now."""
-    missing = [] if _exists(conn, _FULLTEXT_INDEX_NAME) else ["full-text"]
+    missing = [] if all(_exists(conn, name) for name in _TEXT_INDEXES) else ["full-text"]
     if dimension <= HNSW_MAX_DIMENSION and not _exists(conn, _hnsw_index_name(dimension)):
         missing.append("HNSW")
     return missing

@@ -59,7 +59,7 @@ def test_summarize_hand_made_rows():
     assert summary["searches_per_question"] == 1.5 and summary["searches_sent_per_question"] == 1.25
     assert summary["tokens_per_question"] == 200  # the row without tokens is left out
     assert summary["terminated_by"] == {"answered": 2, "gave_up": 2}
-    assert summary["by_kind"]["single"] == {"cases": 2, "outcome_accuracy": 0.5, "answer_correctness": 0.5}
+    assert summary["by_kind"]["single"] == {"cases": 2, "outcome_accuracy": 0.5, "answer_correctness": 0.5, "right": 0.5}
     assert summary["distributions"]["searches"]["max"] == 2
 
 

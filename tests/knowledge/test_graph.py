@@ -312,10 +312,7 @@ def test_graph_depth_reaches_further_chunks(hkb: KnowledgeBase, depth: int, expe
     hits = hkb.search("AlphaNode", collection="chain", graph_depth=depth, limit=10)
     by_graph = {h["metadata"]["source"] for h in hits if h["metadata"]["graph_enhanced"]}
     assert by_graph == expected
-    plain = hkb.search("AlphaNode", collection="chain", graph=False)
-    # text search alone: the chunk naming AlphaNode first; others only through the shared word "node"
-    assert plain[0]["metadata"]["source"] == "d1" and not any(h["metadata"].get("graph_enhanced") for h in plain)
-    assert "d4" not in {h["metadata"]["source"] for h in plain}
+    assert {h["metadata"]["source"] for h in hkb.search("AlphaNode", collection="chain", graph=False)} == {"d1"}
     assert all(h["metadata"]["graph_matched_entities"] == 1 for h in hits)
 
 
