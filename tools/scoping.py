@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from knowledge.names import MAX_COLLECTION_NAME_CHARS, new_collection_name
+
+__all__ = ["ALL", "MAX_COLLECTION_NAME_CHARS", "Scope", "ScopeError", "normalize_scope"]
+
 ALL = "all"
 """The collection value meaning "unrestricted".
 
@@ -18,7 +22,6 @@ surrounding spaces), so a scope naming it can never be read as "every collection
 by a search function further down.
 """
 
-MAX_COLLECTION_NAME_CHARS = 200
 
 ScopeKind = Literal["all", "lock", "pick", "none"]
 
@@ -90,20 +93,8 @@ def _shown(value: Any) -> str:
 
 
 def _check_name(name: Any) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"collection names must be strings, got {type(name).__name__}: {name!r}")
-    if not name.strip():
-        raise ValueError("collection names must not be empty or blank")
-    if len(name) > MAX_COLLECTION_NAME_CHARS:
-        raise ValueError(f"collection names are at most {MAX_COLLECTION_NAME_CHARS} characters")
-    if "\x00" in name:
-        raise ValueError("collection names must not contain NUL characters")
-    if name.strip().casefold() == ALL:
-        raise ValueError(
-            f"{name!r} is reserved (it means every collection) and cannot name a collection; "
-            "pass collection='all' or None for an unrestricted run"
-        )
-    return name
+    """One spelling of a scope's name, the one the knowledge base stores (NFC), never ``all``."""
+    return new_collection_name(name)
 
 
 def normalize_scope(collection: Any) -> Scope:
@@ -116,7 +107,8 @@ def normalize_scope(collection: Any) -> Scope:
 
     Raises:
         TypeError: for a value that is not ``None``, a string, or a list/tuple of strings.
-        ValueError: for blank, over-long, NUL-containing or reserved names.
+        ValueError: for blank, over-long, NUL- or surrogate-containing, or reserved
+            names (names are compared in Unicode NFC, as the knowledge base stores them).
     """
     if collection is None or collection == ALL:
         return Scope("all")

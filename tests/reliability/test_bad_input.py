@@ -48,7 +48,7 @@ REJECTED = [
     ("min_support 2", {"min_support": 2.0, "grounder": "local"}, ValueError, "between 0 and 1"),
     ("search_opts a list", {"search_opts": [1]}, TypeError, "mapping"),
     ("collection an int", {"collection": 5}, TypeError, "collection must be"),
-    ("collection a list of ints", {"collection": [1, 2]}, TypeError, "names must be strings"),
+    ("collection a list of ints", {"collection": [1, 2]}, TypeError, "collection name must be a str, got int"),
     ("collection a dict", {"collection": {"a": 1}}, TypeError, "collection must be"),
     ("max_seconds -1", {"max_seconds": -1.0}, ValueError, "finite number >= 0"),
     ("max_tokens_total 0", {"max_tokens_total": 0}, ValueError, "at least 1"),

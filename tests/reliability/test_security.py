@@ -285,3 +285,11 @@ def test_the_api_key_never_reaches_cli_json_output(openai_server, pg_url, tmp_pa
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["answer"] == "Use wait_for."
     assert SENTINEL not in done.stdout and SENTINEL not in done.stderr
+
+
+def test_a_scope_names_collections_as_the_knowledge_base_stores_them():
+    from tools.scoping import normalize_scope
+
+    nfd, nfc = "cafe\u0301", "caf\u00e9"
+    assert normalize_scope(nfd).names == (nfc,)
+    assert normalize_scope([nfd, nfc, "other"]).names == (nfc, "other")  # one collection, not two
