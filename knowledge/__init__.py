@@ -13,6 +13,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from langchain_core.documents import Document
+
 from knowledge.base import KnowledgeBase
 from knowledge.embeddings import (
     WordLlamaEmbeddings,
@@ -27,6 +29,8 @@ from knowledge.errors import (
     IngestError,
     KnowledgeBaseError,
 )
+from knowledge.loaders import MissingExtra
+from knowledge.retriever import KnowledgeBaseRetriever
 from knowledge.server import database_url
 from knowledge.types import SEARCH_MODES, Chunk, CollectionInfo, IngestResult, SearchMode
 
@@ -41,6 +45,8 @@ __all__ = [
     "IngestResult",
     "KnowledgeBase",
     "KnowledgeBaseError",
+    "KnowledgeBaseRetriever",
+    "MissingExtra",
     "SearchMode",
     "WordLlamaEmbeddings",
     "aingest",
@@ -75,12 +81,14 @@ async def _adefault_knowledge_base() -> KnowledgeBase:
     return await asyncio.to_thread(default_knowledge_base)
 
 
-def ingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
+def ingest(source: str | os.PathLike[str] | Document | Sequence[Document], **kwargs: Any) -> IngestResult:
     """Ingest into the default knowledge base; see `KnowledgeBase.ingest`."""
     return default_knowledge_base().ingest(source, **kwargs)
 
 
-async def aingest(source: str | os.PathLike[str], **kwargs: Any) -> IngestResult:
+async def aingest(
+    source: str | os.PathLike[str] | Document | Sequence[Document], **kwargs: Any
+) -> IngestResult:
     """Ingest into the default knowledge base in a worker thread."""
     return await (await _adefault_knowledge_base()).aingest(source, **kwargs)
 

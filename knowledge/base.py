@@ -12,9 +12,10 @@ import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from pgvector.psycopg import (  # type: ignore[import-untyped]  # pgvector ships no type hints
     register_vector,
@@ -42,7 +43,9 @@ from knowledge.loading import (
     SourceDoc,
     check_chunking,
     glob_patterns,
+    is_documents,
     is_path_source,
+    langchain_documents,
     read_file,
     text_document,
     walk_directory,
@@ -51,8 +54,11 @@ from knowledge.names import new_collection_name, normalize_collection_name
 from knowledge.pools import AsyncFailFastPool, FailFastPool, connection_lost, unavailable
 from knowledge.schema import backfill_lexical, ensure_dimension, ensure_graph_schema, ensure_schema
 from knowledge.server import database_url, ensure_pgvector, normalize_url
-from knowledge.types import Chunk, CollectionInfo, IngestResult, ProgressFn
+from knowledge.types import SEARCH_MODES, Chunk, CollectionInfo, IngestResult, ProgressFn
 from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
+
+if TYPE_CHECKING:
+    from knowledge.retriever import KnowledgeBaseRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -347,7 +353,7 @@ class KnowledgeBase:
 
     def ingest(
         self,
-        source: Source,
+        source: Source | Document | Sequence[Document],
         *,
         collection: str = "default",
         metadata: dict[str, Any] | None = None,
@@ -362,7 +368,7 @@ class KnowledgeBase:
         graph: bool | None = None,
         graph_extractor: Extractor | Any = None,
     ) -> IngestResult:
-        """Ingest text, a file or a directory into `collection` (created if missing).
+        """Ingest text, a file, a directory or LangChain `Document`s into `collection` (created if missing).
 
         Every argument, the collection name, the metadata and the text are checked
         before anything is written: a refused ingest stores nothing, not even an
@@ -375,7 +381,11 @@ class KnowledgeBase:
 
         Args:
             source: Text, or a path to a file or directory. A `Path` is always a
-                path; a `str` is a path only if it names an existing one.
+                path; a `str` is a path only if it names an existing one. PDF and
+                HTML files need the `pdf` and `html` extras (`knowledge.loaders`).
+                Or a LangChain `Document`, or a list of them: each is named by its
+                `source` metadata (see `knowledge.loading.langchain_documents`)
+                and keeps its metadata.
             collection: Collection name, stored in Unicode NFC (so NFC and NFD
                 spellings are one collection), at most `MAX_COLLECTION_NAME_CHARS`
                 characters; `"all"` is reserved (it means every collection).
@@ -383,8 +393,9 @@ class KnowledgeBase:
                 none of `knowledge.writer.RESERVED_METADATA_KEYS`, no NaN or infinity,
                 no NUL or lone surrogate in any string. A `source` key is replaced
                 by the document's source name.
-            name: Source name for text input (default `text:<hash>`); re-ingesting
-                changed text under the same name replaces it.
+            name: Source name for text input or a single `Document` (default
+                `text:<hash>`); re-ingesting changed text under the same name
+                replaces it.
             chunk_size: Maximum characters per chunk.
             chunk_overlap: Characters shared by consecutive chunks.
             include: Globs a directory walk keeps (default: every non-hidden file);
@@ -409,7 +420,8 @@ class KnowledgeBase:
                 the chunks without a graph stay pending for `build_graph`.
             IngestError: for an unusable explicit input (empty, binary, undecodable,
                 missing, too large, not a regular file, NUL or a lone surrogate in
-                the text or its name); inside a directory walk these are skipped.
+                the text or its name, a PDF or HTML file whose extra is missing);
+                inside a directory walk these are skipped.
             TypeError, ValueError: for a bad option, collection name or metadata.
             EmbeddingMismatch: if the collection was built with another embedder.
             StorageFull: if the database's disk filled up; the message says what
@@ -555,13 +567,13 @@ class KnowledgeBase:
             names = dict(conn.execute("SELECT id, name FROM kb_collections").fetchall())
         return {names[k]: v for k, v in done.items() if k in names}
 
-    async def aingest(self, source: Source, **kwargs: Any) -> IngestResult:
+    async def aingest(self, source: Source | Document | Sequence[Document], **kwargs: Any) -> IngestResult:
         """Run `ingest` in a worker thread (same arguments)."""
         return await asyncio.to_thread(self.ingest, source, **kwargs)
 
     def _load(
         self,
-        source: Source,
+        source: Source | Document | Sequence[Document],
         *,
         name: str | None,
         metadata: dict[str, Any],
@@ -571,17 +583,23 @@ class KnowledgeBase:
         result: IngestResult,
     ) -> list[SourceDoc]:
         value: object = source  # callers may pass anything at runtime
+        if is_documents(value):
+            return langchain_documents(value, name=name, metadata=metadata, check_metadata=check_metadata)
         if not isinstance(value, str | os.PathLike):
-            raise TypeError(f"source must be text or a path, got {type(source).__name__}")
-        if not is_path_source(source):
-            return [text_document(str(source), name=name, metadata=metadata)]
-        path = Path(source).expanduser()
+            raise TypeError(
+                f"source must be text, a path or LangChain Documents, got {type(source).__name__}"
+            )
+        if not is_path_source(value):
+            return [text_document(str(value), name=name, metadata=metadata)]
+        path = Path(value).expanduser()
         if not path.exists():
             raise IngestError(f"{path}: no such file or directory")
         if not path.is_dir():
             return [read_file(path, max_bytes=max_bytes, metadata=metadata)]
+
         def skip(file: Path, reason: str) -> None:
-            logger.warning("skipping %s: %s", file, reason)
+            # reported once, by the caller, from skipped_files; a warning too would say it twice
+            logger.debug("skipping %s: %s", file, reason)
             result.skipped_files.append((str(file), reason))
 
         docs = []
@@ -746,6 +764,45 @@ class KnowledgeBase:
                 cur = await conn.execute(*gs.chunks_statement(scope.ids, missing))
                 extra = q.to_chunks(await cur.fetchall())
         return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
+
+    def as_retriever(
+        self,
+        *,
+        collection: CollectionScope = None,
+        mode: str = "hybrid",
+        k: int = 4,
+        threshold: float | None = None,
+    ) -> KnowledgeBaseRetriever:
+        """Return this knowledge base as a LangChain retriever (`invoke` and `ainvoke`).
+
+        Each `Document` holds a chunk's text, with `id`, `score`, `collection`,
+        `source` and `section` in its metadata (`knowledge.retriever`).
+
+        Args:
+            collection: `None` or `"all"` (every collection), a name, or a list of names.
+            mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
+            k: Most documents each query returns (1..`MAX_SEARCH_LIMIT`).
+            threshold: Minimum score, in the mode's own scale (see `search`).
+
+        Raises:
+            ValueError: for an unknown mode, a `k` outside 1..`MAX_SEARCH_LIMIT` or
+                a non-finite threshold; nothing is sent.
+            TypeError: for a threshold that is not a number, or collection names
+                that are not strings.
+        """
+        from knowledge.retriever import KnowledgeBaseRetriever, scope_list
+
+        # checked here, so a bad retriever fails where it is built, not in the middle of a chain
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"invalid search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+        count: object = k  # callers may pass anything at runtime
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SEARCH_LIMIT:
+            raise ValueError(f"k must be an int in 1..{MAX_SEARCH_LIMIT}, got {k!r}")
+        _check_limit_and_threshold(k, threshold)
+        q.scope_names(collection)
+        return KnowledgeBaseRetriever(
+            knowledge_base=self, collection=scope_list(collection), mode=mode, k=k, threshold=threshold
+        )
 
     def _scan(self, req: q.SearchRequest, count_row: tuple[Any, ...] | None) -> tuple[bool, q.Statement | None]:
         """Choose exact scan or HNSW from the planner's row estimate; return it with its settings."""

@@ -5,9 +5,13 @@ How `source` is read: a `pathlib.Path` (any `os.PathLike`) is always a path; a
 Text gets the source name `text:<sha256 prefix>` unless `name=` is given, so
 re-ingesting the same text is skipped and, with a `name`, changed text replaces it.
 
+PDF and HTML files are read by `knowledge.loaders` (optional extras); every
+other file must be UTF-8 text. LangChain `Document`s are ingested as text named
+by their `source` metadata (`documents_from_langchain`).
+
 Chunking uses `RecursiveCharacterTextSplitter`: Markdown-aware separators for
-`.md`/`.markdown` files and for text with Markdown headings, plain separators
-otherwise. Defaults are 800 characters with 100 overlap: WordLlama averages token
+`.md`/`.markdown` files, HTML (whose headings become Markdown headings) and text
+with Markdown headings, plain separators otherwise. Defaults are 800 characters with 100 overlap: WordLlama averages token
 vectors, so chunks of a few paragraphs keep a focused embedding, and the overlap
 keeps a sentence cut at a boundary findable from either side.
 """
@@ -21,6 +25,8 @@ import os
 import re
 import stat
 import uuid
+from bisect import bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -29,6 +35,7 @@ from typing import Any
 from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
 
 from knowledge.errors import IngestError
+from knowledge.loaders import loader_for
 from knowledge.names import check_text
 from knowledge.sections import (
     content_offset,
@@ -59,6 +66,8 @@ class SourceDoc:
     text: str
     markdown: bool
     metadata: dict[str, Any]
+    page_starts: tuple[int, ...] = ()
+    """Offset in `text` where each page starts, for formats with pages (PDF)."""
     content_hash: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -130,6 +139,71 @@ def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> S
     return doc
 
 
+def is_documents(source: object) -> bool:
+    """Tell LangChain input apart: a `Document`, or a list or tuple of nothing but `Document`s."""
+    from langchain_core.documents import Document
+
+    if isinstance(source, Document):
+        return True
+    return isinstance(source, list | tuple) and all(isinstance(d, Document) for d in source)
+
+
+def langchain_documents(
+    source: Any,
+    *,
+    name: str | None,
+    metadata: dict[str, Any],
+    check_metadata: Callable[[Any], dict[str, Any]],
+) -> list[SourceDoc]:
+    """Turn LangChain `Document`s into documents, each named by its `source` metadata.
+
+    A `Document` without a `source` is named `text:<sha256 prefix>` of its text,
+    as text input is. Several `Document`s of one call sharing a source (the pages
+    a PDF loader returns, say) become `source#1`, `source#2`, ... in the order
+    given, so each is stored and re-ingesting the same list skips them all.
+    `metadata` is laid under each `Document`'s own metadata.
+
+    Raises:
+        IngestError: for a `Document` whose text is empty or cannot be stored.
+        TypeError, ValueError: for metadata `check_metadata` refuses, or `name`
+            given with more than one `Document`.
+    """
+    from langchain_core.documents import Document
+
+    docs: list[Document] = [source] if isinstance(source, Document) else list(source)
+    if name is not None and len(docs) != 1:
+        raise ValueError(
+            f"name= names a single document, got {len(docs)} Documents: each is named by its metadata 'source'"
+        )
+    names = [name or _document_source(doc) for doc in docs]
+    shared = Counter(n for n in names if n is not None)
+    seen: Counter[str] = Counter()
+    out = []
+    for index, (doc, doc_name) in enumerate(zip(docs, names, strict=True)):
+        try:
+            meta = {**metadata, **check_metadata(doc.metadata or None)}
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"Document {index}: {exc}") from None
+        if doc_name is not None and shared[doc_name] > 1:
+            seen[doc_name] += 1
+            doc_name = f"{doc_name}#{seen[doc_name]}"
+        try:
+            out.append(text_document(doc.page_content, name=doc_name, metadata=meta))
+        except IngestError as exc:
+            raise IngestError(f"Document {index}: {exc}") from None
+    return out
+
+
+def _document_source(doc: Any) -> str | None:
+    """A `Document`'s `source` metadata as a name, or `None` when it has none."""
+    value = (doc.metadata or {}).get("source")
+    if isinstance(value, os.PathLike):
+        return str(os.fspath(value))
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return str(value)
+
+
 def _check_stored_text(value: str, what: str) -> None:
     try:
         check_text(value, what)
@@ -138,7 +212,7 @@ def _check_stored_text(value: str, what: str) -> None:
 
 
 def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> SourceDoc:
-    """Read one regular text file into a document.
+    """Read one regular file into a document: PDF and HTML by their loaders, the rest as text.
 
     The size limit holds for what is read, not only for what the file reports:
     at most `max_bytes + 1` bytes are read, so a file that grows meanwhile is
@@ -147,8 +221,24 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     Raises:
         IngestError: if the file is missing, unreadable, not a regular file (a
             FIFO, a device, a directory), too large, binary, not UTF-8, or empty.
+        MissingExtra: (an `IngestError`) for a PDF or HTML file whose extra is
+            not installed.
     """
     raw = _read_bounded(path, max_bytes)
+    loader = loader_for(path)
+    if loader is not None:
+        extracted = loader(raw, path)
+        source = str(path.resolve())
+        meta = {**metadata, "source": source}
+        if extracted.title:
+            meta.setdefault("title", extracted.title)
+        return SourceDoc(
+            source=source,
+            text=extracted.text,
+            markdown=extracted.markdown,
+            metadata=meta,
+            page_starts=extracted.page_starts,
+        )
     if b"\x00" in raw:
         raise IngestError(f"{path}: binary file (contains NUL bytes)")
     try:
@@ -326,12 +416,17 @@ def split_document(
     doc_id = document_id(collection, doc.source)
     pieces = [p for p in _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap) if p[0].strip()]
     title = document_title(doc.source, doc.metadata)
-    sections = section_paths(doc.text, [start + content_offset(text) for text, start in pieces])
+    contents = [start + content_offset(text) for text, start in pieces]
+    sections = section_paths(doc.text, contents)
     rows = []
-    for position, ((text, start), section) in enumerate(zip(pieces, sections, strict=True)):
+    for position, ((text, start), section, content) in enumerate(
+        zip(pieces, sections, contents, strict=True)
+    ):
         metadata = {**doc.metadata, "start_index": start}
         if section:
             metadata.setdefault("section", section)
+        if doc.page_starts:
+            metadata.setdefault("page", bisect_right(doc.page_starts, content))  # 1-based
         rows.append(
             ChunkRow(
                 id=chunk_id(doc_id, position, text),
