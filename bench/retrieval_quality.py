@@ -7,6 +7,10 @@ mode. Variants differ only in `knowledge.queries.Ranking`, so one ingest serves
 them all.
 
     .venv/bin/python -m bench.retrieval_quality [--variants default,ts_rank] [--json PATH]
+        [--embeddings huggingface:/path/to/a/local/sentence-transformers/model]
+
+`--embeddings` takes any spec `knowledge.embeddings.resolve_embeddings` takes, to
+see what another embedder does on the same sets (its package must be installed).
 """
 
 from __future__ import annotations
@@ -67,17 +71,18 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
     parser.add_argument("--modes", default="semantic,fulltext,hybrid")
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--embeddings", help="an embedder spec (default: WordLlama)")
     args = parser.parse_args()
     variants = {n: VARIANTS[n] for n in args.variants.split(",")}
     url = database_url()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    kb = KnowledgeBase(url, schema=SCHEMA)
+    kb = KnowledgeBase(url, embeddings=args.embeddings, schema=SCHEMA)
     started = time.perf_counter()
     ensure_python_docs(kb)
     ingest_s = time.perf_counter() - started
     rows = measure(kb, variants, tuple(args.modes.split(",")))
-    print(f"python-docs ingested in {ingest_s:.1f} s ({kb.collections()[0].chunks} chunks)")
+    print(f"python-docs ingested in {ingest_s:.1f} s ({kb.collections()[0].chunks} chunks, {kb.model_name})")
     print(f"{'variant':<12} {'set':<16} {'mode':<9} {'n':>4} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'all@5':>6} {'mrr':>6} {'p50 ms':>7}")
     for r in rows:
         print(f"{r['variant']:<12} {r['set']:<16} {r['mode']:<9} {r['cases']:>4} {r['hit@1']:>6.3f} {r['hit@5']:>6.3f} {r['hit@10']:>6.3f} {r['all@5']:>6.3f} {r['mrr']:>6.3f} {r['p50_ms']:>7.2f}")

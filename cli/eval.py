@@ -16,7 +16,9 @@ from rich.table import Table
 
 eval_app = typer.Typer(help="Evaluate retrieval and the loop on a labelled case set.", no_args_is_help=True, add_completion=False)
 
-CasesOption = Annotated[Path | None, typer.Option("--cases", help="Case file (default: the shipped python-docs set).")]
+CasesOption = Annotated[Path | None, typer.Option("--cases", help="Case file (default: the shipped set named by --set).")]
+SetOption = Annotated[str, typer.Option("--set", help="Shipped python-docs set: realistic (questions as people ask them) or lookup (questions naming their answer).")]
+SplitOption = Annotated[str | None, typer.Option("--split", help="Only the cases of this split: tune or test (the realistic set has both).")]
 CollectionOption = Annotated[str | None, typer.Option("--collection", "-c", help="Collection searched (default: the case file's).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the whole report as JSON.")]
 OutOption = Annotated[Path | None, typer.Option("--out", help="Also write the report to this file.")]
@@ -28,16 +30,26 @@ def _cli() -> ModuleType:
     return main
 
 
-def _load_cases(path: Path | None) -> Any:
-    from evaluation.cases import PYTHON_DOCS_EVAL, load_cases
+def _load_cases(path: Path | None, set_name: str = "realistic", split: str | None = None) -> Any:
+    from evaluation.cases import EVAL_SETS, SPLITS, CaseSet, load_cases
 
-    target = path or PYTHON_DOCS_EVAL
+    if set_name not in EVAL_SETS:
+        _cli().fail(f"--set must be one of {', '.join(EVAL_SETS)}, got {set_name!r}.")
+    if split is not None and split not in SPLITS:
+        _cli().fail(f"--split must be one of {', '.join(SPLITS)}, got {split!r}.")
+    target = path or EVAL_SETS[set_name]
     try:
-        return load_cases(target)
+        cases = load_cases(target)
     except FileNotFoundError:
         _cli().fail(f"no case file at {target}.", "pass --cases PATH, or generate one with arcana-loop eval generate")
     except ValueError as exc:
         _cli().fail(f"the case file is not valid: {exc}", "see evaluation/cases.py for the format")
+    if split is None:
+        return cases
+    chosen = [c for c in cases.cases if c.split == split]
+    if not chosen:
+        _cli().fail(f"no case of {target} is in the {split!r} split.")
+    return CaseSet(chosen, name=f"{cases.name}/{split}", collection=cases.collection, description=cases.description)
 
 
 def _prepare_kb(collection: str | None) -> Any:
@@ -82,6 +94,8 @@ def _fmt(value: Any) -> str:
 @eval_app.command("retrieval")
 def retrieval(
     cases_path: CasesOption = None,
+    set_name: SetOption = "realistic",
+    split: SplitOption = None,
     collection: CollectionOption = None,
     mode: Annotated[list[str] | None, typer.Option("--mode", help="Search mode; repeat to compare (default: semantic, fulltext, hybrid).")] = None,
     k: Annotated[list[int] | None, typer.Option("--k", help="Cut-off; repeat for several (default: 1 3 5 10).")] = None,
@@ -92,7 +106,7 @@ def retrieval(
     from evaluation.metrics import DEFAULT_KS
     from evaluation.retrieval import evaluate_retrieval
 
-    cases = _load_cases(cases_path)
+    cases = _load_cases(cases_path, set_name, split)
     scope = collection or cases.collection
     kb = _prepare_kb(scope)
     try:
@@ -159,6 +173,8 @@ def _options_table(report: dict[str, Any]) -> Table:
 @eval_app.command("loop")
 def loop(
     cases_path: CasesOption = None,
+    set_name: SetOption = "realistic",
+    split: SplitOption = None,
     collection: CollectionOption = None,
     model: Annotated[str, typer.Option("--model", help="Controller model, e.g. offline or openai:gpt-4o-mini.")] = "offline",
     judge_model: Annotated[str | None, typer.Option("--judge-model", help="Model that grades answers (default: key-fact matching).")] = None,
@@ -182,7 +198,7 @@ def loop(
     from graph.deps import ConfigurationError
     from graph.models import ModelSpecError
 
-    cases = _load_cases(cases_path)
+    cases = _load_cases(cases_path, set_name, split)
     if limit is not None:
         cases = CaseSet(cases.cases[:limit], name=cases.name, collection=cases.collection, description=cases.description)
     scope = collection or cases.collection

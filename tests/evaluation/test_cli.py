@@ -133,3 +133,15 @@ def test_generate_command_writes_a_case_file(cli_kb, tmp_path, monkeypatch):
     assert written["collection"] == COLLECTION and written["cases"][0]["relevant_ids"]
     bad = invoke("generate", "--collection", COLLECTION, "--model", "gpt4", "--out", str(out))
     assert bad.exit_code == 1 and "provider:model" in text(bad)
+
+
+def test_eval_picks_a_shipped_set_and_split_and_refuses_unknown_ones():
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["eval", "retrieval", "--set", "nosuch"])
+    assert bad.exit_code != 0 and "--set must be one of lookup, realistic" in bad.output
+    bad_split = runner.invoke(app, ["eval", "loop", "--split", "half"])
+    assert bad_split.exit_code != 0 and "--split must be one of tune, test" in bad_split.output
