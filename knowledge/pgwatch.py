@@ -9,6 +9,11 @@ watcher of its process (``python pgwatch.py PID PGDATA``): it waits for PID to
 end and, if PID is still registered, unregisters it with every other process
 that is gone, and stops the server when no live process is left.
 
+pgserver has no public way to drop a dead process from its registry, so this
+module uses its internals (the registry list, its lock, its stop routine); it is
+held by a test that kills `langgraph dev`, and the dependency is pinned below
+0.7, the release it was written against.
+
 It runs as a file, not as ``knowledge.pgwatch``: importing the package would load
 the embedder and LangChain into a process that only waits.
 """
