@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 from graph.context import LoopContext
 from graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from graph.models import ModelSpec, resolve_model
-from graph.routing import Routers
+from graph.routing import Route, Routers
 from graph.state import (
     ControllerView,
     LoopInput,
@@ -36,9 +36,16 @@ from nodes.ground import Ground
 from nodes.synthesis import Synthesis
 from nodes.tools import Tools
 from tools.execute import SearchFn
-from tools.schemas import custom_tool_schemas
+from tools.schemas import resolve_tools
 
 GRAPH_NAME = "arcana-loop"
+GRAPH_DESCRIPTION = (
+    "Answer a question from the knowledge base: an agent searches it, reads what it finds and answers. "
+    "Input: question (and optionally collection, a name or a list of names to search in). "
+    "Output: answer first, then terminated_by (answered, gave_up, max_iterations or error), error, "
+    "coverage, the searches made (tool_history) and the chunks the answer rests on."
+)
+"""What the served graph does, as its assistant's description (``langgraph.json``) shows it, e.g. to MCP clients."""
 
 LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
 
@@ -96,8 +103,11 @@ def make_deps(
     answer_prompt: str | Callable[..., str] | None = None,
     synthesis_prompt: str | Callable[..., str] | None = None,
 ) -> LoopDeps:
-    """Validate and resolve the factory dependencies of a graph."""
-    custom = list(tools or [])
+    """Validate and resolve the factory dependencies of a graph.
+
+    ``tools``: a list holding any of the default tools (``DEFAULT_TOOLS``) replaces them;
+    a list of custom tools only is added to them (see ``tools.schemas.resolve_tools``).
+    """
     if grounder is not None:
         from grounding.resolve import resolve_grounder
 
@@ -106,14 +116,13 @@ def make_deps(
         raise TypeError("search_fn must be callable: search_fn(query, collection=..., limit=..., **search_opts)")
     if synthesizer is not None and not callable(synthesizer):
         raise TypeError("synthesizer must be a function (messages, opts) -> str")
-    custom_schemas = custom_tool_schemas(custom)  # checks the tools before their names are read
+    toolset = resolve_tools(tools)  # checks the tools before their names are read
     return LoopDeps(
         controller_llm=resolve_model(controller_llm) if controller_llm is not None else None,
         answer_llm=resolve_model(answer_llm) if answer_llm is not None else None,
         search_fn=search_fn,
         asearch_fn=asearch_fn,
-        custom_tools={t.name: t for t in custom},
-        custom_schemas=custom_schemas,
+        toolset=toolset,
         synthesizer=synthesizer,
         grounder=grounder,
         system_prompt=_prompt_fn(system_prompt, "system_prompt"),
@@ -152,11 +161,11 @@ def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwar
         # trace=False as LangGraph does for plain functions: the task is already a traced run
         builder.add_node(name, RunnableCallable(sync_body, async_body, name=name, trace=False), input_schema=view)
     builder.add_edge(START, "controller")
-    builder.add_conditional_edges("controller", routers.after_controller)
-    builder.add_conditional_edges("tools", routers.after_tools)
-    builder.add_conditional_edges("answerer", routers.finish)
-    builder.add_conditional_edges("synthesis", routers.finish)
-    builder.add_conditional_edges("ground", routers.after_ground)
+    builder.add_conditional_edges("controller", Route(routers.after_controller))
+    builder.add_conditional_edges("tools", Route(routers.after_tools))
+    builder.add_conditional_edges("answerer", Route(routers.finish))
+    builder.add_conditional_edges("synthesis", Route(routers.finish))
+    builder.add_conditional_edges("ground", Route(routers.after_ground))
     return builder
 
 

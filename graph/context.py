@@ -14,9 +14,12 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 ENV_PREFIX = "ARCANA_LOOP_"
+
+RequireSearch = Literal["off", "on", "auto"]
+REQUIRE_SEARCH_VALUES: tuple[RequireSearch, ...] = ("off", "on", "auto")
 
 
 def _parse_env(name: str, raw: str, kind: type) -> Any:
@@ -125,6 +128,11 @@ class LoopContext:
         "explore_tool", False, bool,
         "Offer the controller an 'explore' tool over the knowledge graph (an entity's description, neighbours and community).",
     )
+    require_search: RequireSearch = _opt(
+        "require_search", "auto", str,
+        "Send an answer made before any search back once with a note to search first: 'on', 'off', or 'auto' "
+        "(on unless the question is small talk: a greeting, thanks, 'who are you').",
+    )
 
     def __post_init__(self) -> None:  # noqa: C901  # a flat list of checks, one per option group
         """Reject values of the wrong type or range before anything runs."""
@@ -153,6 +161,9 @@ class LoopContext:
         for name in ("fallback_synthesis", "budget_ledger", "duplicate_guard", "show_chunks_once", "explore_tool"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        require_search: Any = self.require_search  # typed as a Literal, but server clients send any JSON
+        if require_search not in REQUIRE_SEARCH_VALUES:
+            raise ValueError(f"require_search must be one of {', '.join(REQUIRE_SEARCH_VALUES)}, got {require_search!r}")
         search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
         if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
             raise TypeError("search_opts must be a dict with string keys")

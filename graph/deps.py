@@ -17,7 +17,7 @@ from langchain_core.tools import BaseTool
 from graph.context import LoopContext
 from graph.models import ModelCaller, cached_model
 from tools.execute import SearchFn
-from tools.schemas import ToolSchema
+from tools.schemas import Toolset
 
 PromptFn = Callable[[dict[str, Any]], str]
 SynthesizerFn = Callable[[list[Any], dict[str, Any]], Any]
@@ -35,13 +35,17 @@ class LoopDeps:
     answer_llm: ModelCaller | None = None
     search_fn: SearchFn | None = None
     asearch_fn: SearchFn | None = None
-    custom_tools: Mapping[str, BaseTool] = field(default_factory=dict)
-    custom_schemas: tuple[ToolSchema, ...] = ()
+    toolset: Toolset = field(default_factory=Toolset)
     synthesizer: SynthesizerFn | None = None
     grounder: Any = None
     system_prompt: PromptFn | None = None
     answer_prompt: PromptFn | None = None
     synthesis_prompt: PromptFn | None = None
+
+    @property
+    def custom_tools(self) -> Mapping[str, BaseTool]:
+        """The custom tools by name (a custom ``search`` among them replaces the built-in one)."""
+        return self.toolset.custom
 
     def controller(self, ctx: LoopContext) -> ModelCaller:
         """Return the controller model: the object given, else the context's model name."""

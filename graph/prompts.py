@@ -73,3 +73,11 @@ below the required {min_support:.2f}). Unsupported claims:
 
 Search for evidence for these claims, or answer again without them. Call `answer` with the \
 corrected reply, or `give_up` if the question cannot be answered from the knowledge base."""
+
+SEARCH_FIRST_NOTE = """
+
+# Search first
+Your last reply answered without searching the knowledge base. Search it first and answer \
+from what it returns, with the `answer` tool. Answer without searching only if the question \
+needs nothing from the knowledge base.
+"""

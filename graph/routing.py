@@ -9,11 +9,13 @@ what makes LangGraph draw every edge.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
 from langchain_core.messages import AIMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import ensure_config
 from langgraph._internal._constants import CONFIG_KEY_RUNTIME
 
 from graph.context import LoopContext
@@ -21,7 +23,7 @@ from graph.deps import LoopDeps
 from graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
 from tools.schemas import ANSWER
 
-AfterController = Literal["tools", "synthesis", "ground", "__end__"]
+AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "__end__"]
 AfterTools = Literal["controller", "answerer", "ground", "__end__"]
 AfterFinal = Literal["ground", "__end__"]
 AfterGround = Literal["controller", "__end__"]
@@ -55,19 +57,27 @@ class Routers:
         return "ground" if self.deps.has_grounder(_context(config)) else "__end__"
 
     def after_controller(self, state: ControllerRouteView, config: RunnableConfig) -> AfterController:
-        """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes."""
+        """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes.
+
+        A plain-text answer is rewritten by the answer model when one is set (as an ``answer``
+        call is), or goes back to the controller when it came before any search (``require_search``).
+        """
         outcome = state.get("terminated_by")
         if outcome is None:
             messages = state.get("messages") or []
             if messages and has_tool_calls(messages[-1]):
                 return "tools"
+            if state.get("search_nudged"):
+                return "controller"
             raise ValueError("the controller ended its turn without tool calls and without an outcome")
         match outcome:
             case "max_iterations":
                 if _context(config).fallback_synthesis and state.get("chunks"):
                     return "synthesis"
                 return self.finish(state, config)
-            case "answered" | "error" | "gave_up":
+            case "answered":
+                return "answerer" if self.deps.has_answerer(_context(config)) else self.finish(state, config)
+            case "error" | "gave_up":
                 return self.finish(state, config)
             case _:
                 assert_never(outcome)
@@ -86,3 +96,27 @@ class Routers:
     def after_ground(self, state: OutcomeView, config: RunnableConfig) -> AfterGround:
         """Stop, unless the answer went back to the controller for a repair."""
         return "controller" if state.get("terminated_by") is None else "__end__"
+
+
+class Route(RunnableLambda[Any, Any]):
+    """A router as a conditional edge that is no traced run of its own.
+
+    LangGraph wraps a plain function given to ``add_conditional_edges`` in a traced
+    runnable, so every routing decision showed up in LangSmith as a run of its own
+    (``after_controller``, ``after_tools``...) beside the node that made it. A
+    `RunnableLambda` keeps what LangGraph reads from the function (its ``Literal``
+    return type draws the edges, its first parameter's type is the state view it
+    reads); calling the function directly, without a callback run, keeps it out of traces.
+    """
+
+    def __init__(self, router: Callable[[Any, RunnableConfig], Any]) -> None:
+        super().__init__(router)
+        self.router = router
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Call the router with the step's config."""
+        return self.router(input, ensure_config(config))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Call the router (a cheap, synchronous decision) with the step's config."""
+        return self.router(input, ensure_config(config))

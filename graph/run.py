@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import uuid
@@ -23,6 +24,7 @@ from graph.deps import ConfigurationError, SynthesizerFn
 from graph.models import ModelSpec
 from graph.state import BudgetStop, Chunk, CollectionSpec, Coverage, TerminatedBy, ToolEvent
 from graph.text import check_text
+from nodes.lifecycle import exception_event
 from tools.execute import SearchFn
 from tools.scoping import normalize_scope
 
@@ -57,6 +59,10 @@ class LoopResult:
     """When an under-supported answer went back to the controller: the scores before and after."""
     budget_stop: BudgetStop | None = None
     """For ``max_iterations`` runs: which budget ran out (``iterations``, ``tokens``, ``seconds``)."""
+    grounded_in_chunks: bool = False
+    """Whether the answer rests on retrieved chunks: the run answered (or synthesized) after gathering
+    at least one. False for an answer from the model's memory, a give-up, an error, or a custom
+    ``search`` tool (its text results are not chunks)."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
@@ -76,6 +82,7 @@ class LoopResult:
             coverage=state.get("coverage"),
             repair=state.get("repair"),
             budget_stop=state.get("budget_stop"),
+            grounded_in_chunks=grounded_in_chunks(state),
         )
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:
@@ -84,6 +91,15 @@ class LoopResult:
         if messages:
             out["messages"] = [m.model_dump(mode="json") for m in self.messages]
         return out
+
+
+def grounded_in_chunks(state: Mapping[str, Any]) -> bool:
+    """Whether a run's answer came after at least one chunk was gathered (an answer or a synthesis, not a give-up)."""
+    return (
+        state.get("answer") is not None
+        and state.get("terminated_by") in ("answered", "max_iterations")
+        and bool(state.get("chunks"))
+    )
 
 
 def check_question(question: Any) -> str:
@@ -249,7 +265,8 @@ def run(
     checkpointer: each step is stored before the next starts, so a killed process loses
     at most the step under way), ``"async"`` (stored while the next step runs) or
     ``"exit"`` (only the final state). ``on_event`` receives each live event as it happens (``loop_start``, one ``tool_call``
-    per history entry, ``ground_start``/``ground_stop``, ``loop_stop``).
+    per history entry, ``ground_start``/``ground_stop``, ``loop_stop``; ``loop_exception``, with
+    ``error_type`` and ``error``, when the run raises instead of stopping).
 
     Raises:
         TypeError, ValueError: for a bad question, collection or option, before anything runs.
@@ -266,8 +283,12 @@ def run(
         state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread), version="v2").value
     else:
         state = {}
-        for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
-            state = _take(mode, chunk, on_event, state)
+        try:
+            for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
+                state = _take(mode, chunk, on_event, state)
+        except BaseException as exc:  # re-raised: the event only closes the run's span
+            _emit_exception(on_event, context, question, state, exc)
+            raise
     return LoopResult.from_state(state, thread)
 
 
@@ -315,8 +336,12 @@ async def arun(
             state = output.value
         else:
             state = {}
-            async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
-                state = _take(mode, chunk, on_event, state)
+            try:
+                async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
+                    state = _take(mode, chunk, on_event, state)
+            except BaseException as exc:  # cancellation included; re-raised, as in run
+                _emit_exception(on_event, context, question, state, exc)
+                raise
     return LoopResult.from_state(state, thread)
 
 
@@ -336,6 +361,13 @@ def _durability(value: Any, thread: str | None) -> Durability | None:
 def _check_on_event(on_event: Any) -> None:
     if on_event is not None and not callable(on_event):
         raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
+
+
+def _emit_exception(on_event: Callable[[dict[str, Any]], None], context: LoopContext, question: str, state: Any, exc: BaseException) -> None:
+    """Tell ``on_event`` the run raised; a listener that fails on it again cannot hide the run's own error."""
+    iterations = state.get("iterations", 0) if isinstance(state, Mapping) else 0
+    with contextlib.suppress(Exception):
+        on_event(exception_event(question, context.max_iterations, iterations, exc))
 
 
 def _take(mode: Any, chunk: Any, on_event: Callable[[dict[str, Any]], None], state: Any) -> Any:
@@ -388,22 +420,32 @@ def _deps_kwargs(
     }
 
 
-def ground(result: LoopResult | Mapping[str, Any], grounder: Any = "local", **opts: Any) -> Any:
+def ground(
+    result: LoopResult | Mapping[str, Any],
+    grounder: Any = "local",
+    *,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    **opts: Any,
+) -> Any:
     """Score a finished result's answer against its chunks; the same as the graph's ``ground`` node.
 
     Args:
         result: a `LoopResult`, or a state mapping with ``question``, ``answer``,
-            ``chunks``, ``tool_history`` and ``error``.
+            ``chunks``, ``tool_history``, ``error`` and ``terminated_by``.
         grounder: a grounder object, a function, or a name (``"local"``, ``"llm_judge"``).
+        on_event: receives ``ground_start`` and ``ground_stop`` (``question``, ``grounder``,
+            ``score``, ``hallucinated_span_count``, ``faithful_span_count``), as the graph's
+            node sends them, when grounding applies.
         **opts: options for the grounder (``judge_model=``, ``threshold=``, ``timeout=``...).
 
     Returns:
         A copy of ``result`` (same type) with ``grounding`` set, or ``None`` when
-        grounding did not apply or failed.
+        grounding did not apply (no answer, no chunks, an error, a give-up) or failed.
     """
     from grounding.apply import ground_answer
     from grounding.resolve import resolve_grounder
 
+    _check_on_event(on_event)
     timeout = opts.pop("timeout", None)
     resolved = resolve_grounder(grounder, **opts) if isinstance(grounder, str) else resolve_grounder(grounder)
     state = result.to_dict() if isinstance(result, LoopResult) else dict(result)
@@ -413,8 +455,10 @@ def ground(result: LoopResult | Mapping[str, Any], grounder: Any = "local", **op
         chunks=state.get("chunks") or [],
         tool_history=state.get("tool_history") or [],
         error=state.get("error"),
+        terminated_by=state.get("terminated_by"),
         grounder=resolved,
         timeout=timeout,
+        emit=on_event,
         **({} if isinstance(grounder, str) else opts),
     )
     if isinstance(result, LoopResult):

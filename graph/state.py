@@ -59,6 +59,8 @@ class ToolEvent(TypedDict):
     """For a search not sent again because it repeated one: the iteration of the earlier search."""
     graph: NotRequired[dict[str, Any]]
     """For a knowledge-graph-enhanced search: ``used``, ``matched_entities``, ``graph_chunks`` (returned chunks the graph found)."""
+    ignored_args: NotRequired[list[str]]
+    """Arguments the call sent that the tool's offered schema does not have; they were not used."""
 
 
 Coverage = Literal["supported", "partially_supported", "unsupported"]
@@ -96,19 +98,23 @@ class RunInput(LoopInput):
 
 
 class LoopOutput(TypedDict):
-    """The public result of a run, as Studio and server clients see it."""
+    """The public result of a run, as Studio and server clients see it.
 
-    question: str
+    The answer comes first and the bulky fields last: a client that shows the output
+    as text (an MCP tool result is the output's text) shows the answer first.
+    """
+
     answer: str | None
     terminated_by: TerminatedBy | None
+    error: str | None
+    coverage: Coverage | None
+    question: str
     iterations: int
+    grounding: dict[str, Any] | None
+    repair: dict[str, Any] | None
+    usage: dict[str, Any]
     tool_history: list[ToolEvent]
     chunks: list[Chunk]
-    error: str | None
-    grounding: dict[str, Any] | None
-    usage: dict[str, Any]
-    coverage: Coverage | None
-    repair: dict[str, Any] | None
 
 
 class LoopState(LoopInput):
@@ -140,6 +146,8 @@ class LoopState(LoopInput):
     repair: NotRequired[dict[str, Any] | None]
     """``{"ran", "unsupported_claims", "score_before", "score_after"}`` once a repair ran."""
     coverage: NotRequired[Coverage | None]
+    search_nudged: NotRequired[bool]
+    """An answer made before any search was sent back (see ``graph.policy``); only once per run."""
     options: NotRequired[dict[str, Any]]
     """The run's options (its `LoopContext` as JSON). LangGraph does not checkpoint the context,
     and resumes, traces and recorded replays need it: `run` sends them with its input
@@ -158,6 +166,7 @@ class ControllerRouteView(TypedDict):
     terminated_by: NotRequired[TerminatedBy | None]
     messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
     chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
+    search_nudged: NotRequired[bool]
 
 
 class ToolsRouteView(TypedDict):
@@ -188,6 +197,9 @@ class ToolsView(TypedDict):
     chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
     iterations: NotRequired[int]
     terminated_by: NotRequired[TerminatedBy | None]
+    search_nudged: NotRequired[bool]
+    repairs: NotRequired[int]
+    """Read with ``iterations`` for the turns left, when an answer may be sent back to search first."""
 
 
 class ControllerView(ToolsView):
@@ -195,5 +207,4 @@ class ControllerView(ToolsView):
 
     usage: Annotated[dict[str, Any], add_usage]
     started_at: NotRequired[float]
-    repairs: NotRequired[int]
     options: NotRequired[dict[str, Any]]

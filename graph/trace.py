@@ -105,7 +105,7 @@ def _step(snapshot: StateSnapshot, task: Any) -> TraceStep:
         if event["tool"] == "search":
             row.searches.append({
                 "query": event["args"].get("query"),
-                "collection": event["args"].get("collection"),
+                "collection": None if "collection" in event.get("ignored_args", ()) else event["args"].get("collection"),
                 "returned_chunk_ids": list(event["returned_chunk_ids"]),
                 "duplicate_of": event.get("duplicate_of"),
             })

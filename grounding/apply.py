@@ -53,8 +53,12 @@ def _timed_out(name: str, timeout: float, on_timeout: OnTimeout | None) -> None:
         on_timeout(timeout)
 
 
-def _applies(answer: Any, chunks: Sequence[Any], error: Any) -> bool:
-    return error is None and answer is not None and bool(chunks)
+GAVE_UP = "gave_up"
+
+
+def applies(answer: Any, chunks: Sequence[Any], error: Any, terminated_by: Any = None) -> bool:
+    """Whether an answer can be grounded: no error, an answer that is a claim (not a give-up), chunks to ground it in."""
+    return error is None and answer is not None and bool(chunks) and terminated_by != GAVE_UP
 
 
 def _stop(question: str, name: str, result: dict[str, Any] | None) -> dict[str, Any]:
@@ -82,10 +86,13 @@ def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] 
 def ground_answer(
     *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
     error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
-    on_timeout: OnTimeout | None = None, **opts: Any,
+    on_timeout: OnTimeout | None = None, terminated_by: str | None = None, **opts: Any,
 ) -> dict[str, Any] | None:
-    """Ground an answer synchronously; ``None`` when grounding does not apply, fails or takes over ``timeout`` seconds."""
-    if not _applies(answer, chunks, error) or grounder is None:
+    """Ground an answer synchronously; ``None`` when grounding does not apply, fails or takes over ``timeout`` seconds.
+
+    It does not apply to a give-up (``terminated_by="gave_up"``): "Could not answer: ..." is no claim to score.
+    """
+    if not applies(answer, chunks, error, terminated_by) or grounder is None:
         return None
     assert answer is not None
     name = grounder_name(grounder)
@@ -113,10 +120,10 @@ def ground_answer(
 async def aground_answer(
     *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
     error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
-    on_timeout: OnTimeout | None = None, **opts: Any,
+    on_timeout: OnTimeout | None = None, terminated_by: str | None = None, **opts: Any,
 ) -> dict[str, Any] | None:
     """Ground an answer on the event loop; a synchronous grounder runs in a daemon thread (see the module docstring)."""
-    if not _applies(answer, chunks, error) or grounder is None:
+    if not applies(answer, chunks, error, terminated_by) or grounder is None:
         return None
     assert answer is not None
     name = grounder_name(grounder)

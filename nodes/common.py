@@ -42,7 +42,7 @@ def run_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> dict[str
 def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) -> list[ToolSchema]:
     """Return the schemas the controller is offered this run."""
     extra = tuple(convert_to_openai_tool(t) for t in run_tools(deps, ctx, scope).values())
-    return controller_tools(scope, (*deps.custom_schemas, *extra))
+    return controller_tools(scope, extra, deps.toolset)
 
 
 def loop_opts(ctx: LoopContext, state: Mapping[str, Any], tools: Sequence[ToolSchema], role: Role) -> dict[str, Any]:

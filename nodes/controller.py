@@ -6,15 +6,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, InvalidToolCall
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    InvalidToolCall,
+    SystemMessage,
+)
 from langchain_core.messages.tool import invalid_tool_call
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from graph import prompts
 from graph.budget import exhausted, usage_of
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
+from graph.policy import should_send_back
 from graph.routing import Routers, as_config
 from graph.state import BudgetStop, ControllerView, TerminatedBy
 from nodes.common import (
@@ -46,6 +54,7 @@ class ControllerUpdate(TypedDict, total=False):
     started_at: float
     budget_stop: BudgetStop
     options: dict[str, Any]
+    search_nudged: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +132,14 @@ def _bounded_raw(call: Any, ids: set[str | None]) -> Any:
     return {**call, "function": {**function, "arguments": kept_arguments(function.get("arguments") or "")}}
 
 
+def sent_back_last_turn(state: ControllerView) -> bool:
+    """Whether the last turn's plain-text reply was sent back to search first (it is the last message)."""
+    messages = state.get("messages") or []
+    return bool(state.get("search_nudged")) and bool(messages) and isinstance(messages[-1], AIMessage) and not (
+        messages[-1].tool_calls or messages[-1].invalid_tool_calls
+    )
+
+
 def check_input(state: ControllerView) -> None:
     """Reject a run input that `run` would have refused (server clients send any JSON).
 
@@ -163,10 +180,14 @@ class Controller:
             model = self.deps.controller(ctx)
         except Exception as exc:  # a model that cannot be created fails like a model call
             return {"messages": new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(exc)}
-        sent = [system_message(self.deps, ctx, state, opts), *state.get("messages", []), *new]
+        system = system_message(self.deps, ctx, state, opts)
+        if sent_back_last_turn(state):
+            # a note in the system prompt, not a forged user turn: the conversation stays the user's
+            system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
+        sent = [system, *state.get("messages", []), *new]
         return Turn(model, sent, tools, opts, new, state.get("started_at"))
 
-    def _finish(self, state: ControllerView, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
+    def _finish(self, state: ControllerView, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
         iterations = state.get("iterations", 0)
         if isinstance(reply, BaseException):
             update_error: ControllerUpdate = {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
@@ -180,6 +201,9 @@ class Controller:
             if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
                 update["terminated_by"] = "error"
                 update["error"] = EMPTY_REPLY
+                return update
+            if should_send_back(state, ctx, iterations + 1, turn.opts["tools"]):
+                update["search_nudged"] = True  # no outcome: the next turn is told to search first
                 return update
             update["terminated_by"] = "answered"
             update["answer"] = text
@@ -205,7 +229,7 @@ class Controller:
             reply: AIMessage | BaseException = turn.model.invoke(turn.sent, turn.tools, turn.opts)
         except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
             reply = exc
-        return self._settle(state, runtime, self._finish(state, turn, reply))
+        return self._settle(state, runtime, self._finish(state, runtime.context, turn, reply))
 
     async def async_(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
         """Run one controller turn on the event loop."""
@@ -216,4 +240,4 @@ class Controller:
             reply: AIMessage | BaseException = await turn.model.ainvoke(turn.sent, turn.tools, turn.opts)
         except Exception as exc:  # the one catch-all, as in sync
             reply = exc
-        return self._settle(state, runtime, self._finish(state, turn, reply))
+        return self._settle(state, runtime, self._finish(state, runtime.context, turn, reply))

@@ -72,12 +72,15 @@ def _inputs(state: LoopState) -> dict[str, Any]:
         "chunks": state.get("chunks") or [],
         "tool_history": state.get("tool_history") or [],
         "error": state.get("error"),
+        "terminated_by": state.get("terminated_by"),
     }
 
 
 def _would_ground(state: LoopState) -> bool:
-    """Whether grounding applies: an answer, no error, and chunks to ground it in (as `grounding.apply` decides)."""
-    return state.get("error") is None and state.get("answer") is not None and bool(state.get("chunks"))
+    """Whether grounding applies, as `grounding.apply` decides (a give-up, for one, is not grounded)."""
+    from grounding.apply import applies
+
+    return applies(state.get("answer"), state.get("chunks") or [], state.get("error"), state.get("terminated_by"))
 
 
 class Ground:

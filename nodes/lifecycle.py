@@ -20,6 +20,7 @@ from nodes.common import emit, offered_tools, scope_of
 
 LOOP_START = "loop_start"
 LOOP_STOP = "loop_stop"
+LOOP_EXCEPTION = "loop_exception"
 TOOL_CALL = "tool_call"
 
 
@@ -42,6 +43,18 @@ def stop_event(view: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> di
         "tool_count": tool_count,
         "iterations": view.get("iterations", 0),
         "terminated_by": view.get("terminated_by"),
+    }
+
+
+def exception_event(question: str, max_iterations: int, iterations: int, exc: BaseException) -> dict[str, Any]:
+    """Return the event of a run that raised: the start keys, the turns run, and the error's type and message."""
+    return {
+        "event": LOOP_EXCEPTION,
+        "question": question,
+        "max_iterations": max_iterations,
+        "iterations": iterations,
+        "error_type": type(exc).__name__,
+        "error": " ".join(str(exc).split()),
     }
 
 

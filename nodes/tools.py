@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 from graph.channels import ChunkMerge
 from graph.context import LoopContext
 from graph.deps import LoopDeps
+from graph.policy import should_send_back
 from graph.routing import Routers, as_config
 from graph.state import TerminatedBy, ToolEvent, ToolsView
 from nodes.common import emit, run_tools, scope_of
@@ -41,6 +42,7 @@ class ToolsUpdate(TypedDict, total=False):
     chunks: ChunkMerge
     terminated_by: TerminatedBy
     answer: str
+    search_nudged: bool
 
 
 def _iteration(state: ToolsView) -> int:
@@ -60,6 +62,8 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
         entry["duplicate_of"] = outcome.duplicate.iteration
     if outcome.graph is not None:
         entry["graph"] = outcome.graph
+    if outcome.ignored_args:
+        entry["ignored_args"] = list(outcome.ignored_args)
     return entry
 
 
@@ -78,14 +82,18 @@ class Tools:
         scope = scope_of(state)
         history = state.get("tool_history") or []
         guard = DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity) if ctx.duplicate_guard else None
+        toolset = self.deps.toolset
+        extra = run_tools(self.deps, ctx, scope)
         return plan_calls(
             last.tool_calls,
             last.invalid_tool_calls,
             scope=scope,
-            custom_tools={**self.deps.custom_tools, **run_tools(self.deps, ctx, scope)},
+            custom_tools={**toolset.custom, **extra},
             max_calls=ctx.max_tool_calls_per_turn,
             iteration=_iteration(state),
             guard=guard,
+            builtins=toolset.builtins,
+            search_first=should_send_back(state, ctx, state.get("iterations", 0), [*toolset.layout, *extra]),
         )
 
     def _fold(self, state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
@@ -98,6 +106,8 @@ class Tools:
         recorded = [o for o in outcomes if o.recorded]
         history = [_entry(o, iteration) for o in recorded]
         update: ToolsUpdate = {"messages": messages, "tool_history": history}
+        if any(o.sent_back for o in outcomes):
+            update["search_nudged"] = True
         found = [c for o in recorded for c in o.found]
         if found:
             update["chunks"] = {"merge": found, "cap": runtime.context.chunk_cap}

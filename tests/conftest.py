@@ -17,3 +17,6 @@ def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name, raising=False)
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
         monkeypatch.delenv(name, raising=False)
+    # Scripted models answer at once whatever they are asked; the search-first policy has its
+    # own tests (tests/unit/test_design_points.py), which delete this to run with the default.
+    monkeypatch.setenv("ARCANA_LOOP_REQUIRE_SEARCH", "off")

@@ -78,8 +78,10 @@ def past_searches(history: Sequence[ToolEvent], scope: Scope) -> list[PastSearch
         limit = effective_limit(entry["args"].get("limit"))
         if entry["summary"].startswith("search error") or limit is None:
             continue
+        # a collection the schema did not offer was not used, so it did not narrow that search
+        requested = None if "collection" in entry.get("ignored_args", ()) else entry["args"].get("collection")
         try:
-            resolved = scope.resolve(entry["args"].get("collection"))
+            resolved = scope.resolve(requested)
         except ScopeError:
             continue
         past.append(

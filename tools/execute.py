@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool
 
 from graph.state import Chunk, TerminatedBy
 from graph.text import scrub
-from tools import schemas
+from tools import schemas, tracing
 from tools.chunks import NO_RESULTS, SHOWN_PER_SEARCH, format_search_result, render_id, to_chunks
 from tools.duplicates import PastSearch, find_duplicate, scope_key, search_key
 from tools.scoping import Scope, ScopeError
@@ -45,6 +45,11 @@ MISSING_ANSWER_TEXT = "Tool error: answer needs a non-empty string `text` argume
 MISSING_GIVE_UP_REASON = "Tool error: give_up needs a non-empty string `reason` argument"
 SKIPPED_AFTER_END = "Skipped: the run ended at an earlier tool call in this turn."
 SKIPPED_TOO_MANY = "Skipped: more than {limit} tool calls in one turn."
+SEARCH_FIRST = (
+    "Not answered yet: you have not searched the knowledge base. Search it first and answer from what "
+    "it returns; answer without searching only if the question needs nothing from the knowledge base."
+)
+"""The tool result of an ``answer`` sent back because no search came before it (see ``require_search``)."""
 GIVE_UP_ANSWER = "Could not answer: {reason}"
 ANSWERED_SUMMARY = "Answered."
 GAVE_UP_SUMMARY = "Gave up: {answer}"
@@ -74,6 +79,10 @@ class CallOutcome:
     """False for search results whose text `render_turn` writes (it depends on what was shown before)."""
     graph: dict[str, Any] | None = None
     """For a graph-enhanced search: ``{"used": True, "matched_entities": n, "graph_chunks": m}``."""
+    ignored_args: tuple[str, ...] = ()
+    """Arguments of a default tool's call that its offered schema does not have: never used."""
+    sent_back: bool = False
+    """An ``answer`` returned to the controller because no search came before it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,7 @@ class SearchCall:
     query: str
     collection: str | list[str] | None
     limit: int
+    ignored_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +122,10 @@ class DuplicateGuard:
     similarity: float | None = None
 
 
-def _plan_search(call_id: str, args: dict[str, Any], scope: Scope, guard: DuplicateGuard | None, iteration: int) -> Planned:
+def _plan_search(
+    call_id: str, args: dict[str, Any], scope: Scope, guard: DuplicateGuard | None, iteration: int
+) -> CallOutcome | SearchCall:
+    """Plan a search from the arguments its offered schema has (the caller drops the others)."""
     query = args.get("query")
     if query is None:
         return _search_error(call_id, args, MISSING_QUERY)
@@ -138,6 +151,29 @@ def _plan_search(call_id: str, args: dict[str, Any], scope: Scope, guard: Duplic
     return SearchCall(call_id, args, query, collection, limit)
 
 
+def _offered_only(name: str, args: dict[str, Any], scope: Scope) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Split a default tool's arguments into those its schema offers and the names of the others.
+
+    A model may send an argument the schema does not have (a ``collection`` in an
+    unrestricted or locked run); it is never used, so the schema alone says what a call can do.
+    """
+    offered = schemas.offered_parameters(name, scope)
+    ignored = tuple(sorted(k for k in args if k not in offered))
+    if not ignored:
+        return args, ()
+    return {k: v for k, v in args.items() if k in offered}, ignored
+
+
+def _plan_builtin(
+    call_id: str, name: str, args: dict[str, Any], scope: Scope, guard: DuplicateGuard | None, iteration: int
+) -> Planned:
+    """Plan a call of a default tool on its offered arguments, recording the ignored ones."""
+    used, ignored = _offered_only(name, args, scope)
+    step = _plan_search(call_id, used, scope, guard, iteration) if name == schemas.SEARCH else _plan_terminal(call_id, name, used)
+    # the history keeps the arguments as sent; what was ignored is listed beside them
+    return replace(step, args=args, ignored_args=ignored) if ignored else step
+
+
 def _plan_terminal(call_id: str, name: str, args: dict[str, Any]) -> CallOutcome:
     key, missing = ("text", MISSING_ANSWER_TEXT) if name == schemas.ANSWER else ("reason", MISSING_GIVE_UP_REASON)
     value = args.get(key)
@@ -160,12 +196,17 @@ def plan_calls(
     max_calls: int,
     iteration: int = 0,
     guard: DuplicateGuard | None = None,
+    builtins: frozenset[str] = frozenset(schemas.DEFAULT_TOOL_NAMES),
+    search_first: bool = False,
 ) -> list[Planned]:
     """Plan a turn's tool calls in order, stopping execution at the first terminating call.
 
     Every call gets an entry (so every call gets a tool message); calls after a
     terminating one, and calls beyond ``max_calls``, are planned as skipped. With a
-    ``guard``, a search that repeats an earlier one is planned as a duplicate.
+    ``guard``, a search that repeats an earlier one is planned as a duplicate. A
+    custom tool (``search`` included) runs as such; a default tool runs only when it
+    is among ``builtins``, the ones offered. With ``search_first``, the first
+    ``answer`` not preceded by a search in this turn is sent back (`SEARCH_FIRST`).
     """
     planned: list[Planned] = []
     ended = False
@@ -178,12 +219,15 @@ def plan_calls(
             continue
         step: Planned
         if name == schemas.SEARCH:
-            step = _plan_search(call_id, args, scope, guard, iteration)
-        elif name in (schemas.ANSWER, schemas.GIVE_UP):
-            step = _plan_terminal(call_id, name, args)
-            ended = step.terminal is not None
-        elif name in custom_tools:
+            search_first = False  # any search, a custom one included, lets a later answer through
+        if name in custom_tools:
             step = CustomCall(call_id, args, custom_tools[name])
+        elif name == schemas.ANSWER and search_first and name in builtins:
+            step = CallOutcome(call_id, name, args, SEARCH_FIRST, SEARCH_FIRST, sent_back=True)
+            search_first = False  # sent back once; an answer the model insists on is taken
+        elif name in builtins:
+            step = _plan_builtin(call_id, name, args, scope, guard, iteration)
+            ended = isinstance(step, CallOutcome) and step.terminal is not None
         else:
             text = UNKNOWN_TOOL.format(name=name)
             step = CallOutcome(call_id, name, args, text, text)
@@ -234,10 +278,17 @@ def kept_arguments(args: Any) -> str:
 
 def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
     if not isinstance(results, list | tuple):
-        return _search_error(call.call_id, call.args, f"the search returned {type(results).__name__}, not a list of chunks")
+        return _failed_search(call, f"the search returned {type(results).__name__}, not a list of chunks")
     found = to_chunks(results, call.limit)  # bounded: a search may return far more than it was asked for
     ids = [c["id"] for c in found]
-    return CallOutcome(call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, graph=graph_usage(found))
+    return CallOutcome(
+        call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, graph=graph_usage(found),
+        ignored_args=call.ignored_args,
+    )
+
+
+def _failed_search(call: SearchCall, reason: str) -> CallOutcome:
+    return replace(_search_error(call.call_id, call.args, reason), ignored_args=call.ignored_args)
 
 
 def graph_usage(found: Sequence[Chunk]) -> dict[str, Any] | None:
@@ -278,13 +329,17 @@ def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, An
     if isinstance(step, CallOutcome):
         return step
     if isinstance(step, SearchCall):
+        traced = tracing.start_search(step.query, step.collection, step.limit)
         try:
             results = search_fn(step.query, collection=step.collection, limit=step.limit, **search_opts)
             if inspect.isawaitable(results):
                 results = asyncio.run(_awaited(results))
         except Exception as exc:  # the tool boundary: a failing search is a tool result
-            return _search_error(step.call_id, step.args, _describe(exc))
-        return _search_outcome(step, results)
+            tracing.search_failed(traced, exc)
+            return _failed_search(step, _describe(exc))
+        outcome = _search_outcome(step, results)
+        tracing.end_search(traced, outcome.found, None if outcome.found or not _is_error(outcome) else outcome.summary)
+        return outcome
     try:
         return _custom_outcome(step, step.tool.invoke(step.args))
     except Exception as exc:  # the tool boundary: a failing custom tool is a tool result
@@ -293,6 +348,10 @@ def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, An
 
 async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
+
+
+def _is_error(outcome: CallOutcome) -> bool:
+    return outcome.summary.startswith(SEARCH_ERROR.format(reason=""))
 
 
 async def arun_planned(
@@ -307,6 +366,7 @@ async def arun_planned(
         return step
     if isinstance(step, SearchCall):
         async with limiter:
+            traced = await tracing.astart_search(step.query, step.collection, step.limit)
             try:
                 if inspect.iscoroutinefunction(search_fn):
                     results = await search_fn(step.query, collection=step.collection, limit=step.limit, **search_opts)
@@ -318,8 +378,11 @@ async def arun_planned(
                     if inspect.isawaitable(results):
                         results = await results
             except Exception as exc:  # the tool boundary, as in run_planned
-                return _search_error(step.call_id, step.args, _describe(exc))
-        return _search_outcome(step, results)
+                await tracing.asearch_failed(traced, exc)
+                return _failed_search(step, _describe(exc))
+        outcome = _search_outcome(step, results)
+        await tracing.aend_search(traced, outcome.found, None if outcome.found or not _is_error(outcome) else outcome.summary)
+        return outcome
     async with serial:
         try:
             return _custom_outcome(step, await step.tool.ainvoke(step.args))

@@ -217,12 +217,13 @@ def test_answerer_failure_or_empty_text_keeps_the_draft(failure):
     assert result.answer == "draft"
 
 
-def test_answerer_never_runs_on_give_up_or_plain_text():
-    answerer = scripted()
+def test_answerer_never_runs_on_give_up_but_rewrites_a_plain_text_answer():
+    answerer = scripted("rewritten")
     first = run("Q?", controller_llm=scripted(give_up("no")), answer_llm=answerer, search_fn=ScriptedSearch())
+    assert first.answer == "Could not answer: no" and answerer.calls == []
     second = run("Q?", controller_llm=scripted("text reply"), answer_llm=answerer, search_fn=ScriptedSearch())
-    assert first.answer == "Could not answer: no" and second.answer == "text reply"
-    assert answerer.calls == []
+    assert second.terminated_by == "answered" and second.answer == "rewritten"
+    assert second.messages[-3].content == "text reply"  # the draft, then the instruction, then the rewrite
 
 
 def test_answer_prompt_as_string_and_function():
@@ -324,7 +325,9 @@ def test_empty_scope_matches_nothing_through_every_call():
     result = run("Q?", controller_llm=model, search_fn=found, collection=[])
     assert found.calls == []  # never called: a custom search cannot mistake [] for "everything"
     assert result.tool_history[0]["summary"] == "No results."
-    assert result.tool_history[1]["summary"].startswith('search error: collection "docs" is not in the allowed list ()')
+    # the schema of an empty scope has no collection parameter, so a collection sent anyway is ignored
+    assert result.tool_history[1]["summary"] == "No results."
+    assert result.tool_history[1]["ignored_args"] == ["collection"]
     assert result.chunks == []
 
 
@@ -443,14 +446,14 @@ def test_custom_tools_are_offered_executed_and_never_terminate():
     assert result.terminated_by == "answered"
 
 
-def test_custom_tool_cannot_take_a_default_tools_name():
+def test_custom_tool_cannot_take_a_control_tools_name():
     @tool
-    def search(query: str) -> str:
+    def answer(text: str) -> str:
         """Shadow."""
         return ""
 
-    with pytest.raises(ValueError, match="already taken"):
-        run("Q?", controller_llm=scripted(), tools=[search], search_fn=ScriptedSearch())
+    with pytest.raises(ValueError, match="control tools"):
+        run("Q?", controller_llm=scripted(), tools=[answer], search_fn=ScriptedSearch())
 
 
 @pytest.mark.parametrize(("call", "text"), [(tool_call("answer"), "answer needs"), (tool_call("give_up"), "give_up needs")])

@@ -1,0 +1,73 @@
+"""Search before answering: when an answer that rests on no search is sent back once.
+
+A small model asked a factual question often answers from its own memory without
+searching; a loop that accepts that is no retrieval engine. With ``require_search``
+``"on"``, an ``answer`` call or a plain-text reply that comes before any search goes
+back to the controller once with a note to search first; if the model answers again
+without searching, that answer is taken (the result's ``grounded_in_chunks`` then says
+it rests on no chunk). ``"auto"`` (the default) does the same unless the question is
+small talk (a greeting, thanks, "who are you"), which needs no search; ``"off"``
+accepts any answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graph.budget import turn_limit
+from graph.context import LoopContext
+from tools.schemas import SEARCH
+
+_GREETING = r"(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))(?: there| all| everyone| you)?"
+_THANKS = r"(?:thanks|thank you|thx|ty|cheers|many thanks)(?: (?:a lot|so much|very much|again))?(?: for (?:your|the|all the) help)?"
+_IDENTITY = r"(?:who|what) are you|what(?: is|s) your name|how are you(?: doing)?|what can you do|nice to meet you"
+_FAREWELL = r"(?:bye|goodbye|see you|ok(?:ay)?|great|cool|nice)"
+_SMALL_TALK = re.compile(rf"(?:(?:{_GREETING}|{_THANKS}|{_IDENTITY}|{_FAREWELL})\s*)+")
+_NOT_WORDS = re.compile(r"[^\w\s']+")
+MAX_SMALL_TALK_WORDS = 12
+"""A longer question is never small talk, whatever it starts with."""
+
+
+def is_small_talk(question: str) -> bool:
+    """Whether a question is only greetings, thanks or questions about the assistant itself.
+
+    ``"Hello!"``, ``"thanks a lot"``, ``"Hi, who are you?"`` are; ``"hi, what is asyncio?"`` is not.
+    """
+    words = _NOT_WORDS.sub(" ", question.casefold().replace("\u2019", "'")).replace("'", "").split()
+    if not words or len(words) > MAX_SMALL_TALK_WORDS:
+        return False
+    return _SMALL_TALK.fullmatch(" ".join(words) + " ") is not None
+
+
+def search_required(ctx: LoopContext, question: str) -> bool:
+    """Whether this run's answers must come after a search (``require_search``, with ``auto`` read for this question)."""
+    match ctx.require_search:
+        case "off":
+            return False
+        case "on":
+            return True
+        case _:
+            return not is_small_talk(question)
+
+
+def has_searched(history: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the controller has called ``search`` in this run (a failed or repeated search counts: it tried)."""
+    return any(entry["tool"] == SEARCH for entry in history)
+
+
+def should_send_back(state: Mapping[str, Any], ctx: LoopContext, turns_used: int, offered: Sequence[str]) -> bool:
+    """Whether an answer made now, with no search before it, goes back to the controller.
+
+    Only once per run, only when ``search`` is offered, and only when at least two
+    turns are left (one to search, one to answer): sent back with fewer, the answer
+    would be lost to the turn budget.
+    """
+    return (
+        SEARCH in offered
+        and not state.get("search_nudged")
+        and not has_searched(state.get("tool_history") or [])
+        and turn_limit(state, ctx) - turns_used >= 2
+        and search_required(ctx, state["question"])
+    )

@@ -1,0 +1,98 @@
+"""Each search as a retriever run of its own in LangChain tracing (LangSmith and any callback handler).
+
+A LangChain retriever shows up in a trace as a ``retriever`` run whose input is the
+query and whose output is the documents it found. The loop's searches are not
+retrievers, so the ``tools`` node opens such a run around each one, under the node's
+own run (the config LangGraph set for the node's task). The scope and the limit are
+in the run's metadata: a retriever run's inputs hold only the query. Without
+callbacks (no tracing, no handler) this costs a few attribute lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManager,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.runnables.config import ensure_config
+
+from graph.state import Chunk
+
+RUN_NAME = "search"
+
+
+def _metadata(collection: str | list[str] | None, limit: int) -> dict[str, Any]:
+    return {"collection": collection, "limit": limit, "ls_retriever_name": RUN_NAME}
+
+
+def _managers(collection: str | list[str] | None, limit: int, manager: type[Any]) -> Any:
+    config = ensure_config()  # inside a node: the node's config, whose callbacks are its run's children
+    return manager.configure(
+        config.get("callbacks"),
+        None,
+        inheritable_tags=config.get("tags"),
+        inheritable_metadata=config.get("metadata"),
+        local_metadata=_metadata(collection, limit),
+    )
+
+
+def documents(found: Sequence[Chunk]) -> list[Document]:
+    """Return chunks as LangChain documents: the text as page content, the rest as metadata."""
+    return [
+        Document(page_content=c["text"], id=c["id"], metadata={k: v for k, v in c.items() if k not in ("id", "text")})
+        for c in found
+    ]
+
+
+def start_search(query: str, collection: str | list[str] | None, limit: int) -> CallbackManagerForRetrieverRun | None:
+    """Open the retriever run of one search; ``None`` when nobody listens."""
+    manager: CallbackManager = _managers(collection, limit, CallbackManager)
+    if not manager.handlers:
+        return None
+    return manager.on_retriever_start(None, query, name=RUN_NAME)
+
+
+def end_search(run: CallbackManagerForRetrieverRun | None, found: Sequence[Chunk], error: str | None = None) -> None:
+    """Close a search's run with the chunks it found, or with the error its result was."""
+    if run is None:
+        return
+    if error is not None:
+        run.on_retriever_error(ValueError(error))
+    else:
+        run.on_retriever_end(documents(found))
+
+
+def search_failed(run: CallbackManagerForRetrieverRun | None, exc: BaseException) -> None:
+    """Close a search's run with the exception the search raised."""
+    if run is not None:
+        run.on_retriever_error(exc)
+
+
+async def astart_search(query: str, collection: str | list[str] | None, limit: int) -> AsyncCallbackManagerForRetrieverRun | None:
+    """Open the retriever run of one search, on the event loop (see `start_search`)."""
+    manager: AsyncCallbackManager = _managers(collection, limit, AsyncCallbackManager)
+    if not manager.handlers:
+        return None
+    return await manager.on_retriever_start(None, query, name=RUN_NAME)
+
+
+async def aend_search(run: AsyncCallbackManagerForRetrieverRun | None, found: Sequence[Chunk], error: str | None = None) -> None:
+    """Close a search's run, on the event loop (see `end_search`)."""
+    if run is None:
+        return
+    if error is not None:
+        await run.on_retriever_error(ValueError(error))
+    else:
+        await run.on_retriever_end(documents(found))
+
+
+async def asearch_failed(run: AsyncCallbackManagerForRetrieverRun | None, exc: BaseException) -> None:
+    """Close a search's run with the exception the search raised, on the event loop."""
+    if run is not None:
+        await run.on_retriever_error(exc)
