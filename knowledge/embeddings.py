@@ -11,6 +11,7 @@ offline, but it ranks evidence markedly worse than a contextual model (see
 
 from __future__ import annotations
 
+import logging
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -36,8 +37,8 @@ class WordLlamaEmbeddings(Embeddings):
 
     def __init__(self, batch_size: int = _WORDLLAMA_BATCH) -> None:
         """Load the model from the weights inside the `wordllama` package."""
-        import wordllama
-        from wordllama import WordLlama
+        wordllama = _import_wordllama()
+        WordLlama = wordllama.WordLlama  # the library's class name
 
         # Plain `WordLlama.load()` looks in a user cache and may try the network;
         # the weights live next to the package itself.
@@ -76,6 +77,23 @@ class WordLlamaEmbeddings(Embeddings):
         if not parts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def _import_wordllama() -> Any:
+    """Import wordllama without letting it configure logging for the whole application.
+
+    Its import calls ``logging.basicConfig(level=INFO)``, which gives an application
+    that never configured logging a root handler at INFO: every library's INFO lines
+    would then print. What the import added to the root logger is taken back.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    import wordllama
+
+    if root.handlers != handlers:
+        root.handlers = handlers
+        root.setLevel(level)
+    return wordllama
 
 
 @lru_cache(maxsize=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from langchain_openai import OpenAIEmbeddings
 
@@ -26,3 +28,18 @@ def test_bad_specs_say_what_is_wrong(spec, message):
     with pytest.raises(ValueError, match=message) as info:
         resolve_embeddings(spec)
     assert repr(spec) in str(info.value)
+
+
+def test_loading_wordllama_leaves_logging_unconfigured():
+    import subprocess
+    import sys
+
+    code = (
+        "import logging\n"
+        "from knowledge.embeddings import WordLlamaEmbeddings\n"
+        "WordLlamaEmbeddings()\n"
+        "root = logging.getLogger()\n"
+        "print(len(root.handlers), root.level)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", str(logging.WARNING)]
