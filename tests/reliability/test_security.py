@@ -279,6 +279,7 @@ def test_the_api_key_never_reaches_cli_json_output(openai_server, pg_url, tmp_pa
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}
     env.update(DATABASE_URL=pg_url, OPENAI_API_KEY=SENTINEL, OPENAI_BASE_URL=openai_server.base_url)
     subprocess.run([sys.executable, "-m", "cli.main", "ingest", str(note), "--collection", "keys"], env=env, check=True, capture_output=True, timeout=240)
+    openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "timeout"}}]})  # search first, as the default policy asks
     openai_server.enqueue({"tool_calls": [{"name": "answer", "arguments": {"text": "Use wait_for."}}]})
     done = subprocess.run([sys.executable, "-m", "cli.main", "ask", "Timeouts?", "--collection", "keys", "--model", "openai:gpt-4o-mini", "--json"],
                           env=env, capture_output=True, text=True, timeout=240)
