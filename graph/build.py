@@ -17,6 +17,7 @@ from langgraph._internal._runnable import RunnableCallable  # one node with a sy
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 
+from graph.channels import USAGE_RESET
 from graph.context import LoopContext
 from graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from graph.models import ModelSpec, resolve_model
@@ -51,11 +52,14 @@ LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
 
 
 def _with_seconds(name: str, update: Any, seconds: float) -> Any:
+    """Add the node's wall time to its usage write, and the write to the thread's usage."""
     timing = {"node_seconds": {name: seconds}}
     if not isinstance(update, dict):
         return update
     usage = update.get("usage")
-    return {**update, "usage": add_usage(usage, timing) if usage else timing}
+    usage = add_usage(usage, timing) if usage else timing
+    thread = {k: v for k, v in usage.items() if k != USAGE_RESET}  # a new question resets only its own usage
+    return {**update, "usage": usage, "thread_usage": thread}
 
 
 def _timed(name: str, sync_body: Callable[..., Any], async_body: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:

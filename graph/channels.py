@@ -79,11 +79,42 @@ def fold_chunks(current: list[Chunk], writes: Sequence[list[Chunk] | ChunkMerge]
 
 
 def fold_appended(current: list[Any], writes: Sequence[Any]) -> list[Any]:
-    """Append each write (a list of items, or one item) in order."""
+    """Append each write (a list of items, or one item) in order; a `replacing` write replaces the list.
+
+    A new question on a thread starts its tool history afresh with ``{"replace": []}``:
+    a small write, so the delta checkpoints stay linear (the earlier questions' entries
+    stay in the checkpoints that wrote them).
+    """
     out = list(current)
     for write in writes:
-        out.extend(write if isinstance(write, list) else [write])
+        if is_replacing(write):
+            out = list(write["replace"])
+        else:
+            out.extend(write if isinstance(write, list) else [write])
     return out
+
+
+def replacing(items: list[Any]) -> dict[str, list[Any]]:
+    """Return the write that replaces an appended list with ``items``."""
+    return {"replace": items}
+
+
+def is_replacing(write: Any) -> bool:
+    """Whether a write to an appended list replaces it (see `replacing`)."""
+    return isinstance(write, dict) and set(write) == {"replace"} and isinstance(write["replace"], list)
+
+
+USAGE_RESET = "__reset__"
+"""A key of a ``usage`` write that starts the usage afresh (a new question) instead of adding to it."""
+
+
+def fold_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Sum two usage records key by key, unless ``right`` resets the usage (see `USAGE_RESET`)."""
+    from graph.state import add_usage
+
+    if right and right.get(USAGE_RESET):
+        return {k: v for k, v in right.items() if k != USAGE_RESET}
+    return add_usage(left, right)
 
 
 def fold_messages(current: list[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_core.messages import HumanMessage
-
 from graph import prompts
 from graph.context import LoopContext
+from graph.conversation import instruction as instruction_message
 from graph.state import Coverage
 
 FULL_SUPPORT = 0.999
@@ -62,7 +61,7 @@ def ground_update(state: Mapping[str, Any], ctx: LoopContext, grounding: dict[st
     instruction = prompts.REPAIR_PROMPT.format(score=score, min_support=ctx.min_support, claims=listed)
     update.update(
         {
-            "messages": [HumanMessage(content=instruction)],
+            "messages": [instruction_message(instruction)],  # the loop's, not the user's: no new question
             "terminated_by": None,
             "budget_stop": None,
             "repairs": int(state.get("repairs") or 0) + 1,

@@ -28,6 +28,7 @@ from pydantic import ConfigDict, Field
 from graph.build import build_graph, make_deps
 from graph.checkpoints import resolve_checkpointer
 from graph.context import CONTEXT_FIELDS, LoopContext
+from graph.conversation import is_closing
 from graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
 from graph.state import Chunk
 from graph.trace import history
@@ -219,7 +220,8 @@ def record_of(thread_id: str, checkpointer: Any) -> Record:
 
 
 def _reply_of(result: Mapping[str, Any]) -> dict[str, Any] | None:
-    replies = [m for m in result.get("messages") or [] if isinstance(m, AIMessage)]
+    # a model's reply, not the message the loop writes to close a question
+    replies = [m for m in result.get("messages") or [] if isinstance(m, AIMessage) and not is_closing(m)]
     return message_to_dict(replies[-1]) if replies else None
 
 

@@ -33,7 +33,7 @@ MAX_QUESTION_CHARS = 32_000
 
 _RESULT_KEYS = (
     "question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding",
-    "messages", "usage", "coverage", "repair", "budget_stop",
+    "messages", "usage", "coverage", "repair", "budget_stop", "thread_usage", "question_index",
 )
 
 
@@ -63,6 +63,10 @@ class LoopResult:
     """Whether the answer rests on retrieved chunks: the run answered (or synthesized) after gathering
     at least one. False for an answer from the model's memory, a give-up, an error, or a custom
     ``search`` tool (its text results are not chunks)."""
+    question_index: int = 0
+    """The 0-based number of this question in its thread's conversation."""
+    thread_usage: dict[str, Any] = field(default_factory=dict)
+    """``usage`` summed over every question of the thread (``usage`` is this question's)."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
@@ -83,6 +87,8 @@ class LoopResult:
             repair=state.get("repair"),
             budget_stop=state.get("budget_stop"),
             grounded_in_chunks=grounded_in_chunks(state),
+            question_index=int(state.get("question_index") or 0),
+            thread_usage=dict(state.get("thread_usage") or state.get("usage") or {}),
         )
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from langchain_core.messages import AnyMessage
 from typing_extensions import TypedDict
 
-from graph.channels import FoldChannel, fold_appended, fold_chunks, fold_messages
+from graph.channels import FoldChannel, fold_appended, fold_chunks, fold_messages, fold_usage
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.
@@ -85,10 +85,22 @@ def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict
 
 
 class LoopInput(TypedDict):
-    """What a run starts from."""
+    """What a run starts from: a ``question``, or ``messages`` whose last human message is the question.
 
-    question: str
+    Chat clients (LangGraph Studio's chat view, agent-chat-ui, ``useStream``) send
+    ``{"messages": [{"type": "human", "content": ...}]}``; programmatic callers send
+    ``{"question": ...}``. On a thread that already holds a conversation, either starts
+    a new question in it (see ``graph.conversation``).
+    """
+
+    question: NotRequired[str]
     collection: NotRequired[CollectionSpec]
+    messages: Annotated[NotRequired[list[AnyMessage]], FoldChannel(fold_messages)]
+    """The conversation of the thread, without the system prompt (rebuilt per call).
+
+    Starts with the first question; every assistant tool call is answered by a tool
+    message, so the conversation is valid for OpenAI-style APIs whenever it is sent
+    again; each question ends with its answer as an assistant message with text."""
 
 
 class RunInput(LoopInput):
@@ -113,33 +125,42 @@ class LoopOutput(TypedDict):
     grounding: dict[str, Any] | None
     repair: dict[str, Any] | None
     usage: dict[str, Any]
+    thread_usage: dict[str, Any]
+    question_index: int
     tool_history: list[ToolEvent]
     chunks: list[Chunk]
+    messages: list[AnyMessage]
 
 
 class LoopState(LoopInput):
-    """Everything the nodes share during a run."""
+    """Everything the nodes share during a run.
 
-    messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
-    """The controller conversation without the system prompt (which is rebuilt per call).
+    A thread holds one conversation; the fields below ``messages`` and ``thread_usage``
+    describe its current question and start fresh when a new question is asked.
+    """
 
-    Starts with the question; every assistant tool call is answered by a tool message,
-    so the conversation is valid for OpenAI-style APIs whenever it is sent again."""
     tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
-    """Executed tool calls in order; append-only."""
+    """This question's executed tool calls in order; appended to, and replaced by an empty list
+    (a ``{"replace": []}`` write) when a new question starts."""
     chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
-    """Accumulated chunks, best first, capped. ``tools`` writes a `ChunkMerge` of the turn's
+    """This question's chunks, best first, capped. ``tools`` writes a `ChunkMerge` of the turn's
     finds (the cap travels in the write, since it is a context value); a list replaces them."""
+    question_index: NotRequired[int]
+    """The 0-based number of the current question in the thread's conversation."""
+    question_message_id: NotRequired[str | None]
+    """Id of the human message that opened the current question (how a new one is told apart)."""
+    thread_usage: Annotated[NotRequired[dict[str, Any]], add_usage]
+    """``usage`` summed over every question of the thread."""
     iterations: NotRequired[int]
-    """Controller turns run so far, the failing one included."""
+    """Controller turns run so far for this question, the failing one included."""
     terminated_by: NotRequired[TerminatedBy | None]
     answer: NotRequired[str | None]
     error: NotRequired[str | None]
     grounding: NotRequired[dict[str, Any] | None]
-    usage: Annotated[dict[str, Any], add_usage]
-    """Tokens per role (``controller``, ``answerer``, ``synthesis``) and seconds per node, summed."""
+    usage: Annotated[dict[str, Any], fold_usage]
+    """This question's tokens per role (``controller``, ``answerer``, ``synthesis``) and seconds per node, summed."""
     started_at: NotRequired[float]
-    """Wall-clock time (``time.time()``) of the first controller turn, for the time budget."""
+    """Wall-clock time (``time.time()``) of the question's first controller turn, for the time budget."""
     budget_stop: NotRequired[BudgetStop | None]
     repairs: NotRequired[int]
     """Answers sent back to the controller because their grounding fell below ``min_support``."""
@@ -203,8 +224,10 @@ class ToolsView(TypedDict):
 
 
 class ControllerView(ToolsView):
-    """What the ``controller`` node reads: the tools' view plus the budget and the recorded options."""
+    """What the ``controller`` node reads: the tools' view, the budget, the recorded options, and the opening."""
 
-    usage: Annotated[dict[str, Any], add_usage]
+    usage: Annotated[dict[str, Any], fold_usage]
     started_at: NotRequired[float]
     options: NotRequired[dict[str, Any]]
+    question_index: NotRequired[int]
+    question_message_id: NotRequired[str | None]

@@ -14,6 +14,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.types import StateSnapshot
 
+from graph.channels import is_replacing
 from graph.checkpoints import resolve_checkpointer
 
 
@@ -31,7 +32,9 @@ class TraceStep:
     checkpoint_id: str
     """The checkpoint the node ran from: pass it to `fork` or `replay` to re-run from here."""
     iteration: int | None = None
-    """The 0-based controller turn this step belongs to."""
+    """The 0-based controller turn this step belongs to (within its question)."""
+    question: int = 0
+    """The 0-based number of the question of the thread's conversation this step belongs to."""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     """``{"name", "args"}`` of each tool call the controller asked for."""
     searches: list[dict[str, Any]] = field(default_factory=list)
@@ -85,12 +88,14 @@ def _usage_of(result: dict[str, Any], node: str) -> tuple[float | None, int | No
 def _step(snapshot: StateSnapshot, task: Any) -> TraceStep:
     result: dict[str, Any] = task.result if isinstance(task.result, dict) else {}
     seconds, tokens = _usage_of(result, task.name)
-    iterations = snapshot.values.get("iterations", 0)
+    opened = "question_index" in result  # the step started a new question of the conversation
+    iterations = 0 if opened else snapshot.values.get("iterations", 0)
     row = TraceStep(
         step=int(snapshot.metadata.get("step", -1)) + 1 if snapshot.metadata else 0,
         node=task.name,
         checkpoint_id=str(snapshot.config["configurable"]["checkpoint_id"]),
         iteration=iterations if task.name == "controller" else max(iterations - 1, 0),
+        question=int(result["question_index"] if opened else snapshot.values.get("question_index") or 0),
         terminated_by=result.get("terminated_by"),
         error=result.get("error"),
         seconds=seconds,
@@ -113,17 +118,21 @@ def _step(snapshot: StateSnapshot, task: Any) -> TraceStep:
 
 
 def _tool_events(result: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    written = result.get("tool_history") or []
+    written: Any = result.get("tool_history") or []
+    if is_replacing(written):  # a new question's fresh history
+        written = written["replace"]
     yield from (written if isinstance(written, list) else [written])
 
 
-def trace(thread_id: str, checkpointer: Any) -> list[TraceStep]:
+def trace(thread_id: str, checkpointer: Any, *, question: int | None = None) -> list[TraceStep]:
     """One row per node run of the thread, oldest first.
 
     Args:
         thread_id: the thread (``LoopResult.thread_id``).
         checkpointer: the saver object or spec the thread ran with (``"memory"``,
             ``"sqlite:<path>"``, ``"postgres"``).
+        question: only the steps of this question of the conversation (0-based, as
+            ``LoopResult.question_index``; negative counts from the last); all when ``None``.
     """
     rows: list[TraceStep] = []
     for snapshot in history(thread_id, checkpointer):
@@ -131,4 +140,9 @@ def trace(thread_id: str, checkpointer: Any) -> list[TraceStep]:
             if task.name.startswith("__") or task.result is None and not task.error:
                 continue
             rows.append(_step(snapshot, task))
-    return rows
+    if question is None:
+        return rows
+    asked = sorted({row.question for row in rows})
+    if question < 0 and -question <= len(asked):
+        question = asked[question]
+    return [row for row in rows if row.question == question]

@@ -6,7 +6,7 @@ an error or an empty reply the draft stays: the user always gets an answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
@@ -15,6 +15,8 @@ from typing_extensions import TypedDict
 from graph import prompts
 from graph.budget import usage_of
 from graph.context import LoopContext
+from graph.conversation import ANSWER_NAME, compact_earlier
+from graph.conversation import instruction as instruction_message
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.routing import Routers, as_config
@@ -27,7 +29,7 @@ from nodes.common import (
     render_instruction,
     system_message,
 )
-from nodes.lifecycle import emit_if_final
+from nodes.lifecycle import close_if_final
 
 NAME = "answerer"
 
@@ -50,16 +52,15 @@ class Answerer:
     def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> tuple[ModelCaller | None, list[BaseMessage], HumanMessage, dict[str, Any]]:
         ctx = runtime.context
         opts = loop_opts(ctx, state, [], "answer")
-        instruction = HumanMessage(
-            content=render_instruction(self.deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt")
-        )
-        sent: list[BaseMessage] = [system_message(self.deps, ctx, state, opts), *state["messages"], instruction]
+        note = instruction_message(render_instruction(self.deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt"))
+        conversation = compact_earlier(state["messages"], state.get("question_message_id"))
+        sent: list[BaseMessage] = [system_message(self.deps, ctx, state, opts), *conversation, note]
         try:
             model = self.deps.answerer(ctx)
         except Exception as exc:  # an answer model that cannot be created: keep the draft
             logger.warning("answer model unavailable, keeping the draft: %s", describe_error(exc))
             model = None
-        return model, sent, instruction, opts
+        return model, sent, note, opts
 
     def _finish(self, state: LoopState, runtime: Runtime[LoopContext], instruction: HumanMessage, reply: AIMessage | BaseException | None) -> AnswererUpdate:
         update: AnswererUpdate = {}
@@ -68,11 +69,13 @@ class Answerer:
         elif reply is not None:
             text = message_text(reply.content).strip()
             if text:
-                update = {"messages": [instruction, AIMessage(content=text)], "answer": text, "usage": usage_of("answerer", reply)}
+                # the reply's id: a streaming client has its tokens under it
+                written = AIMessage(content=text, id=reply.id, name=ANSWER_NAME)
+                update = {"messages": [instruction, written], "answer": text, "usage": usage_of("answerer", reply)}
             else:
                 logger.warning("answer model returned no text, keeping the draft")
-        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, as_config(runtime)))
-        return update
+        view = {**state, **update, "messages": [*state["messages"][-1:], *update.get("messages", [])]}
+        return cast(AnswererUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.finish(state, as_config(runtime))))
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> AnswererUpdate:
         """Rewrite the answer."""

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    HumanMessage,
     InvalidToolCall,
     SystemMessage,
 )
@@ -20,6 +18,7 @@ from typing_extensions import TypedDict
 from graph import prompts
 from graph.budget import exhausted, usage_of
 from graph.context import LoopContext
+from graph.conversation import compact_earlier, fresh_state, fresh_view, new_question
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.policy import should_send_back
@@ -34,7 +33,7 @@ from nodes.common import (
     scope_of,
     system_message,
 )
-from nodes.lifecycle import emit_if_final, start_event
+from nodes.lifecycle import close_if_final, start_event
 from tools.execute import KEPT_ARGUMENT_CHARS, REFUSED_MARK, kept_arguments, oversized_arguments
 from tools.schemas import ToolSchema
 
@@ -144,14 +143,41 @@ def check_input(state: ControllerView) -> None:
     """Reject a run input that `run` would have refused (server clients send any JSON).
 
     Raises:
-        TypeError, ValueError: for a missing or bad question, or a malformed collection.
+        TypeError, ValueError: for a bad question, or a malformed collection.
     """
     from graph.run import check_question  # graph.run imports this module
 
-    if "question" not in state:
-        raise ValueError("the run input needs a 'question' (a non-empty string)")
     check_question(state["question"])
     scope_of(state)
+
+
+def open_question(state: ControllerView) -> tuple[ControllerView, dict[str, Any]]:
+    """Start a new question when the run brings one (see ``graph.conversation``).
+
+    Returns:
+        The state as this turn reads it, and the writes that start the question
+        (empty when the run continues the current question).
+
+    Raises:
+        TypeError, ValueError: for a missing or bad question, or a malformed collection.
+    """
+    asked = new_question(state)
+    if asked is None:
+        return state, {}
+    writes = fresh_state(asked, state.get("messages") or [])
+    view: Any = fresh_view(state, writes)
+    check_input(view)
+    return view, writes
+
+
+def _merged(opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
+    """The turn's update on top of the writes that opened a question (messages and usage added to them)."""
+    if not opening:
+        return update
+    merged: Any = {**opening, **update}
+    merged["messages"] = [*opening["messages"], *update.get("messages", [])]
+    merged["usage"] = {**opening["usage"], **update.get("usage", {})}
+    return cast(ControllerUpdate, merged)
 
 
 class Controller:
@@ -161,9 +187,7 @@ class Controller:
         self.deps = deps
         self.routers = routers
 
-    def _prepare(self, state: ControllerView, runtime: Runtime[LoopContext]) -> Turn | ControllerUpdate:
-        if not state.get("messages"):
-            check_input(state)
+    def _prepare(self, state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any]) -> Turn | ControllerUpdate:
         ctx = runtime.context
         iterations = state.get("iterations", 0)
         stop = exhausted(state, ctx)
@@ -172,10 +196,8 @@ class Controller:
         tools = offered_tools(self.deps, scope_of(state), ctx)
         opts = loop_opts(ctx, state, tools, "controller")
         new: list[BaseMessage] = []
-        if not state.get("messages"):
+        if opening:
             emit(runtime, start_event(state, ctx, len(tools)))
-            new.append(HumanMessage(content=state["question"]))
-            state = {**state, "started_at": time.time()}
         try:
             model = self.deps.controller(ctx)
         except Exception as exc:  # a model that cannot be created fails like a model call
@@ -184,7 +206,7 @@ class Controller:
         if sent_back_last_turn(state):
             # a note in the system prompt, not a forged user turn: the conversation stays the user's
             system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
-        sent = [system, *state.get("messages", []), *new]
+        sent: list[BaseMessage] = [system, *compact_earlier(state.get("messages", []), state.get("question_message_id"))]
         return Turn(model, sent, tools, opts, new, state.get("started_at"))
 
     def _finish(self, state: ControllerView, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
@@ -194,8 +216,6 @@ class Controller:
             return update_error
         reply = bound_arguments(normalize_reply(reply, iterations))
         update: ControllerUpdate = {"messages": [*turn.new, reply], "iterations": iterations + 1, "usage": usage_of("controller", reply)}
-        if turn.started_at is not None and "started_at" not in state:
-            update["started_at"] = turn.started_at
         if not (reply.tool_calls or reply.invalid_tool_calls):
             text = message_text(reply.content)
             if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
@@ -209,35 +229,43 @@ class Controller:
             update["answer"] = text
         return update
 
-    def _settle(self, state: ControllerView, runtime: Runtime[LoopContext], update: ControllerUpdate) -> ControllerUpdate:
-        if "options" not in state or not state.get("messages"):
+    def _settle(self, state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
+        update = _merged(opening, update)
+        if "options" not in state or opening:
             # the context is not checkpointed; resumes, traces and recorded replays need it. `run`
-            # sends it with the input; a served run's input may lack it or carry anything
+            # sends it with the input; a served run's input may lack it or carry anything, and each
+            # question of a conversation may run with other options
             options = runtime.context.as_options()
             if state.get("options") != options:
                 update["options"] = options
-        view: Any = {**state, **update, "messages": update.get("messages") or state.get("messages", [])}
-        emit_if_final(self.deps, runtime, view, self.routers.after_controller(view, as_config(runtime)))
+        messages = state.get("messages", [])
+        written = update.get("messages") or []
+        view: Any = {**state, **update, "messages": [*messages[-1:], *written[len(opening.get("messages", [])):]] or messages}
+        closing = close_if_final(self.deps, runtime, {"messages": written}, view, self.routers.after_controller(view, as_config(runtime)))
+        if closing["messages"] is not written:
+            update["messages"] = closing["messages"]
         return update
 
     def sync(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
-        """Run one controller turn."""
-        turn = self._prepare(state, runtime)
+        """Run one controller turn (the first of a new question when the run brings one)."""
+        state, opening = open_question(state)
+        turn = self._prepare(state, runtime, opening)
         if not isinstance(turn, Turn):
-            return self._settle(state, runtime, turn)
+            return self._settle(state, runtime, opening, turn)
         try:
             reply: AIMessage | BaseException = turn.model.invoke(turn.sent, turn.tools, turn.opts)
         except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
             reply = exc
-        return self._settle(state, runtime, self._finish(state, runtime.context, turn, reply))
+        return self._settle(state, runtime, opening, self._finish(state, runtime.context, turn, reply))
 
     async def async_(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
-        """Run one controller turn on the event loop."""
-        turn = self._prepare(state, runtime)
+        """Run one controller turn on the event loop (see `sync`)."""
+        state, opening = open_question(state)
+        turn = self._prepare(state, runtime, opening)
         if not isinstance(turn, Turn):
-            return self._settle(state, runtime, turn)
+            return self._settle(state, runtime, opening, turn)
         try:
             reply: AIMessage | BaseException = await turn.model.ainvoke(turn.sent, turn.tools, turn.opts)
         except Exception as exc:  # the one catch-all, as in sync
             reply = exc
-        return self._settle(state, runtime, self._finish(state, runtime.context, turn, reply))
+        return self._settle(state, runtime, opening, self._finish(state, runtime.context, turn, reply))

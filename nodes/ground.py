@@ -22,7 +22,7 @@ from graph.models import ChatModelCaller, cached_model
 from graph.routing import Routers, as_config
 from graph.state import LoopState
 from nodes.common import emit
-from nodes.lifecycle import emit_if_final
+from nodes.lifecycle import close_if_final
 
 NAME = "ground"
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
@@ -98,8 +98,7 @@ class Ground:
         if note is not None:
             update["error"] = note
         view: Any = {**state, **update}
-        emit_if_final(self.deps, runtime, view, self.routers.after_ground(view, as_config(runtime)))
-        return update
+        return close_if_final(self.deps, runtime, update, view, self.routers.after_ground(view, as_config(runtime)))
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         """Ground the answer, within its time."""

@@ -14,6 +14,7 @@ from langgraph.graph import END
 from langgraph.runtime import Runtime
 
 from graph.context import LoopContext
+from graph.conversation import closed
 from graph.deps import LoopDeps
 from graph.state import ToolEvent
 from nodes.common import emit, offered_tools, scope_of
@@ -58,8 +59,21 @@ def exception_event(question: str, max_iterations: int, iterations: int, exc: Ba
     }
 
 
-def emit_if_final(deps: LoopDeps, runtime: Runtime[LoopContext], view: Any, next_node: str) -> None:
-    """Emit the stop event when the node that produced ``view`` is the run's last."""
+def emit_if_final(deps: LoopDeps, runtime: Runtime[LoopContext], view: Any, next_node: str) -> bool:
+    """Emit the stop event when the node that produced ``view`` is the run's last; return whether it is."""
     if next_node == END:
         tool_count = len(offered_tools(deps, scope_of(view), runtime.context))
         emit(runtime, stop_event(view, runtime.context, tool_count))
+        return True
+    return False
+
+
+def close_if_final(deps: LoopDeps, runtime: Runtime[LoopContext], update: dict[str, Any], view: Any, next_node: str) -> Any:
+    """Emit the stop event and end the conversation's question with its answer message, when this node is the last.
+
+    ``view`` is the state as it will be after ``update``, its messages ending with the
+    conversation's last message; the answer message is added to ``update``'s messages.
+    """
+    if emit_if_final(deps, runtime, view, next_node):
+        update["messages"] = closed(update.get("messages") or [], view)
+    return update

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
@@ -17,6 +17,8 @@ from typing_extensions import TypedDict
 from graph import prompts
 from graph.budget import usage_of
 from graph.context import LoopContext
+from graph.conversation import ANSWER_NAME, compact_earlier
+from graph.conversation import instruction as instruction_message
 from graph.deps import LoopDeps
 from graph.routing import Routers, as_config
 from graph.state import LoopState, ToolEvent
@@ -29,7 +31,7 @@ from nodes.common import (
     render_instruction,
     system_message,
 )
-from nodes.lifecycle import emit_if_final, tool_call_event
+from nodes.lifecycle import close_if_final, tool_call_event
 from tools.schemas import SYNTHESIS
 
 NAME = "synthesis"
@@ -60,10 +62,9 @@ class Synthesis:
     def _prepare(self, state: LoopState, runtime: Runtime[LoopContext]) -> tuple[list[BaseMessage], HumanMessage, dict[str, Any]]:
         ctx = runtime.context
         opts = loop_opts(ctx, state, [], "fallback")
-        instruction = HumanMessage(
-            content=render_instruction(self.deps.synthesis_prompt, ctx.synthesis_prompt, prompts.SYNTHESIS_PROMPT, opts, "synthesis_prompt")
-        )
-        return [system_message(self.deps, ctx, state, opts), *state["messages"], instruction], instruction, opts
+        note = instruction_message(render_instruction(self.deps.synthesis_prompt, ctx.synthesis_prompt, prompts.SYNTHESIS_PROMPT, opts, "synthesis_prompt"))
+        conversation = compact_earlier(state["messages"], state.get("question_message_id"))
+        return [system_message(self.deps, ctx, state, opts), *conversation, note], note, opts
 
     def _writer(self, ctx: LoopContext) -> Any:
         return self.deps.answerer(ctx) or self.deps.controller(ctx)
@@ -85,8 +86,10 @@ class Synthesis:
                     "summary": SUMMARY.format(count=count),
                     "returned_chunk_ids": [],
                 }
+                # the reply's id: a streaming client has its tokens under it
+                reply_id = text.id if isinstance(text, AIMessage) else None
                 update = {
-                    "messages": [instruction, AIMessage(content=written)],
+                    "messages": [instruction, AIMessage(content=written, id=reply_id, name=ANSWER_NAME)],
                     "answer": written,
                     "tool_history": [entry],
                     "usage": usage_of("synthesis", text),
@@ -95,8 +98,8 @@ class Synthesis:
             else:
                 update = {"error": SYNTHESIS_EMPTY}
                 logger.warning("%s", SYNTHESIS_EMPTY)
-        emit_if_final(self.deps, runtime, {**state, **update}, self.routers.finish(state, as_config(runtime)))
-        return update
+        view = {**state, **update, "messages": [*state["messages"][-1:], *update.get("messages", [])]}
+        return cast(SynthesisUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.finish(state, as_config(runtime))))
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> SynthesisUpdate:
         """Write the fallback answer."""

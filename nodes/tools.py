@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
@@ -18,7 +18,7 @@ from graph.policy import should_send_back
 from graph.routing import Routers, as_config
 from graph.state import TerminatedBy, ToolEvent, ToolsView
 from nodes.common import emit, run_tools, scope_of
-from nodes.lifecycle import emit_if_final, tool_call_event
+from nodes.lifecycle import close_if_final, tool_call_event
 from tools.duplicates import past_searches
 from tools.execute import (
     CallOutcome,
@@ -37,7 +37,7 @@ NAME = "tools"
 class ToolsUpdate(TypedDict, total=False):
     """What the tools node changes."""
 
-    messages: list[ToolMessage]
+    messages: list[BaseMessage]
     tool_history: list[ToolEvent]
     chunks: ChunkMerge
     terminated_by: TerminatedBy
@@ -102,7 +102,7 @@ class Tools:
             outcomes, state.get("tool_history") or [], iteration,
             show_once=runtime.context.show_chunks_once, known=state.get("chunks") or [],
         )
-        messages = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
+        messages: list[BaseMessage] = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
         recorded = [o for o in outcomes if o.recorded]
         history = [_entry(o, iteration) for o in recorded]
         update: ToolsUpdate = {"messages": messages, "tool_history": history}
@@ -126,8 +126,8 @@ class Tools:
             "terminated_by": update.get("terminated_by", state.get("terminated_by")),
             "tool_history": [*(state.get("tool_history") or []), *history],
         }
-        emit_if_final(self.deps, runtime, view, self.routers.after_tools(view, as_config(runtime)))
-        return update
+        view["answer"] = update.get("answer")
+        return cast(ToolsUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.after_tools(view, as_config(runtime))))
 
     def sync(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
         """Execute the turn's tool calls; several searches run in worker threads, results stay in call order."""

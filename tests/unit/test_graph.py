@@ -139,8 +139,11 @@ def test_served_graph_reads_models_from_the_context(monkeypatch):
     monkeypatch.setitem(models._cache, "scripted:test", models.resolve_model(model))
     out = served_graph.invoke({"question": "Q?"}, context=LoopContext(controller_model="scripted:test"))
     assert out["answer"] == "from context" and out["terminated_by"] == "answered"
-    assert set(out) <= {"question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding", "usage", "coverage", "repair"}
-    assert "messages" not in out
+    assert set(out) <= {
+        "question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding", "usage", "coverage", "repair",
+        "messages", "thread_usage", "question_index",
+    }
+    assert out["messages"][-1].content == "from context"  # chat clients read the answer from the messages
 
 
 def test_served_graph_with_a_bad_model_name_ends_as_error():

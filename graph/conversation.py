@@ -1,0 +1,281 @@
+"""Conversations on a thread: questions one after another, each answered as an assistant message.
+
+A thread holds one conversation. A run on a thread that already holds one starts a new
+question in it when its input brings a new human message (chat clients send
+``{"messages": [...]}``) or a ``question`` (programmatic callers), and also whenever the
+thread's last question has ended (answered, given up, failed, out of budget): a
+finished question is never continued, so a run never returns a stale answer. A run
+on an interrupted question with the same question (and no new message) continues it.
+
+What a new question keeps and what starts fresh:
+
+* ``messages`` keeps the whole conversation (tool calls and results included, for
+  debugging). The models are sent the earlier questions compacted: their search
+  results by chunk id and source only (`compact_earlier`), their answer-writing
+  instructions dropped; each earlier answer is sent whole.
+* ``question``, ``answer``, ``terminated_by``, ``error``, ``grounding``, ``coverage``,
+  ``repair``, ``iterations``, ``tool_history``, ``usage`` and ``chunks`` are the current
+  question's. The earlier questions' chunks are not kept as evidence: a follow-up that
+  needs their text searches again (their ids stay in the conversation), so a question's
+  ``chunks`` and its grounding are what its own searches found.
+* Budgets (``max_iterations``, ``max_tokens_total``, ``max_seconds``) apply per question;
+  ``thread_usage`` sums every question's usage.
+
+Each question ends with an assistant message holding the answer text, named
+``answer`` (`ANSWER_NAME`): the answer tool's text, the answer model's or the synthesis'
+reply, the controller's plain-text reply, or, without an answer, why there is none.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+
+from graph.channels import USAGE_RESET, replacing
+from tools.chunks import FOUND_TEMPLATE
+from tools.schemas import SEARCH
+
+ANSWER_NAME = "answer"
+"""The ``name`` of the assistant message that closes each question with its answer."""
+INSTRUCTION_ID_PREFIX = "do-not-render-"
+"""Id prefix of the instructions the loop writes as human turns (answer rewrite, synthesis).
+
+agent-chat-ui hides messages with this id prefix, and a new question is never read from them."""
+CLOSING_ID_PREFIX = "answer-"
+"""Id prefix of the closing messages the loop writes itself (a model's reply keeps its own id)."""
+NO_QUESTION = "the run input needs a 'question' (a non-empty string) or 'messages' ending with a human message with text"
+NOT_RUN = "Not run: the question was left unfinished."
+UNFINISHED = "The question was left unfinished: the run stopped before an answer."
+_FOUND_PREFIX = FOUND_TEMPLATE.split("{", 1)[0]
+_ENTRY_HEADER = re.compile(r"^\d+\. \[[^\]]+\].*$", re.MULTILINE)
+_QUESTION_IDS = uuid.UUID("a3f1c2d4-5b6e-4f70-8a9b-0c1d2e3f4a5b")
+
+NO_ANSWER = {
+    "gave_up": "I could not find an answer in the knowledge base: {reason}",
+    "error": "The run failed before an answer: {error}",
+    "max_iterations": "No answer within the run's budget ({stop}).",
+}
+
+
+def content_text(content: Any) -> str:
+    """Return the text of a message's content: a string, or text content blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p if isinstance(p, str) else p.get("text", "") for p in content if isinstance(p, str | dict)]
+        return "".join(str(p) for p in parts if isinstance(p, str))
+    return ""
+
+
+def instruction(text: str) -> HumanMessage:
+    """Return an answer-writing instruction as a human turn the chat clients hide."""
+    return HumanMessage(content=text, id=f"{INSTRUCTION_ID_PREFIX}{uuid.uuid4()}")
+
+
+def is_instruction(message: BaseMessage) -> bool:
+    """Whether a message is one of the loop's own instructions (not the user's)."""
+    return isinstance(message.id, str) and message.id.startswith(INSTRUCTION_ID_PREFIX)
+
+
+def is_user_turn(message: BaseMessage) -> bool:
+    """Whether a message is a question of the user's."""
+    return isinstance(message, HumanMessage) and not is_instruction(message)
+
+
+def opening_index(messages: Sequence[BaseMessage], opening_id: str | None) -> int | None:
+    """The position of the current question's human message, or ``None``."""
+    if opening_id is None:
+        return None
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].id == opening_id:
+            return index
+    return None
+
+
+@dataclass(frozen=True)
+class NewQuestion:
+    """A question a run starts on its thread."""
+
+    text: str
+    message_id: str
+    appended: HumanMessage | None
+    """The human message to add for a question given as ``question`` (a chat message is already there)."""
+    index: int
+    """Its 0-based number in the thread."""
+
+
+def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
+    """Return the question a run starts, or ``None`` when it continues the current one.
+
+    Raises:
+        ValueError: when a question must start and the input holds none.
+    """
+    messages: list[AnyMessage] = list(state.get("messages") or [])
+    opening_id = state.get("question_message_id")
+    opening = opening_index(messages, opening_id)
+    index = int(state.get("question_index") or 0) + 1 if opening_id is not None else 0
+    start = 0 if opening is None else opening + 1
+    asked = [m for m in messages[start:] if is_user_turn(m)]
+    if asked:  # a chat client's message: it is in the conversation already
+        message = asked[-1]
+        return NewQuestion(content_text(message.content), str(message.id), None, index)
+    question = state.get("question")
+    current = content_text(messages[opening].content) if opening is not None else None
+    if opening is not None and state.get("terminated_by") is None and question == current:
+        return None  # an interrupted question, asked again: carry on
+    if not isinstance(question, str):
+        if "question" in state and question is not None:
+            raise TypeError(f"question must be a string, got {type(question).__name__}")
+        raise ValueError(NO_QUESTION)
+    message = HumanMessage(content=question, id=str(uuid.uuid5(_QUESTION_IDS, f"{len(messages)}:{question}")))
+    return NewQuestion(question, str(message.id), message, index)
+
+
+def fresh_state(asked: NewQuestion, messages: Sequence[BaseMessage] = ()) -> dict[str, Any]:
+    """Return the writes that start a question: its text and opening, and every per-question field afresh.
+
+    An earlier question left unfinished (a process killed mid-run) is closed first: its
+    unanswered tool calls get a tool message each and it gets a closing message, so the
+    conversation stays valid for OpenAI-style APIs and every question ends with an
+    assistant message.
+    """
+    return {
+        "question": asked.text,
+        "question_message_id": asked.message_id,
+        "question_index": asked.index,
+        "messages": [*_left_unfinished(messages, asked), *([] if asked.appended is None else [asked.appended])],
+        "tool_history": replacing([]),
+        "chunks": [],
+        "iterations": 0,
+        "terminated_by": None,
+        "answer": None,
+        "error": None,
+        "grounding": None,
+        "coverage": None,
+        "repair": None,
+        "repairs": 0,
+        "budget_stop": None,
+        "search_nudged": False,
+        "usage": {USAGE_RESET: True},
+        "started_at": time.time(),
+    }
+
+
+def _left_unfinished(messages: Sequence[BaseMessage], asked: NewQuestion) -> list[BaseMessage]:
+    """The messages that close an unfinished earlier question: its unanswered tool calls, then why it has no answer.
+
+    A chat client's message is already after the unfinished question, where nothing can
+    go before it: `compact_earlier` answers those tool calls in what the models are sent.
+    """
+    if asked.appended is None or not any(is_user_turn(m) for m in messages):
+        return []
+    last = messages[-1]
+    if isinstance(last, AIMessage) and last.name == ANSWER_NAME:
+        return []
+    return [*_unanswered(last, messages), AIMessage(content=UNFINISHED, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")]
+
+
+def _unanswered(message: BaseMessage, messages: Sequence[BaseMessage]) -> list[AnyMessage]:
+    """A tool message for each tool call of ``message`` that no tool message answers."""
+    if not isinstance(message, AIMessage):
+        return []
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    calls = [c for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id") not in answered]
+    return [ToolMessage(content=NOT_RUN, tool_call_id=str(c.get("id")), name=str(c.get("name"))) for c in calls]
+
+
+def fresh_view(state: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the state as the question's first turn reads it, once ``writes`` (`fresh_state`) apply."""
+    return {
+        **state,
+        **writes,
+        "messages": [*(state.get("messages") or []), *writes["messages"]],
+        "tool_history": [],
+        "usage": {},
+    }
+
+
+def compact_earlier(messages: Sequence[AnyMessage], opening_id: str | None) -> list[AnyMessage]:
+    """Return the conversation as a model is sent it: the earlier questions compacted.
+
+    Before the current question's human message, a search result keeps its first line
+    and each chunk's id and source (the text goes: it would be sent again every turn of
+    every later question), and the loop's own instructions are dropped. The current
+    question's messages are sent as they are.
+    """
+    opening = opening_index(messages, opening_id)
+    if not opening:
+        return list(messages)
+    earlier: list[AnyMessage] = []
+    for message in messages[:opening]:
+        if is_instruction(message):
+            continue
+        if isinstance(message, HumanMessage) and earlier:
+            earlier.extend(_unanswered(earlier[-1], messages))  # a question left mid-turn: keep the conversation valid
+        earlier.append(_compacted(message))
+    return [*earlier, *_unanswered(earlier[-1], messages), *messages[opening:]]
+
+
+def _compacted(message: AnyMessage) -> AnyMessage:
+    if not isinstance(message, ToolMessage) or message.name != SEARCH or not isinstance(message.content, str):
+        return message
+    if not message.content.startswith(_FOUND_PREFIX):
+        return message
+    first = message.content.split("\n", 1)[0]
+    headers = _ENTRY_HEADER.findall(message.content)
+    text = "\n".join([first + " (texts left out: an earlier question's result; search again to read them)", *headers])
+    return message.model_copy(update={"content": text})
+
+
+def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
+    """Return the assistant message that ends a question, or ``None`` when the conversation ends with it.
+
+    The answer, when there is one; otherwise why there is none (a give-up's reason, the
+    error, the spent budget). Named `ANSWER_NAME`, so a client can tell it apart: a
+    reply that already holds the answer (the controller's plain text, the answer model's
+    or the synthesis' reply) is named under its own id, so it replaces itself and a
+    streaming client, which has its tokens under that id, gets no second copy.
+    """
+    text = closing_text(view)
+    messages = view.get("messages") or []
+    last = messages[-1] if messages else None
+    if isinstance(last, AIMessage) and not (last.tool_calls or last.invalid_tool_calls) and content_text(last.content) == text:
+        return None if last.name == ANSWER_NAME else last.model_copy(update={"name": ANSWER_NAME})
+    return AIMessage(content=text, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")
+
+
+def is_closing(message: BaseMessage) -> bool:
+    """Whether a message is a closing message the loop wrote itself (no model's reply)."""
+    return isinstance(message.id, str) and message.id.startswith(CLOSING_ID_PREFIX)
+
+
+def closed(written: Sequence[BaseMessage], view: Mapping[str, Any]) -> list[BaseMessage]:
+    """Return a node's message writes with the question's closing message (`closing_message`) added."""
+    closing = closing_message(view)
+    if closing is None:
+        return list(written)
+    if written and written[-1].id == closing.id:
+        return [*written[:-1], closing]
+    return [*written, closing]
+
+
+def closing_text(view: Mapping[str, Any]) -> str:
+    """The text that ends a question: its answer, else why it has none."""
+    answer = view.get("answer")
+    if isinstance(answer, str) and answer.strip():
+        return answer
+    outcome = view.get("terminated_by")
+    if outcome == "gave_up":
+        history = view.get("tool_history") or []
+        reason = next((str(e["args"].get("reason") or "") for e in reversed(history) if e.get("tool") == "give_up"), "")
+        return NO_ANSWER["gave_up"].format(reason=reason or "no reason given")
+    if outcome == "max_iterations":
+        stop = view.get("error") or view.get("budget_stop") or "iterations"
+        return NO_ANSWER["max_iterations"].format(stop=stop)
+    return NO_ANSWER["error"].format(error=view.get("error") or "unknown error")
