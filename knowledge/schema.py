@@ -34,6 +34,7 @@ from psycopg import sql
 from knowledge import lexical
 from knowledge.graph.schema import create_entity_vectors, create_graph_tables
 from knowledge.sections import context_line, document_title, searchable_text
+from knowledge.types import checked_dimension
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def backfill_lexical(conn: psycopg.Connection[Any], batch: int = 2000) -> int:
 
 def embeddings_table(dimension: int) -> sql.Identifier:
     """Return the identifier of the embeddings table for `dimension` (an int we validated)."""
-    return sql.Identifier(f"kb_embeddings_{_checked_dimension(dimension)}")
+    return sql.Identifier(f"kb_embeddings_{checked_dimension(dimension)}")
 
 
 def hnsw_index(dimension: int) -> sql.Identifier:
@@ -174,14 +175,7 @@ def hnsw_index(dimension: int) -> sql.Identifier:
 
 
 def _hnsw_index_name(dimension: int) -> str:
-    return f"kb_embeddings_{_checked_dimension(dimension)}_hnsw"
-
-
-def _checked_dimension(dimension: int) -> int:
-    value: object = dimension  # callers may pass anything at runtime
-    if not isinstance(value, int) or not 1 <= dimension <= 16000:
-        raise ValueError(f"embedding dimension must be an int in 1..16000, got {dimension!r}")
-    return dimension
+    return f"kb_embeddings_{checked_dimension(dimension)}_hnsw"
 
 
 def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:

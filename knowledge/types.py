@@ -82,3 +82,11 @@ class CollectionInfo:
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a dict."""
         return asdict(self)
+
+
+def checked_dimension(dimension: int) -> int:
+    """Return `dimension` if it is an embedding dimension pgvector stores (1..16000), else raise `ValueError`."""
+    value: object = dimension  # callers may pass anything at runtime
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= dimension <= 16000:
+        raise ValueError(f"embedding dimension must be an int in 1..16000, got {dimension!r}")
+    return dimension

@@ -30,6 +30,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from knowledge.types import checked_dimension
+
 GRAPH_DDL = (
     """
     CREATE TABLE IF NOT EXISTS kb_graph_collections (
@@ -102,10 +104,7 @@ GRAPH_DDL = (
 
 def entity_vectors_table(dimension: int) -> sql.Identifier:
     """Return the identifier of the entity embeddings table for `dimension` (validated)."""
-    from knowledge.schema import embeddings_table
-
-    embeddings_table(dimension)  # the same validation as for chunk vectors
-    return sql.Identifier(f"kb_graph_entity_vectors_{dimension}")
+    return sql.Identifier(f"kb_graph_entity_vectors_{checked_dimension(dimension)}")
 
 
 def create_graph_tables(conn: psycopg.Connection[Any]) -> None:
