@@ -10,6 +10,13 @@ chunk), each led by the object its chunk documents and followed by its chunk
 id; or it gives up when no sentence reaches `MIN_SCORE`. Without tools
 (synthesis, answer rewrite) it replies with the same extractive text.
 
+In a conversation it answers the last question, reading only that question's search
+results. A follow-up that only makes sense with the question before it (it starts
+with "and", "what about"..., or refers back with "it", "its", "they", "this"...) is
+searched and answered with the earlier question's subject added: after "How do I run
+a coroutine with a timeout?", "what about its exceptions?" searches "run a coroutine
+with a timeout its exceptions".
+
 `MIN_SCORE` and the weights were calibrated on the tuning half of the realistic
 evaluation set (`evaluation/README.md`).
 """
@@ -23,7 +30,7 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
@@ -43,6 +50,11 @@ _FILLER = re.compile(
     re.IGNORECASE,
 )
 _PARTS = re.compile(r"\?\s+|;\s*|\s+and also\s+|,?\s+and (?:how|what|which|when|why)\s+", re.IGNORECASE)
+_FOLLOW_UP = re.compile(
+    r"^\W*(?:and|also|but|so|then|what about|how about)\b|\b(?:it|its|it's|they|them|their|this|these|those)\b",
+    re.IGNORECASE,
+)
+_LEAD = re.compile(r"^\W*(?:and|also|but|so|then|what about|how about)\b\s*", re.IGNORECASE)
 _ENTRY = re.compile(r"\n\n(?=\d+\. \[)")
 _HEADER = re.compile(r"^\d+\. \[([^\]]+)\](.*)$")
 
@@ -145,6 +157,35 @@ def extractive_answer(question: str, chunks: Sequence[Found]) -> str | None:
     return "\n".join(dict.fromkeys(lines)) or None
 
 
+def is_follow_up(question: str) -> bool:
+    """Whether a question refers back to an earlier one ("and its timeout?", "what about them?")."""
+    return _FOLLOW_UP.search(question) is not None
+
+
+def with_subject(question: str, earlier: str) -> str:
+    """A follow-up with the earlier question's subject added (the question itself otherwise)."""
+    if not earlier or not is_follow_up(question):
+        return question
+    subject = " ".join(question_parts(earlier))
+    return f"{subject} {_LEAD.sub('', question)}".strip()
+
+
+def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
+    """The question to answer, follow-ups completed with the earlier subject, and where it was asked.
+
+    The question is the last human message that is the user's (not one of the loop's
+    own instructions); the position is that message's, so only later results count.
+    """
+    from graph.conversation import content_text, is_user_turn
+
+    question, position, earlier = "", 0, ""
+    for index, message in enumerate(messages):
+        if is_user_turn(message):
+            text = content_text(message.content)
+            question, position, earlier = with_subject(text, earlier), index, with_subject(text, earlier)
+    return question, position
+
+
 def _call(name: str, index: int, **args: Any) -> dict[str, Any]:
     return {"name": name, "args": args, "id": f"offline_{index}_{name}", "type": "tool_call"}
 
@@ -163,7 +204,8 @@ class OfflineController(BaseChatModel):
         return self.model_copy(update={"tools_offered": bool(tools)})
 
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
-        question = next((str(m.content) for m in messages if isinstance(m, HumanMessage)), "")
+        question, asked = current_question(messages)
+        messages = messages[asked:]  # this question's turns only
         searches = sum(1 for m in messages if isinstance(m, AIMessage) for c in m.tool_calls if c["name"] == "search")
         found = _results(messages)
         text = extractive_answer(question, found)
