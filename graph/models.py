@@ -17,7 +17,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
 from graph.text import scrub, scrub_deep
 from tools.schemas import ToolSchema
@@ -68,6 +68,24 @@ def _empty_reply(exc: IndexError) -> ModelReplyError:
     return ModelReplyError(f"{EMPTY_REPLY}: {type(exc).__name__}: {exc}")
 
 
+CONTROLLER_TAG = "arcana_loop:controller"
+"""The tag of the controller's model calls: its tokens are tool calls, or the answer in a plain-text reply."""
+ANSWER_TAG = "arcana_loop:answer"
+"""The tag of the calls that write the user-facing answer (the answer model's rewrite, the synthesis)."""
+
+
+def stream_config(opts: Mapping[str, Any]) -> RunnableConfig:
+    """The config of one model call: the node's, with the role's tag added.
+
+    ``stream_mode="messages"`` puts the tags in each token's metadata (``metadata["tags"]``),
+    so a client can tell the answer's tokens from the controller's. Only ``tags`` is set:
+    callbacks and metadata stay the node's, as inherited.
+    """
+    tag = CONTROLLER_TAG if opts.get("role", "controller") == "controller" else ANSWER_TAG
+    inherited = ensure_config().get("tags") or []
+    return {"tags": [*inherited, tag]}
+
+
 def _temperature_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
     temperature = opts.get("temperature")
     return {} if temperature is None else {"temperature": temperature}
@@ -102,7 +120,7 @@ class ChatModelCaller:
             ModelReplyError: for a reply with no choices (``choices: []`` from an OpenAI-compatible provider).
         """
         try:
-            reply = self._runnable(tools).invoke(messages, **_temperature_kwargs(opts))
+            reply = self._runnable(tools).invoke(messages, stream_config(opts), **_temperature_kwargs(opts))
         except IndexError as exc:
             raise _empty_reply(exc) from exc
         return _as_ai_message(reply)
@@ -110,7 +128,7 @@ class ChatModelCaller:
     async def ainvoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
         """Call the model once on the event loop (see `invoke`)."""
         try:
-            reply = await self._runnable(tools).ainvoke(messages, **_temperature_kwargs(opts))
+            reply = await self._runnable(tools).ainvoke(messages, stream_config(opts), **_temperature_kwargs(opts))
         except IndexError as exc:
             raise _empty_reply(exc) from exc
         return _as_ai_message(reply)
