@@ -308,9 +308,9 @@ def ask(
     ground: Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")] = "local",
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
     checkpointer: Annotated[str, typer.Option("--checkpointer", help="Store the run as a thread: postgres, memory, sqlite:PATH or none.")] = "postgres",
-    thread_id: Annotated[str | None, typer.Option("--thread-id", help="Thread id to store the run under (default: a new one).")] = None,
+    thread_id: Annotated[str | None, typer.Option("--thread-id", help="Thread to store the run under; an existing thread's conversation continues with this question (default: a new thread).")] = None,
 ) -> None:
-    """Ask a question; the demo corpus (python-docs) is ingested on first use."""
+    """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
     from graph import run
     from graph.models import ModelSpecError
     from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
@@ -340,7 +340,7 @@ def ask(
         return
     _print_result(result)
     if result.thread_id:
-        out.print(f"[dim]Thread {result.thread_id} (arcana-loop trace {result.thread_id})[/]")
+        out.print(f"[dim]Thread {result.thread_id} (arcana-loop trace {result.thread_id}; a follow-up: arcana-loop ask QUESTION --thread-id {result.thread_id})[/]")
 
 
 @app.command()
@@ -380,6 +380,10 @@ def delete(
 
 
 threads.register(app)
+
+from cli.chat import chat  # noqa: E402  # the chat module imports this module's helpers lazily
+
+app.command("chat")(chat)
 
 from cli.graph import graph_app  # noqa: E402  # the sub-app imports this module's helpers lazily
 

@@ -1,0 +1,124 @@
+"""``arcana-loop chat``: a conversation on one thread, question after question.
+
+Each line is a question on the same thread, so a follow-up ("and what about its
+timeout?") is read with the questions before it; ``/new`` starts a fresh thread and
+``/exit`` (or end of input) ends the chat. The loop's steps are printed as they
+happen, then the answer and its sources.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+NEW = "/new"
+EXIT = ("/exit", "/quit")
+PROMPT = "You> "
+
+
+def _step_line(event: dict[str, Any]) -> str | None:
+    """A step as it happens, on one line (``None`` for the events the chat does not show)."""
+    if event.get("event") != "tool_call":
+        return None
+    turn = f"[cyan]{event['iteration'] + 1}[/]"
+    if event.get("tool") == "search":
+        ids = ", ".join(event.get("returned_chunk_ids") or []) or "nothing"
+        note = " (duplicate)" if "duplicate_of" in event else ""
+        return f"  {turn} search{note} {escape(repr(event['args'].get('query')))} -> {escape(ids)}"
+    if event.get("tool") in ("answer", "synthesis"):
+        return f"  {turn} {event['tool']}"
+    return f"  {turn} {escape(str(event.get('tool')))}: {escape(str(event.get('summary'))[:120])}"
+
+
+def _show_step(event: dict[str, Any]) -> None:
+    from cli.main import err
+
+    line = _step_line(event)
+    if line is not None:
+        err.print(line, highlight=False)
+
+
+def _read_line() -> str | None:
+    """The next line typed, or ``None`` at the end of input (Ctrl-D)."""
+    try:
+        return input(PROMPT)
+    except EOFError:
+        return None
+
+
+def chat(
+    collection: Annotated[list[str] | None, typer.Option("--collection", "-c", help="Collection(s) to search; repeat to let the controller pick.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline.")] = None,
+    answer_model: Annotated[str | None, typer.Option("--answer-model", help="Optional model that rewrites each answer.")] = None,
+    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns per question (default 10).")] = None,
+    ground: Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")] = "local",
+    checkpointer: Annotated[str, typer.Option("--checkpointer", help="Where the conversation is stored: postgres, memory or sqlite:PATH.")] = "postgres",
+    thread_id: Annotated[str | None, typer.Option("--thread-id", help="Continue this thread's conversation (default: a new thread).")] = None,
+) -> None:
+    """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
+    from cli.main import _checkpointer, _controller, _print_sources, fail, out
+    from graph.text import check_text
+
+    saver = _checkpointer(checkpointer)
+    if saver is None:
+        fail("a chat needs a checkpointer to keep its conversation.", "pass --checkpointer postgres, memory or sqlite:PATH")
+    try:
+        check_text("thread_id", thread_id)
+    except ValueError as exc:
+        fail(str(exc), "pass the thread id that ask or chat printed")
+    scope, kb = _scope(collection)
+    spec = _controller(model)
+    thread = thread_id or str(uuid.uuid4())
+    out.print(f"[dim]Thread {thread}: ask a question; {NEW} starts a fresh thread, {EXIT[0]} ends the chat.[/]")
+    while (line := _read_line()) is not None:
+        question = line.strip()
+        if question in EXIT:
+            break
+        if question == NEW:
+            thread = str(uuid.uuid4())
+            out.print(f"[dim]New thread {thread}.[/]")
+            continue
+        if not question:
+            continue
+        result = _ask(question, scope=scope, kb=kb, spec=spec, answer_model=answer_model, max_iterations=max_iterations,
+                      ground=ground, saver=saver, thread=thread)
+        out.print(result.answer or "[dim](no answer)[/]", highlight=False)
+        _print_sources(result)
+        if result.terminated_by != "answered":
+            out.print(f"[dim]Ended: {result.terminated_by}" + (f" ({escape(result.error)})" if result.error else "") + "[/]")
+
+
+def _scope(collection: list[str] | None) -> tuple[Any, Any]:
+    """The collections the chat searches, checked (and the demo corpus ingested) before the first question."""
+    from cli.main import _check_scope, _knowledge_base, database_errors, err
+    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+
+    kb = _knowledge_base()
+    scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
+    with database_errors("cannot read the collections"):
+        if scope == COLLECTION:
+            with err.status("Ingesting the Python standard library docs (first run only)..."):
+                ensure_python_docs(kb)
+        infos = kb.collections()
+    _check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
+    return scope, kb
+
+
+def _ask(question: str, *, scope: Any, kb: Any, spec: str, answer_model: str | None, max_iterations: int | None, ground: str | None, saver: str | None, thread: str) -> Any:
+    """Run one question of the conversation; an error the user caused ends the chat on one line."""
+    from cli.main import MODEL_HINT, database_errors, fail
+    from graph import run
+    from graph.models import ModelSpecError
+
+    try:
+        with database_errors("the run failed"):
+            return run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
+                       grounder=ground, search_fn=kb.search, checkpointer=saver, thread_id=thread, on_event=_show_step)
+    except ModelSpecError as exc:
+        fail(str(exc), MODEL_HINT)
+    except (ValueError, TypeError) as exc:  # an option or question the loop refused
+        fail(str(exc), "see arcana-loop chat --help")
+    raise AssertionError("unreachable")

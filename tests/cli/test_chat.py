@@ -1,0 +1,86 @@
+"""``arcana-loop chat`` and ``ask --thread-id``: conversations from the command line."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from knowledge import KnowledgeBase
+
+pytestmark = pytest.mark.postgres
+
+DOCS = {
+    "deadline": (
+        "zentrofy.deadline_call runs a zentrofy coroutine with a deadline in seconds. "
+        "When the deadline passes the zentrofy coroutine is cancelled and ZentrofyDeadlineError is raised."
+    ),
+    "parse": "zentrofy.parse_blob parses a zentrofy blob from bytes and returns a ZentrofyRecord.",
+}
+FIRST = "How do I run a zentrofy coroutine with a deadline?"
+FOLLOW_UP = "What is raised when it passes?"
+OTHER = "How do I parse a zentrofy blob from bytes?"
+
+
+@pytest.fixture(scope="module")
+def collection(pg_url: str) -> Iterator[str]:
+    name = f"cli-chat-{uuid.uuid4().hex[:8]}"
+    kb = KnowledgeBase(pg_url)
+    try:
+        for text in DOCS.values():
+            kb.ingest(text, collection=name)
+        yield name
+    finally:
+        kb.delete_collection(name)
+        kb.close()
+
+
+@pytest.fixture
+def runner(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    return CliRunner()
+
+
+def _threads(output: str) -> list[str]:
+    return re.findall(r"[Tt]hread ([0-9a-f-]{36})", output)
+
+
+def test_chat_answers_follow_ups_on_one_thread_and_new_starts_a_fresh_one(runner: CliRunner, collection: str) -> None:
+    typed = "\n".join([FIRST, FOLLOW_UP, "/new", FOLLOW_UP, "/exit", OTHER]) + "\n"
+    done = runner.invoke(app, ["chat", "-c", collection, "--model", "offline", "--checkpointer", "memory", "--ground", "local"], input=typed)
+    assert done.exit_code == 0, done.output
+    out = done.output
+    assert "zentrofy.deadline_call" in out
+    assert out.count("ZentrofyDeadlineError") >= 1
+    # the steps, as they happen: the follow-up searched with the first question's subject
+    assert "search 'run a zentrofy coroutine with a deadline raised when it passes'" in out
+    first, fresh = _threads(out)
+    assert first != fresh
+    # on the fresh thread the follow-up has nothing to refer back to: it is searched as asked
+    assert "search 'raised when it passes'" in out
+    assert "zentrofy.parse_blob" not in out  # /exit ended the chat before the last line
+
+
+def test_chat_refuses_to_run_without_a_checkpointer(runner: CliRunner, collection: str) -> None:
+    done = runner.invoke(app, ["chat", "-c", collection, "--model", "offline", "--checkpointer", "none"], input=FIRST + "\n")
+    assert done.exit_code == 1
+    assert "needs a checkpointer" in done.output and "Traceback" not in done.output
+
+
+def test_ask_with_thread_id_continues_the_conversation(runner: CliRunner, collection: str, tmp_path) -> None:
+    store = f"sqlite:{tmp_path / 'threads.sqlite'}"
+    base = ["-c", collection, "--model", "offline", "--checkpointer", store, "--json"]
+    first = runner.invoke(app, ["ask", FIRST, *base])
+    assert first.exit_code == 0, first.output
+    thread = json.loads(first.stdout)["thread_id"]
+    second = runner.invoke(app, ["ask", FOLLOW_UP, *base, "--thread-id", thread])
+    assert second.exit_code == 0, second.output
+    result = json.loads(second.stdout)
+    assert (result["question"], result["question_index"], result["terminated_by"]) == (FOLLOW_UP, 1, "answered")
+    assert "ZentrofyDeadlineError" in result["answer"]
+    assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
