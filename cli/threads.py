@@ -30,11 +30,16 @@ def _fail(message: str, hint: str) -> None:
     fail(message, hint)
 
 
-def _steps(thread_id: str, checkpointer: str) -> list[Any]:
+QuestionOption = Annotated[
+    int | None, typer.Option("--question", help="Only this question of the thread's conversation (0 the first, -1 the last).")
+]
+
+
+def _steps(thread_id: str, checkpointer: str, question: int | None = None) -> list[Any]:
     from graph.trace import ThreadNotFoundError, trace
 
     try:
-        return trace(thread_id, checkpointer)
+        return trace(thread_id, checkpointer, question=question)
     except ThreadNotFoundError:
         _fail(f"no thread {thread_id!r} in the {checkpointer} checkpointer.", "use the thread id that arcana-loop ask printed, and the same --checkpointer")
     except ValueError as exc:
@@ -46,21 +51,23 @@ def trace_command(
     thread_id: Annotated[str, typer.Argument(help="The thread id that ask printed.")],
     checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
     as_json: Annotated[bool, typer.Option("--json", help="Print the steps as JSON.")] = False,
+    question: QuestionOption = None,
 ) -> None:
     """Show a thread step by step: node, turn, tool calls, searches and chunk ids, time and tokens."""
     from cli.main import out
 
-    rows = _steps(thread_id, checkpointer)
+    rows = _steps(thread_id, checkpointer, question)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2))  # machine output
         return
+    conversation = len({row.question for row in rows}) > 1
     table = Table("step", "node", "turn", "what happened", "ended", "ms", "tokens", "checkpoint")
     for row in rows:
         what = [f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls]
         what += [f"search {s['query']!r} -> {', '.join(s['returned_chunk_ids']) or 'nothing'}" + (" (duplicate)" if s["duplicate_of"] is not None else "") for s in row.searches]
         what += [e for e in row.events if not e.startswith("search:")]
         table.add_row(
-            str(row.step), row.node, str(row.iteration), "\n".join(what) or (row.error or ""), row.terminated_by or "",
+            str(row.step), row.node, f"q{row.question}.{row.iteration}" if conversation else str(row.iteration), "\n".join(what) or (row.error or ""), row.terminated_by or "",
             f"{row.seconds * 1000:.1f}" if row.seconds is not None else "", str(row.tokens or ""), row.checkpoint_id,
         )
     out.print(table)
@@ -124,14 +131,15 @@ def record_command(
     thread_id: Annotated[str, typer.Argument(help="A finished thread.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="The record file to write.")],
     checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    question: QuestionOption = None,
 ) -> None:
-    """Save a finished thread's model replies and search results, for an exact replay anywhere."""
+    """Save a finished question's model replies and search results (the thread's last by default), for an exact replay anywhere."""
     from cli.main import out
     from graph.replay import ReplayError, record_of
 
     _steps(thread_id, checkpointer)  # a clear error for an unknown thread
     try:
-        written = record_of(thread_id, checkpointer).save(out_path)
+        written = record_of(thread_id, checkpointer, question=question).save(out_path)
     except ReplayError as exc:
         _fail(str(exc), "record a thread once its run has ended")
         return

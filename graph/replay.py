@@ -28,7 +28,7 @@ from pydantic import ConfigDict, Field
 from graph.build import build_graph, make_deps
 from graph.checkpoints import resolve_checkpointer
 from graph.context import CONTEXT_FIELDS, LoopContext
-from graph.conversation import is_closing
+from graph.conversation import is_closing, is_instruction, opening_index
 from graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
 from graph.state import Chunk
 from graph.trace import history
@@ -170,6 +170,10 @@ class Record:
     """``{"query", "result": [chunks] | None, "error": text | None}`` per search sent, in order."""
     expected: dict[str, Any] = field(default_factory=dict)
     """The original run's answer, terminated_by, iterations, tool_history and chunks."""
+    question_index: int = 0
+    """Which question of its thread's conversation this is (0-based)."""
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+    """The conversation before the question (LangChain message dicts), for a follow-up; empty for a first question."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
@@ -195,28 +199,57 @@ class Record:
             raise ReplayError(f"{path} is not a replay record: {exc}") from exc
 
 
-def record_of(thread_id: str, checkpointer: Any) -> Record:
-    """Read a finished thread's record from its checkpoint history.
+def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None) -> Record:
+    """Read one finished question of a thread as a record, from the thread's checkpoint history.
+
+    Args:
+        thread_id: the thread.
+        checkpointer: the saver object or spec the thread ran with.
+        question: which question of the thread's conversation (0-based; negative counts
+            from the last); the last when ``None``.
 
     Raises:
-        ReplayError: when the thread has not finished.
+        ReplayError: when the question has not finished, or the thread has no such question.
     """
     snapshots = history(thread_id, checkpointer)
-    final = snapshots[-1].values
-    if snapshots[-1].next or not final.get("terminated_by"):
-        raise ReplayError(f"thread {thread_id!r} has not finished; only finished threads can be recorded")
+    tagged = [(i, task, _question_of(snapshot, task)) for i, snapshot in enumerate(snapshots) for task in snapshot.tasks if not task.name.startswith("__")]
+    asked = sorted({q for _, _, q in tagged})
+    wanted = asked[-1] if question is None and asked else question
+    if wanted is not None and wanted < 0 and -wanted <= len(asked):
+        wanted = asked[wanted]
+    if wanted not in asked:
+        raise ReplayError(f"thread {thread_id!r} has no question {question!r}; it has {len(asked)}")
+    own = [(i, task) for i, task, q in tagged if q == wanted]
+    end = own[-1][0] + 1
+    final = snapshots[end].values if end < len(snapshots) else {}
+    if end >= len(snapshots) or snapshots[end].next or not final.get("terminated_by"):
+        raise ReplayError(f"thread {thread_id!r} has not finished; only finished questions can be recorded")
     record = Record(
         question=final["question"],
         collection=final.get("collection", "all"),
         options=dict(final.get("options") or {}),
         expected={k: final.get(k) for k in _COMPARED},
+        question_index=int(wanted or 0),
+        conversation=_conversation_before(final),
     )
-    for snapshot in snapshots:
-        for task in snapshot.tasks:
-            result = task.result if isinstance(task.result, dict) else None
-            if result is not None:
-                _record_task(record, task.name, result)
+    for _, task in own:
+        result = task.result if isinstance(task.result, dict) else None
+        if result is not None:
+            _record_task(record, task.name, result)
     return record
+
+
+def _question_of(snapshot: Any, task: Any) -> int:
+    """The question of the conversation a task belongs to (the one it opened, or the one under way)."""
+    result = task.result if isinstance(task.result, dict) else {}
+    return int(result["question_index"] if "question_index" in result else snapshot.values.get("question_index") or 0)
+
+
+def _conversation_before(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The messages before the question's opening human message, as dicts."""
+    messages = list(values.get("messages") or [])
+    opening = opening_index(messages, values.get("question_message_id"))
+    return [message_to_dict(m) for m in messages[: opening or 0]]
 
 
 def _reply_of(result: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -335,6 +368,7 @@ def replay_record(record: Record) -> LoopResult:
         return str(messages_from_dict([synthesis])[0].content)
 
     answer_llm = RecordedChatModel(replies=[record.answerer_reply]) if record.answerer_reply is not None else None
+    thread = _seeded_thread(record)
     return run(
         record.question,
         collection=record.collection,
@@ -342,8 +376,30 @@ def replay_record(record: Record) -> LoopResult:
         answer_llm=answer_llm,
         search_fn=RecordedSearch(record.searches),
         synthesizer=synthesizer,
+        **({} if thread is None else {"checkpointer": thread[0], "thread_id": thread[1]}),
         **options,
     )
+
+
+def _seeded_thread(record: Record) -> tuple[Any, str] | None:
+    """For a follow-up, a private in-memory thread holding the conversation before it (``None`` otherwise)."""
+    if not record.conversation:
+        return None
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    conversation = messages_from_dict(record.conversation)
+    asked = [m for m in conversation if isinstance(m, HumanMessage) and not is_instruction(m)]
+    saver, thread_id = InMemorySaver(), str(uuid.uuid4())
+    seed = {
+        "messages": conversation,
+        "question": str(asked[-1].content) if asked else "",
+        "question_message_id": asked[-1].id if asked else None,
+        "question_index": record.question_index - 1,
+        "terminated_by": "answered",  # the earlier question is over: the run opens the recorded one
+    }
+    build_graph(make_deps()).compile(checkpointer=saver).update_state({"configurable": {"thread_id": thread_id}}, seed, as_node="ground")
+    return saver, thread_id
 
 
 def verify_record(record: Record) -> list[str]:

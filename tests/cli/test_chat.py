@@ -84,3 +84,24 @@ def test_ask_with_thread_id_continues_the_conversation(runner: CliRunner, collec
     assert (result["question"], result["question_index"], result["terminated_by"]) == (FOLLOW_UP, 1, "answered")
     assert "ZentrofyDeadlineError" in result["answer"]
     assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
+
+
+def test_trace_and_record_one_question_of_a_conversation(runner: CliRunner, collection: str, tmp_path) -> None:
+    store = f"sqlite:{tmp_path / 'threads.sqlite'}"
+    base = ["-c", collection, "--model", "offline", "--checkpointer", store, "--json"]
+    thread = json.loads(runner.invoke(app, ["ask", FIRST, *base]).stdout)["thread_id"]
+    assert runner.invoke(app, ["ask", OTHER, *base, "--thread-id", thread]).exit_code == 0
+    traced = runner.invoke(app, ["trace", thread, "--checkpointer", store, "--json", "--question", "0"])
+    assert traced.exit_code == 0, traced.output
+    queries = [s["query"] for row in json.loads(traced.stdout) for s in row["searches"]]
+    assert queries == ["run a zentrofy coroutine with a deadline"]
+    table = runner.invoke(app, ["trace", thread, "--checkpointer", store])
+    assert "q1.0" in table.output  # each step says its question
+    saved = tmp_path / "second.json"
+    recorded = runner.invoke(app, ["record", thread, "--checkpointer", store, "--out", str(saved)])
+    assert recorded.exit_code == 0, recorded.output
+    record = json.loads(saved.read_text())
+    assert (record["question"], record["question_index"]) == (OTHER, 1)
+    replayed = runner.invoke(app, ["replay", "--record", str(saved), "--json"])
+    assert replayed.exit_code == 0, replayed.output
+    assert json.loads(replayed.stdout)["differences"] == []

@@ -198,3 +198,23 @@ def test_trace_tells_the_questions_of_a_thread_apart() -> None:
     ]
     last = trace(first.thread_id, saver, question=-1)
     assert [s["query"] for r in last for s in r.searches] == ["b"]
+
+
+def test_a_follow_up_is_recorded_and_replayed_on_its_own() -> None:
+    from graph.replay import Record, record_of, verify_record
+
+    model = ScriptedChatModel(responses=[search("a"), answer("one [c1]"), search("b"), search("c"), "Synthesized two."])
+    found = ScriptedSearch([[chunk("c1")], [chunk("c2")], [chunk("c3", score=0.7)]])
+    saver = InMemorySaver()
+    first = run("Q1?", controller_llm=model, search_fn=found, checkpointer=saver)
+    assert first.thread_id is not None
+    second = run("And Q2?", controller_llm=model, search_fn=found, checkpointer=saver, thread_id=first.thread_id, max_iterations=2)
+    assert second.answer == "Synthesized two."
+    record = record_of(first.thread_id, saver)
+    assert (record.question, record.question_index) == ("And Q2?", 1)
+    assert [s["query"] for s in record.searches] == ["b", "c"] and len(record.controller_replies) == 2
+    assert [m["data"]["content"] for m in record.conversation if m["type"] == "human"] == ["Q1?"]
+    assert verify_record(record) == []
+    earlier = record_of(first.thread_id, saver, question=0)
+    assert (earlier.question, earlier.expected["answer"], earlier.conversation) == ("Q1?", "one [c1]", [])
+    assert verify_record(Record(**earlier.to_dict())) == []
