@@ -1,8 +1,9 @@
 """Checkpoint growth: bytes a checkpointer stores for one loop, against the final state's size.
 
-Run: `python -m bench.checkpoint_bench [--turns 2 5 10 20] [--no-postgres]`. Each loop is
-``turns - 1`` searches returning 5 chunks of ~800 characters, then ``answer``, with an
-instant scripted model. Stored bytes are everything the saver keeps for the thread
+Run: `python -m bench.checkpoint_bench [--turns 2 5 10 20] [--questions 20] [--no-postgres]`.
+Each loop is ``turns - 1`` searches returning 5 chunks of ~800 characters, then ``answer``,
+with an instant scripted model. A conversation is ``questions`` questions asked one
+after another on one thread, each a search and an answer; it is measured once it ends. Stored bytes are everything the saver keeps for the thread
 (checkpoints, metadata, channel blobs, pending writes); the final state's size is the
 JSON of its values. Two graphs are measured in the same run: arcana-loop, and the
 minimal hand-written StateGraph of ``bench.loop_bench`` (``add_messages`` stored
@@ -21,8 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, messages_to_dict
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messages_to_dict
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -31,6 +34,7 @@ from bench.scripted import TurnScriptedModel
 
 RESULTS = Path(__file__).parent / "results" / "checkpoints.json"
 TURNS = (2, 5, 10, 20)
+QUESTIONS = 20
 TARGET_RATIO = 3.0
 
 
@@ -46,6 +50,31 @@ def TurnsModel(turns: int) -> BaseChatModel:  # reads as the class it stands for
         return AIMessage(content="", tool_calls=[call])
 
     return TurnScriptedModel(script=reply)
+
+
+class ConversationModel(TurnScriptedModel):
+    """Each question of a conversation: one search (distinct per question), then an answer."""
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        asked = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+        question = len(asked)
+        turn = sum(isinstance(m, AIMessage) for m in messages[asked[-1]:]) if asked else 0
+        call = (
+            {"name": "search", "args": {"query": f"conversation question {question}"}, "id": f"call_{question}_s", "type": "tool_call"}
+            if turn == 0
+            else {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": f"call_{question}_a", "type": "tool_call"}
+        )
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
+
+
+def _no_script(turn: int) -> AIMessage:
+    raise AssertionError("ConversationModel replies from the messages")
 
 
 def state_json_bytes(values: dict[str, Any]) -> int:
@@ -118,6 +147,31 @@ def run_arcana(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[s
     return result.thread_id, dict(values)
 
 
+def run_conversation(saver: BaseCheckpointSaver[Any], questions: int) -> tuple[str, dict[str, Any]]:
+    """Ask ``questions`` questions on one thread; return the thread and its final state."""
+    import graph
+
+    model, thread_id = ConversationModel(script=_no_script), str(uuid.uuid4())
+    for number in range(questions):
+        result = graph.run(f"Question {number}: how do checkpoints grow?", controller_llm=model, search_fn=instant_search, checkpointer=saver, thread_id=thread_id)
+        assert result.terminated_by == "answered" and result.question_index == number, (result.terminated_by, result.question_index)
+    from graph.build import build_graph, make_deps
+
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=instant_search)).compile(checkpointer=saver)
+    return thread_id, dict(compiled.get_state({"configurable": {"thread_id": thread_id}}).values)
+
+
+def measure_conversation(questions: int, with_postgres: bool) -> list[dict[str, Any]]:
+    """Stored bytes of a ``questions``-question conversation against its final state, per saver."""
+    rows: list[dict[str, Any]] = []
+    with savers(with_postgres) as found:
+        for kind, saver in found.items():
+            thread_id, values = run_conversation(saver, questions)
+            stored, final = stored_bytes(saver, thread_id), state_json_bytes(values)
+            rows.append({"saver": kind, "variant": "arcana-loop conversation", "questions": questions, "stored_bytes": stored, "final_state_bytes": final, "ratio": round(stored / final, 2)})
+    return rows
+
+
 def run_minimal(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[str, Any]]:
     compiled = minimal_stategraph(TurnsModel(turns=turns)).compile(checkpointer=saver)
     thread_id = str(uuid.uuid4())
@@ -153,14 +207,19 @@ def print_table(rows: list[dict[str, Any]], turn_counts: tuple[int, ...]) -> Non
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, nargs="+", default=list(TURNS))
+    parser.add_argument("--questions", type=int, default=QUESTIONS, help="questions of the conversation measured on one thread")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL checkpointer")
     args = parser.parse_args(argv)
     turn_counts = tuple(args.turns)
     rows = measure(turn_counts, with_postgres=not args.no_postgres)
     print_table(rows, turn_counts)
+    conversation = measure_conversation(args.questions, with_postgres=not args.no_postgres)
+    print(f"\n{args.questions}-question conversation on one thread: stored bytes / final state JSON bytes (target <= {TARGET_RATIO}x)")
+    for row in conversation:
+        print(f"{row['saver']:<9} {row['ratio']:>5.1f}x {row['stored_bytes'] / 1024:>6.0f}kB stored, {row['final_state_bytes'] / 1024:>6.0f}kB final state")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"target_ratio": TARGET_RATIO, "rows": rows}, indent=2) + "\n")
-    return rows
+    RESULTS.write_text(json.dumps({"target_ratio": TARGET_RATIO, "rows": rows, "conversation": conversation}, indent=2) + "\n")
+    return [*rows, *conversation]
 
 
 if __name__ == "__main__":

@@ -137,34 +137,38 @@ def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
     return NewQuestion(question, str(message.id), message, index)
 
 
-def fresh_state(asked: NewQuestion, messages: Sequence[BaseMessage] = ()) -> dict[str, Any]:
+_FRESH: dict[str, Any] = {
+    "iterations": 0, "terminated_by": None, "answer": None, "error": None, "grounding": None, "coverage": None,
+    "repair": None, "repairs": 0, "budget_stop": None, "search_nudged": False,
+}
+"""The per-question fields as a question starts (besides its tool history, chunks and usage)."""
+
+
+def fresh_state(asked: NewQuestion, state: Mapping[str, Any]) -> dict[str, Any]:
     """Return the writes that start a question: its text and opening, and every per-question field afresh.
 
+    Only fields that hold something are written: a channel never written stays out of
+    every later checkpoint, which keeps a long conversation's checkpoints small.
     An earlier question left unfinished (a process killed mid-run) is closed first: its
     unanswered tool calls get a tool message each and it gets a closing message, so the
     conversation stays valid for OpenAI-style APIs and every question ends with an
     assistant message.
     """
-    return {
+    messages = list(state.get("messages") or [])
+    writes: dict[str, Any] = {
         "question": asked.text,
         "question_message_id": asked.message_id,
         "question_index": asked.index,
         "messages": [*_left_unfinished(messages, asked), *([] if asked.appended is None else [asked.appended])],
-        "tool_history": replacing([]),
-        "chunks": [],
-        "iterations": 0,
-        "terminated_by": None,
-        "answer": None,
-        "error": None,
-        "grounding": None,
-        "coverage": None,
-        "repair": None,
-        "repairs": 0,
-        "budget_stop": None,
-        "search_nudged": False,
         "usage": {USAGE_RESET: True},
         "started_at": time.time(),
     }
+    writes.update({key: value for key, value in _FRESH.items() if state.get(key, value) != value})
+    if state.get("tool_history"):
+        writes["tool_history"] = replacing([])
+    if state.get("chunks"):
+        writes["chunks"] = []
+    return writes
 
 
 def _left_unfinished(messages: Sequence[BaseMessage], asked: NewQuestion) -> list[BaseMessage]:
@@ -194,9 +198,11 @@ def fresh_view(state: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str,
     """Return the state as the question's first turn reads it, once ``writes`` (`fresh_state`) apply."""
     return {
         **state,
+        **_FRESH,
         **writes,
         "messages": [*(state.get("messages") or []), *writes["messages"]],
         "tool_history": [],
+        "chunks": [],
         "usage": {},
     }
 

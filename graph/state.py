@@ -231,3 +231,10 @@ class ControllerView(ToolsView):
     options: NotRequired[dict[str, Any]]
     question_index: NotRequired[int]
     question_message_id: NotRequired[str | None]
+    answer: NotRequired[str | None]
+    """Read with the other per-question fields below: a new question resets only those that are set."""
+    error: NotRequired[str | None]
+    grounding: NotRequired[dict[str, Any] | None]
+    coverage: NotRequired[Coverage | None]
+    repair: NotRequired[dict[str, Any] | None]
+    budget_stop: NotRequired[BudgetStop | None]

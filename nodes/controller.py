@@ -164,7 +164,7 @@ def open_question(state: ControllerView) -> tuple[ControllerView, dict[str, Any]
     asked = new_question(state)
     if asked is None:
         return state, {}
-    writes = fresh_state(asked, state.get("messages") or [])
+    writes = fresh_state(asked, state)
     view: Any = fresh_view(state, writes)
     check_input(view)
     return view, writes

@@ -218,3 +218,16 @@ def test_a_follow_up_is_recorded_and_replayed_on_its_own() -> None:
     earlier = record_of(first.thread_id, saver, question=0)
     assert (earlier.question, earlier.expected["answer"], earlier.conversation) == ("Q1?", "one [c1]", [])
     assert verify_record(Record(**earlier.to_dict())) == []
+
+
+def test_a_conversations_checkpoints_grow_linearly_with_its_questions() -> None:
+    from bench.checkpoint_bench import run_conversation, stored_bytes
+
+    sizes = {}
+    for questions in (4, 8):
+        saver = InMemorySaver()
+        thread_id, values = run_conversation(saver, questions)
+        assert values["question_index"] == questions - 1
+        sizes[questions] = stored_bytes(saver, thread_id)
+    # twice the questions, about twice the bytes: each question stores what it added, not the conversation again
+    assert sizes[8] <= 2.2 * sizes[4], sizes
