@@ -24,6 +24,15 @@ What a new question keeps and what starts fresh:
 Each question ends with an assistant message holding the answer text, named
 ``answer`` (`ANSWER_NAME`): the answer tool's text, the answer model's or the synthesis'
 reply, the controller's plain-text reply, or, without an answer, why there is none.
+
+Streaming (``stream_mode="messages"``, ``"messages-tuple"`` on a server): the answer
+model's and the synthesis' tokens carry the tag ``arcana_loop:answer`` in their
+metadata's ``tags``, the controller's the tag ``arcana_loop:controller``
+(``graph.models``). A client that shows only the answer shows the chunks tagged
+``arcana_loop:answer``, the controller's text chunks of a reply that has no tool
+calls (a plain-text answer), and any complete assistant message named ``answer``
+(the ``answer`` tool's text, a give-up or an error, which arrive whole, once); a
+streamed answer keeps its id in the conversation, so it is never sent twice.
 """
 
 from __future__ import annotations

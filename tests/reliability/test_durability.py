@@ -84,7 +84,7 @@ def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_rep
     assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [("search", "alpha"), ("search", "beta"), ("answer", None)]
     assert finished.iterations == 3 and [c["id"] for c in finished.chunks] == ["a1", "b1"]
     assert later_search.calls == []  # the searches the dead process made were not sent again
-    assert [m.type for m in finished.messages] == ["human", *["ai", "tool"] * 3]  # no turn replayed, none dropped
+    assert [m.type for m in finished.messages] == ["human", *["ai", "tool"] * 3, "ai"]  # no turn replayed, none dropped; the answer last
     after = trace(thread, spec)
     assert [s.node for s in after] == ["controller", "tools"] * 3
     assert [s.checkpoint_id for s in after[:4]] == [s.checkpoint_id for s in before]
