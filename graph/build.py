@@ -42,7 +42,7 @@ from tools.schemas import resolve_tools
 GRAPH_NAME = "arcana-loop"
 GRAPH_DESCRIPTION = (
     "Answer a question from the knowledge base: an agent searches it, reads what it finds and answers. "
-    "Input: question (and optionally collection, a name or a list of names to search in). "
+    "Input: question, or chat messages whose last human message is the question; a thread keeps the conversation, so follow-ups work (optionally collection, a name or a list of names to search in). "
     "Output: answer first, then terminated_by (answered, gave_up, max_iterations or error), error, "
     "coverage, the searches made (tool_history) and the chunks the answer rests on."
 )
