@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool
-from langgraph._internal._runnable import RunnableCallable  # one node with a sync and an async body
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 
@@ -21,7 +20,7 @@ from graph.channels import USAGE_RESET
 from graph.context import LoopContext
 from graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from graph.models import ModelSpec, resolve_model
-from graph.routing import Route, Routers
+from graph.routing import Node, Route, Routers
 from graph.state import (
     ControllerView,
     LoopInput,
@@ -162,8 +161,7 @@ def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwar
     )
     for name, node, view in nodes:
         sync_body, async_body = _timed(name, node.sync, node.async_)
-        # trace=False as LangGraph does for plain functions: the task is already a traced run
-        builder.add_node(name, RunnableCallable(sync_body, async_body, name=name, trace=False), input_schema=view)
+        builder.add_node(name, Node(name, sync_body, async_body), input_schema=view)
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", Route(routers.after_controller))
     builder.add_conditional_edges("tools", Route(routers.after_tools))

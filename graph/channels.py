@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, convert_to_messages
-from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
@@ -25,24 +24,6 @@ if TYPE_CHECKING:
     from graph.state import Chunk
 
 _MESSAGE_IDS = uuid.UUID("5d0b6c8e-9a57-4f4e-9a0c-6f0f2c1d7a31")
-
-
-class FoldChannel(DeltaChannel[Any]):
-    """A `DeltaChannel` whose copies share the current value instead of copying it.
-
-    LangGraph copies every channel of the graph each time a conditional edge reads the
-    state, and `DeltaChannel` copies its whole list each time. The folds below never
-    change the list they are given (each builds a new one), so a copy can share it.
-    """
-
-    __slots__ = ()
-
-    def copy(self) -> Self:
-        """Return a copy sharing the current value (never mutated in place)."""
-        new = object.__new__(type(self))
-        new.typ, new.key = self.typ, self.key
-        new.reducer, new.snapshot_frequency, new.value = self.reducer, self.snapshot_frequency, self.value
-        return new
 
 
 class ChunkMerge(TypedDict):

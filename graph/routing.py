@@ -15,8 +15,8 @@ from typing import Any, Literal, assert_never
 
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from langchain_core.runnables.config import ensure_config
-from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+from langchain_core.runnables.config import ensure_config, set_config_context
+from langgraph.runtime import get_runtime
 
 from graph.context import LoopContext
 from graph.deps import LoopDeps
@@ -34,16 +34,14 @@ def has_tool_calls(message: object) -> bool:
     return isinstance(message, AIMessage) and bool(message.tool_calls or message.invalid_tool_calls)
 
 
-def _context(config: RunnableConfig) -> LoopContext:
+def _context() -> LoopContext:
     """Return the run's context; a state edit outside a run (``update_state``) has none, so defaults apply."""
-    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    try:
+        runtime = get_runtime(LoopContext)
+    except RuntimeError:  # called outside any runnable
+        return LoopContext()
     context = getattr(runtime, "context", None)
     return context if isinstance(context, LoopContext) else LoopContext()
-
-
-def as_config(runtime: Any) -> RunnableConfig:
-    """Wrap a node's runtime as the config a router reads, so nodes can ask where they go next."""
-    return {"configurable": {CONFIG_KEY_RUNTIME: runtime}}
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,11 @@ class Routers:
 
     deps: LoopDeps
 
-    def finish(self, state: OutcomeView, config: RunnableConfig) -> AfterFinal:
+    def finish(self, state: OutcomeView) -> AfterFinal:
         """After the answer is settled: ground it when a grounder is configured, else stop."""
-        return "ground" if self.deps.has_grounder(_context(config)) else "__end__"
+        return "ground" if self.deps.has_grounder(_context()) else "__end__"
 
-    def after_controller(self, state: ControllerRouteView, config: RunnableConfig) -> AfterController:
+    def after_controller(self, state: ControllerRouteView) -> AfterController:
         """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes.
 
         A plain-text answer is rewritten by the answer model when one is set (as an ``answer``
@@ -72,28 +70,28 @@ class Routers:
             raise ValueError("the controller ended its turn without tool calls and without an outcome")
         match outcome:
             case "max_iterations":
-                if _context(config).fallback_synthesis and state.get("chunks"):
+                if _context().fallback_synthesis and state.get("chunks"):
                     return "synthesis"
-                return self.finish(state, config)
+                return self.finish(state)
             case "answered":
-                return "answerer" if self.deps.has_answerer(_context(config)) else self.finish(state, config)
+                return "answerer" if self.deps.has_answerer(_context()) else self.finish(state)
             case "error" | "gave_up":
-                return self.finish(state, config)
+                return self.finish(state)
             case _:
                 assert_never(outcome)
 
-    def after_tools(self, state: ToolsRouteView, config: RunnableConfig) -> AfterTools:
+    def after_tools(self, state: ToolsRouteView) -> AfterTools:
         """Back to the controller unless a tool ended the run; an ``answer`` may be rewritten first."""
         outcome = state.get("terminated_by")
         if outcome is None:
             return "controller"
         history = state.get("tool_history") or []
         answered_by_tool = outcome == "answered" and bool(history) and history[-1]["tool"] == ANSWER
-        if answered_by_tool and self.deps.has_answerer(_context(config)):
+        if answered_by_tool and self.deps.has_answerer(_context()):
             return "answerer"
-        return self.finish(state, config)
+        return self.finish(state)
 
-    def after_ground(self, state: OutcomeView, config: RunnableConfig) -> AfterGround:
+    def after_ground(self, state: OutcomeView) -> AfterGround:
         """Stop, unless the answer went back to the controller for a repair."""
         return "controller" if state.get("terminated_by") is None else "__end__"
 
@@ -109,14 +107,36 @@ class Route(RunnableLambda[Any, Any]):
     reads); calling the function directly, without a callback run, keeps it out of traces.
     """
 
-    def __init__(self, router: Callable[[Any, RunnableConfig], Any]) -> None:
+    def __init__(self, router: Callable[[Any], Any]) -> None:
         super().__init__(router)
         self.router = router
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Call the router with the step's config."""
-        return self.router(input, ensure_config(config))
+        """Call the router with the step's config as the current one, so `get_runtime` finds the run."""
+        with set_config_context(ensure_config(config)) as context:
+            return context.run(self.router, input)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Call the router (a cheap, synchronous decision) with the step's config."""
-        return self.router(input, ensure_config(config))
+        """Call the router (a cheap, synchronous decision) the same way."""
+        return self.invoke(input, config)
+
+
+class Node(RunnableLambda[Any, Any]):
+    """A node with one sync and one async body, run untraced inside the node's own traced task.
+
+    LangGraph runs each node as a traced task; a node given as a plain function is
+    run inside it without a second run of its own, and so is this one. Bodies take
+    the state and the run's `Runtime` (from `get_runtime`, LangGraph's public accessor).
+    """
+
+    def __init__(self, name: str, sync_body: Callable[[Any, Any], Any], async_body: Callable[[Any, Any], Any]) -> None:
+        super().__init__(sync_body, afunc=async_body, name=name)
+        self.sync_body, self.async_body = sync_body, async_body
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the sync body with the run's runtime."""
+        return self.sync_body(input, get_runtime(LoopContext))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Run the async body with the run's runtime."""
+        return await self.async_body(input, get_runtime(LoopContext))

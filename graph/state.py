@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AnyMessage
+from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
-from graph.channels import FoldChannel, fold_appended, fold_chunks, fold_messages, fold_usage
+from graph.channels import fold_appended, fold_chunks, fold_messages, fold_usage
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.
@@ -95,7 +96,7 @@ class LoopInput(TypedDict):
 
     question: NotRequired[str]
     collection: NotRequired[CollectionSpec]
-    messages: Annotated[NotRequired[list[AnyMessage]], FoldChannel(fold_messages)]
+    messages: Annotated[NotRequired[list[AnyMessage]], DeltaChannel(fold_messages)]
     """The conversation of the thread, without the system prompt (rebuilt per call).
 
     Starts with the first question; every assistant tool call is answered by a tool
@@ -139,10 +140,10 @@ class LoopState(LoopInput):
     describe its current question and start fresh when a new question is asked.
     """
 
-    tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
+    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
     """This question's executed tool calls in order; appended to, and replaced by an empty list
     (a ``{"replace": []}`` write) when a new question starts."""
-    chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
+    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
     """This question's chunks, best first, capped. ``tools`` writes a `ChunkMerge` of the turn's
     finds (the cap travels in the write, since it is a context value); a list replaces them."""
     question_index: NotRequired[int]
@@ -185,8 +186,8 @@ class ControllerRouteView(TypedDict):
     """
 
     terminated_by: NotRequired[TerminatedBy | None]
-    messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
-    chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
+    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
     search_nudged: NotRequired[bool]
 
 
@@ -194,7 +195,7 @@ class ToolsRouteView(TypedDict):
     """What the router after ``tools`` reads."""
 
     terminated_by: NotRequired[TerminatedBy | None]
-    tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
+    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
 
 
 class OutcomeView(TypedDict):
@@ -213,9 +214,9 @@ class ToolsView(TypedDict):
 
     question: str
     collection: NotRequired[CollectionSpec]
-    messages: Annotated[list[AnyMessage], FoldChannel(fold_messages)]
-    tool_history: Annotated[list[ToolEvent], FoldChannel(fold_appended)]
-    chunks: Annotated[NotRequired[list[Chunk]], FoldChannel(fold_chunks)]
+    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    tool_history: Annotated[list[ToolEvent], DeltaChannel(fold_appended)]
+    chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
     iterations: NotRequired[int]
     terminated_by: NotRequired[TerminatedBy | None]
     search_nudged: NotRequired[bool]

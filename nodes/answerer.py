@@ -19,7 +19,7 @@ from graph.conversation import ANSWER_NAME, compact_earlier
 from graph.conversation import instruction as instruction_message
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
-from graph.routing import Routers, as_config
+from graph.routing import Routers
 from graph.state import LoopState
 from nodes.common import (
     describe_error,
@@ -75,7 +75,7 @@ class Answerer:
             else:
                 logger.warning("answer model returned no text, keeping the draft")
         view = {**state, **update, "messages": [*state["messages"][-1:], *update.get("messages", [])]}
-        return cast(AnswererUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.finish(state, as_config(runtime))))
+        return cast(AnswererUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.finish(state)))
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> AnswererUpdate:
         """Rewrite the answer."""

@@ -22,7 +22,7 @@ from graph.conversation import compact_earlier, fresh_state, fresh_view, new_que
 from graph.deps import LoopDeps
 from graph.models import ModelCaller
 from graph.policy import should_send_back
-from graph.routing import Routers, as_config
+from graph.routing import Routers
 from graph.state import BudgetStop, ControllerView, TerminatedBy
 from nodes.common import (
     describe_error,
@@ -241,7 +241,7 @@ class Controller:
         messages = state.get("messages", [])
         written = update.get("messages") or []
         view: Any = {**state, **update, "messages": [*messages[-1:], *written[len(opening.get("messages", [])):]] or messages}
-        closing = close_if_final(self.deps, runtime, {"messages": written}, view, self.routers.after_controller(view, as_config(runtime)))
+        closing = close_if_final(self.deps, runtime, {"messages": written}, view, self.routers.after_controller(view))
         if closing["messages"] is not written:
             update["messages"] = closing["messages"]
         return update

@@ -19,7 +19,7 @@ from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.evidence import ground_update
 from graph.models import ChatModelCaller, cached_model
-from graph.routing import Routers, as_config
+from graph.routing import Routers
 from graph.state import LoopState
 from nodes.common import emit
 from nodes.lifecycle import close_if_final
@@ -98,7 +98,7 @@ class Ground:
         if note is not None:
             update["error"] = note
         view: Any = {**state, **update}
-        return close_if_final(self.deps, runtime, update, view, self.routers.after_ground(view, as_config(runtime)))
+        return close_if_final(self.deps, runtime, update, view, self.routers.after_ground(view))
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         """Ground the answer, within its time."""

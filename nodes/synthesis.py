@@ -20,7 +20,7 @@ from graph.context import LoopContext
 from graph.conversation import ANSWER_NAME, compact_earlier
 from graph.conversation import instruction as instruction_message
 from graph.deps import LoopDeps
-from graph.routing import Routers, as_config
+from graph.routing import Routers
 from graph.state import LoopState, ToolEvent
 from nodes.common import (
     describe_error,
@@ -99,7 +99,7 @@ class Synthesis:
                 update = {"error": SYNTHESIS_EMPTY}
                 logger.warning("%s", SYNTHESIS_EMPTY)
         view = {**state, **update, "messages": [*state["messages"][-1:], *update.get("messages", [])]}
-        return cast(SynthesisUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.finish(state, as_config(runtime))))
+        return cast(SynthesisUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.finish(state)))
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> SynthesisUpdate:
         """Write the fallback answer."""

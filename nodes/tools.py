@@ -15,7 +15,7 @@ from graph.channels import ChunkMerge
 from graph.context import LoopContext
 from graph.deps import LoopDeps
 from graph.policy import should_send_back
-from graph.routing import Routers, as_config
+from graph.routing import Routers
 from graph.state import TerminatedBy, ToolEvent, ToolsView
 from nodes.common import emit, run_tools, scope_of
 from nodes.lifecycle import close_if_final, tool_call_event
@@ -127,7 +127,7 @@ class Tools:
             "tool_history": [*(state.get("tool_history") or []), *history],
         }
         view["answer"] = update.get("answer")
-        return cast(ToolsUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.after_tools(view, as_config(runtime))))
+        return cast(ToolsUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.after_tools(view)))
 
     def sync(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
         """Execute the turn's tool calls; several searches run in worker threads, results stay in call order."""

@@ -85,17 +85,6 @@ def test_fold_messages_matches_add_messages_for_appends_replacements_and_removal
         assert [(m.id, m.content) for m in folded] == [(m.id, m.content) for m in expected]
 
 
-def test_a_fold_channel_copy_shares_the_value_and_updates_apart():
-    from graph.channels import FoldChannel, fold_appended
-
-    channel = FoldChannel(fold_appended, list)
-    channel.update([[1, 2]])
-    copy = channel.copy()
-    assert copy.get() is channel.get()  # shared, not copied
-    copy.update([[3]])
-    assert channel.get() == [1, 2] and copy.get() == [1, 2, 3]  # the fold built a new list
-
-
 def test_the_folds_never_change_the_value_they_are_given():
     current_chunks = [{"id": "a", "text": "A", "score": 0.5}]
     current_msgs = [HumanMessage("q", id="m0")]
