@@ -58,7 +58,10 @@ def test_repeated_chunks_are_kept_once_whatever_their_case_and_spacing():
 
 
 def test_chunks_are_near_the_chunk_size_and_the_ingest_cuts_exactly_them(tmp_path):
-    text = "\n\n".join(_paragraph(i, words=10 + 13 * (i % 9)) for i in range(80))
+    paragraphs = [_paragraph(i, words=10 + 13 * (i % 9)) for i in range(80)]
+    # lines with no blank line between them (a changelog), five of them fill a chunk exactly
+    run_on = "\n".join(f"entry {i:04d} " + _paragraph(i)[: corpus.CHUNK_CHARS // 5 - 12] for i in range(60))
+    text = "\n\n".join([*paragraphs, run_on])
     built = corpus.distinct_corpus([corpus.Document("python/fake", text)], size=10_000)
     chunks = built.documents[0][1]
     sizes = [len(c) for c in chunks]
