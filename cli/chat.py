@@ -14,9 +14,23 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from cli.common import (
+    MODEL_HINT,
+    check_scope,
+    checkpointer_spec_of,
+    controller_spec,
+    database_errors,
+    err,
+    fail,
+    knowledge_base,
+    out,
+    print_sources,
+)
+
 NEW = "/new"
 EXIT = ("/exit", "/quit")
 PROMPT = "You> "
+
 
 
 def _step_line(event: dict[str, Any]) -> str | None:
@@ -34,7 +48,6 @@ def _step_line(event: dict[str, Any]) -> str | None:
 
 
 def _show_step(event: dict[str, Any]) -> None:
-    from cli.main import err
 
     line = _step_line(event)
     if line is not None:
@@ -59,10 +72,9 @@ def chat(
     thread_id: Annotated[str | None, typer.Option("--thread-id", help="Continue this thread's conversation (default: a new thread).")] = None,
 ) -> None:
     """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
-    from cli.main import _checkpointer, _controller, _print_sources, fail, out
     from graph.text import check_text
 
-    saver = _checkpointer(checkpointer)
+    saver = checkpointer_spec_of(checkpointer)
     if saver is None:
         fail("a chat needs a checkpointer to keep its conversation.", "pass --checkpointer postgres, memory or sqlite:PATH")
     try:
@@ -70,7 +82,7 @@ def chat(
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
     scope, kb = _scope(collection)
-    spec = _controller(model)
+    spec = controller_spec(model)
     thread = thread_id or str(uuid.uuid4())
     out.print(f"[dim]Thread {thread}: ask a question; {NEW} starts a fresh thread, {EXIT[0]} ends the chat.[/]")
     while (line := _read_line()) is not None:
@@ -85,31 +97,29 @@ def chat(
             continue
         result = _ask(question, scope=scope, kb=kb, spec=spec, answer_model=answer_model, max_iterations=max_iterations,
                       ground=ground, saver=saver, thread=thread)
-        out.print(result.answer or "[dim](no answer)[/]", highlight=False)
-        _print_sources(result)
+        out.print(escape(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False)
+        print_sources(result)
         if result.terminated_by != "answered":
             out.print(f"[dim]Ended: {result.terminated_by}" + (f" ({escape(result.error)})" if result.error else "") + "[/]")
 
 
 def _scope(collection: list[str] | None) -> tuple[Any, Any]:
     """The collections the chat searches, checked (and the demo corpus ingested) before the first question."""
-    from cli.main import _check_scope, _knowledge_base, database_errors, err
     from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
-    kb = _knowledge_base()
+    kb = knowledge_base()
     scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
     with database_errors("cannot read the collections"):
         if scope == COLLECTION:
             with err.status("Ingesting the Python standard library docs (first run only)..."):
                 ensure_python_docs(kb)
         infos = kb.collections()
-    _check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
+    check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
     return scope, kb
 
 
 def _ask(question: str, *, scope: Any, kb: Any, spec: str, answer_model: str | None, max_iterations: int | None, ground: str | None, saver: str | None, thread: str) -> Any:
     """Run one question of the conversation; an error the user caused ends the chat on one line."""
-    from cli.main import MODEL_HINT, database_errors, fail
     from graph import run
     from graph.models import ModelSpecError
 

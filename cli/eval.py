@@ -25,9 +25,9 @@ OutOption = Annotated[Path | None, typer.Option("--out", help="Also write the re
 
 
 def _cli() -> ModuleType:
-    from cli import main  # imported late: cli.main imports this module to register it
+    from cli import common
 
-    return main
+    return common
 
 
 def _load_cases(path: Path | None, set_name: str = "realistic", split: str | None = None) -> Any:
@@ -56,7 +56,7 @@ def _prepare_kb(collection: str | None) -> Any:
     from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
     main = _cli()
-    kb = main._knowledge_base()
+    kb = main.knowledge_base()
     if collection == COLLECTION:
         with main.err.status("Ingesting the Python standard library docs (first run only)..."):
             ensure_python_docs(kb)

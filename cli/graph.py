@@ -7,6 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from cli.common import err, fail, knowledge_base, out
+
 graph_app = typer.Typer(help="Build the knowledge graph of a collection (entities, relationships, communities).", no_args_is_help=True)
 
 
@@ -16,10 +18,9 @@ def build(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Extract every chunk again, not only those without a graph.")] = False,
 ) -> None:
     """Build (or complete) a collection's graph with the offline extractor, then its communities."""
-    from cli.main import _knowledge_base, err, fail, out
     from knowledge.errors import CollectionNotFound, KnowledgeBaseError
 
-    kb = _knowledge_base()
+    kb = knowledge_base()
     try:
         with err.status(f"Building the graph of {collection!r}..."):
             result = kb.build_graph(collection, rebuild=rebuild)

@@ -13,10 +13,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from cli.common import fail, out, print_result
+
 DEFAULT_CHECKPOINTER = "postgres"
 CheckpointerOption = Annotated[
     str, typer.Option("--checkpointer", help="Where threads are stored: postgres, memory or sqlite:PATH.")
 ]
+
 
 
 def checkpointer_spec(value: str | None) -> str | None:
@@ -25,7 +28,6 @@ def checkpointer_spec(value: str | None) -> str | None:
 
 
 def _fail(message: str, hint: str) -> None:
-    from cli.main import fail
 
     fail(message, hint)
 
@@ -54,8 +56,6 @@ def trace_command(
     question: QuestionOption = None,
 ) -> None:
     """Show a thread step by step: node, turn, tool calls, searches and chunk ids, time and tokens."""
-    from cli.main import out
-
     rows = _steps(thread_id, checkpointer, question)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2))  # machine output
@@ -83,7 +83,6 @@ def replay_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
-    from cli.main import _print_result, out
     from graph.replay import ReplayError, replay
 
     try:
@@ -104,7 +103,7 @@ def replay_command(
     if as_json:
         print(json.dumps({**result.to_dict(), "differences": differences}, ensure_ascii=False, indent=2))  # machine output
         return
-    _print_result(result)
+    print_result(result)
     if record is not None:
         out.print("[green]The replay matches the record.[/]" if not differences else "[red]The replay differs from the record:[/]\n" + "\n".join(differences))
     else:
@@ -134,7 +133,6 @@ def record_command(
     question: QuestionOption = None,
 ) -> None:
     """Save a finished question's model replies and search results (the thread's last by default), for an exact replay anywhere."""
-    from cli.main import out
     from graph.replay import ReplayError, record_of
 
     _steps(thread_id, checkpointer)  # a clear error for an unknown thread

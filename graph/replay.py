@@ -30,8 +30,8 @@ from graph.checkpoints import resolve_checkpointer
 from graph.context import CONTEXT_FIELDS, LoopContext
 from graph.conversation import is_closing, is_instruction, opening_index
 from graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
-from graph.state import Chunk
 from graph.trace import history
+from knowledge.types import Chunk
 from tools.execute import SEARCH_ERROR
 
 _SEARCH_ERROR_PREFIX = SEARCH_ERROR.split("{", 1)[0]

@@ -22,13 +22,13 @@ from graph.checkpoints import async_checkpointer, resolve_checkpointer, resolve_
 from graph.context import CONTEXT_FIELDS, LoopContext
 from graph.deps import ConfigurationError, SynthesizerFn
 from graph.models import ModelSpec
-from graph.state import BudgetStop, Chunk, CollectionSpec, Coverage, TerminatedBy, ToolEvent
-from graph.text import check_text
+from graph.state import BudgetStop, CollectionSpec, Coverage, TerminatedBy, ToolEvent
+from graph.text import check_question, check_text
+from knowledge.types import Chunk
 from nodes.lifecycle import exception_event
 from tools.execute import SearchFn
 from tools.scoping import normalize_scope
 
-MAX_QUESTION_CHARS = 32_000
 """Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
 _RESULT_KEYS = (
@@ -106,20 +106,6 @@ def grounded_in_chunks(state: Mapping[str, Any]) -> bool:
         and state.get("terminated_by") in ("answered", "max_iterations")
         and bool(state.get("chunks"))
     )
-
-
-def check_question(question: Any) -> str:
-    """Return the question, or raise a clear error for one that cannot be asked."""
-    if not isinstance(question, str):
-        raise TypeError(f"question must be a string, got {type(question).__name__}")
-    if not question.strip():
-        raise ValueError("question must not be empty or blank")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ValueError(f"question is {len(question):,} characters; the most accepted is {MAX_QUESTION_CHARS:,}")
-    if "\x00" in question:
-        raise ValueError("question must not contain NUL characters")
-    check_text("question", question)
-    return question
 
 
 def _check_texts(collection: Any, context: LoopContext) -> None:

@@ -17,6 +17,7 @@ from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
 from graph.channels import fold_appended, fold_chunks, fold_messages, fold_usage
+from knowledge.types import Chunk
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.
@@ -29,18 +30,6 @@ TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 
 CollectionSpec = str | list[str] | None
 """``"all"``/``None`` (unrestricted), one name, or a list of names (``[]`` matches nothing)."""
-
-
-class Chunk(TypedDict):
-    """A retrieved chunk as the loop keeps it: plain JSON, so it checkpoints and crosses a server."""
-
-    id: str
-    text: str
-    score: float
-    collection: NotRequired[str | None]
-    document_id: NotRequired[str | None]
-    position: NotRequired[int | None]
-    metadata: NotRequired[dict[str, Any]]
 
 
 class ToolEvent(TypedDict):

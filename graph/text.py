@@ -57,3 +57,20 @@ def scrub_deep(value: Any, _depth: int = 0) -> Any:
             return value
         return type(value)(scrubbed) if isinstance(value, tuple) else scrubbed
     return value
+
+
+MAX_QUESTION_CHARS = 32_000
+
+
+def check_question(question: Any) -> str:
+    """Return the question, or raise a clear error for one that cannot be asked."""
+    if not isinstance(question, str):
+        raise TypeError(f"question must be a string, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError("question must not be empty or blank")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(f"question is {len(question):,} characters; the most accepted is {MAX_QUESTION_CHARS:,}")
+    if "\x00" in question:
+        raise ValueError("question must not contain NUL characters")
+    check_text("question", question)
+    return question

@@ -12,7 +12,7 @@ and `position`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -24,8 +24,17 @@ from pydantic import ConfigDict
 
 from knowledge.types import Chunk, SearchMode
 
-if TYPE_CHECKING:
-    from knowledge.base import KnowledgeBase
+
+class Searchable(Protocol):
+    """What the retriever needs of a knowledge base: `KnowledgeBase.search` and `asearch`."""
+
+    def search(self, query: str, **options: Any) -> list[Chunk]:
+        """Search synchronously."""
+        ...
+
+    async def asearch(self, query: str, **options: Any) -> list[Chunk]:
+        """Search on the event loop."""
+        ...
 
 
 class KnowledgeBaseRetriever(BaseRetriever):
@@ -50,7 +59,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
-        kb: KnowledgeBase = self.knowledge_base
+        kb: Searchable = self.knowledge_base
         chunks = kb.search(
             query, collection=self.collection, limit=self.k, mode=self.mode, threshold=self.threshold
         )
@@ -59,7 +68,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
-        kb: KnowledgeBase = self.knowledge_base
+        kb: Searchable = self.knowledge_base
         chunks = await kb.asearch(
             query, collection=self.collection, limit=self.k, mode=self.mode, threshold=self.threshold
         )

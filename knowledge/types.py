@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
 
@@ -21,7 +21,11 @@ ProgressFn = Callable[[int, int], None]
 
 
 class Chunk(TypedDict):
-    """One search hit, safe to put in graph state and to `json.dumps`."""
+    """One search hit, safe to put in graph state and to `json.dumps`.
+
+    The one chunk type of the project: the knowledge base fills every field; a
+    custom search function may return only `id`, `text` and `score`.
+    """
 
     id: str
     """Stable id: the same document text at the same position keeps its id across re-ingests."""
@@ -29,14 +33,14 @@ class Chunk(TypedDict):
     """The chunk text."""
     score: float
     """Higher is better, comparable only within one search mode (cosine, ts_rank_cd or RRF)."""
-    collection: str
+    collection: NotRequired[str | None]
     """Name of the collection the chunk belongs to."""
-    document_id: str
+    document_id: NotRequired[str | None]
     """Id of the document the chunk was cut from."""
-    position: int
+    position: NotRequired[int | None]
     """Zero-based index of the chunk within its document."""
-    metadata: dict[str, Any]
-    """Document metadata plus `source` and `start_index` (character offset in the document)."""
+    metadata: NotRequired[dict[str, Any]]
+    """Document metadata plus `source`, `start_index` (character offset in the document) and `section`."""
 
 
 @dataclass

@@ -33,7 +33,7 @@ def run_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> dict[str
     """Return the tools the run's options add: ``explore`` with ``explore_tool`` (a custom tool of that name wins)."""
     if ctx is None or not ctx.explore_tool:
         return {}
-    from knowledge.graph.explore import EXPLORE, loop_explore_tool
+    from tools.explore import EXPLORE, loop_explore_tool
 
     tool = None if EXPLORE in deps.custom_tools else loop_explore_tool(deps.search_fn, scope.to_value())
     return {} if tool is None else {tool.name: tool}

@@ -24,6 +24,7 @@ from graph.models import ModelCaller
 from graph.policy import should_send_back
 from graph.routing import Routers
 from graph.state import BudgetStop, ControllerView, TerminatedBy
+from graph.text import check_question
 from nodes.common import (
     describe_error,
     emit,
@@ -145,8 +146,6 @@ def check_input(state: ControllerView) -> None:
     Raises:
         TypeError, ValueError: for a bad question, or a malformed collection.
     """
-    from graph.run import check_question  # graph.run imports this module
-
     check_question(state["question"])
     scope_of(state)
 

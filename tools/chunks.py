@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from graph.channels import merge_chunks
-from graph.state import Chunk
 from graph.text import has_lone_surrogate, scrub
+from knowledge.types import Chunk
 
 __all__ = ["merge_chunks"]
 

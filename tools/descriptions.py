@@ -32,3 +32,11 @@ GIVE_UP_DESCRIPTION = (
     "searches with different wordings found nothing relevant. Ends the conversation."
 )
 GIVE_UP_REASON_DESCRIPTION = "A short explanation of what is missing."
+
+EXPLORE_DESCRIPTION = (
+    "Look up one entity of the knowledge graph (a module, class, function or named term): "
+    "its description, the entities most often named with it, a summary of its cluster and "
+    "the ids of chunks that mention it. Use it to find related names to search for, or to "
+    "check how two things relate. It does not return document text: search for that."
+)
+EXPLORE_ENTITY_DESCRIPTION = "The entity's name, e.g. 'asyncio.wait_for' or 'ThreadPoolExecutor'."

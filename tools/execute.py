@@ -18,8 +18,9 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from graph.state import Chunk, TerminatedBy
+from graph.state import TerminatedBy
 from graph.text import scrub
+from knowledge.types import Chunk
 from tools import schemas, tracing
 from tools.chunks import NO_RESULTS, SHOWN_PER_SEARCH, format_search_result, render_id, to_chunks
 from tools.duplicates import PastSearch, find_duplicate, scope_key, search_key

@@ -127,3 +127,15 @@ def test_ask_names_the_known_collections_and_an_empty_one(env: dict[str, str], t
     empty = cli("ask", "-c", "cli-sources-known", "What is a frobnicator?", env=env)
     assert empty.returncode == 1 and "collection 'cli-sources-known' is empty" in empty.stderr
     assert "Traceback" not in empty.stderr
+
+
+def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from cli.common import print_result
+
+    cited = "f0bd5bed8714dae404f421df34688752"  # "[f0bd...]" parses as a Rich tag unless escaped
+    result = SimpleNamespace(answer=f"Use wait_for [{cited}].", chunks=[{"id": cited, "text": "t", "metadata": {"source": "a.md"}}],
+                             tool_history=[], terminated_by="answered", iterations=1, error=None, grounding=None, coverage=None)
+    print_result(result)
+    assert f"Use wait_for [{cited}]." in capsys.readouterr().out

