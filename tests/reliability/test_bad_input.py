@@ -1,6 +1,6 @@
 """Bad input of every kind: a clear error before anything runs, or a defined outcome; nothing half-written.
 
-The README's reliability table lists these cases with their outcomes.
+tests/reliability/README.md's table lists these cases with their outcomes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Load: 50 runs at once, in process and against the served graph; none crossed, connections bounded.
 
 Throughput and p95 latency are printed and written to ``RELIABILITY_LOAD_JSON`` when set
-(the README's reliability figures come from there).
+(tests/reliability/README.md's load figures come from there).
 """
 
 from __future__ import annotations
