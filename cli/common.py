@@ -112,9 +112,13 @@ def check_question(question: str) -> None:
         )
 
 
+def checkpointer_spec(value: str | None) -> str | None:
+    """The CLI's checkpointer option as `run` takes it (``none`` turns checkpointing off)."""
+    return None if value in (None, "", "none") else value
+
+
 def checkpointer_spec_of(value: str) -> str | None:
     """The --checkpointer option as `run` takes it, checked before anything runs."""
-    from cli.threads import checkpointer_spec
     from graph.checkpoints import resolve_checkpointer_spec
 
     spec = checkpointer_spec(value)

@@ -22,16 +22,6 @@ CheckpointerOption = Annotated[
 
 
 
-def checkpointer_spec(value: str | None) -> str | None:
-    """The CLI's checkpointer option as `run` takes it (``none`` turns checkpointing off)."""
-    return None if value in (None, "", "none") else value
-
-
-def _fail(message: str, hint: str) -> None:
-
-    fail(message, hint)
-
-
 QuestionOption = Annotated[
     int | None, typer.Option("--question", help="Only this question of the thread's conversation (0 the first, -1 the last).")
 ]
@@ -43,9 +33,9 @@ def _steps(thread_id: str, checkpointer: str, question: int | None = None) -> li
     try:
         return trace(thread_id, checkpointer, question=question)
     except ThreadNotFoundError:
-        _fail(f"no thread {thread_id!r} in the {checkpointer} checkpointer.", "use the thread id that arcana-loop ask printed, and the same --checkpointer")
+        fail(f"no thread {thread_id!r} in the {checkpointer} checkpointer.", "use the thread id that arcana-loop ask printed, and the same --checkpointer")
     except ValueError as exc:
-        _fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
+        fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
     raise AssertionError("unreachable")
 
 
@@ -89,7 +79,7 @@ def replay_command(
         if record is not None:
             differences, result = _replay_file(record)
         elif thread_id is None:
-            _fail("replay needs a thread id or --record FILE.", "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json")
+            fail("replay needs a thread id or --record FILE.", "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json")
             return
         else:
             steps = _steps(thread_id, checkpointer)
@@ -98,7 +88,7 @@ def replay_command(
             result = replay(thread_id, checkpointer=checkpointer, checkpoint_id=start, **options)
             differences = []
     except ReplayError as exc:
-        _fail(str(exc), "list checkpoints with arcana-loop trace THREAD_ID")
+        fail(str(exc), "list checkpoints with arcana-loop trace THREAD_ID")
         return
     if as_json:
         print(json.dumps({**result.to_dict(), "differences": differences}, ensure_ascii=False, indent=2))  # machine output
@@ -122,7 +112,7 @@ def _replay_file(path: Path) -> tuple[list[str], Any]:
     except ReplayError:
         raise
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a field of the wrong type or shape
-        _fail(f"{path} is not a usable replay record ({type(exc).__name__}: {exc}).", "replay a file written by arcana-loop record")
+        fail(f"{path} is not a usable replay record ({type(exc).__name__}: {exc}).", "replay a file written by arcana-loop record")
         raise AssertionError("unreachable") from exc
 
 
@@ -139,10 +129,10 @@ def record_command(
     try:
         written = record_of(thread_id, checkpointer, question=question).save(out_path)
     except ReplayError as exc:
-        _fail(str(exc), "record a thread once its run has ended")
+        fail(str(exc), "record a thread once its run has ended")
         return
     except OSError as exc:
-        _fail(f"cannot write {out_path} ({exc.strerror}).", "choose a writable path")
+        fail(f"cannot write {out_path} ({exc.strerror}).", "choose a writable path")
         return
     out.print(f"Wrote {written}; replay it with arcana-loop replay --record {written}")
 

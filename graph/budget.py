@@ -15,8 +15,7 @@ from langchain_core.messages import AIMessage
 
 from graph import prompts
 from graph.context import LoopContext
-from graph.state import BudgetStop
-from tools.schemas import SEARCH
+from graph.state import SEARCH, BudgetStop
 
 
 def usage_of(role: str, message: Any) -> dict[str, Any]:

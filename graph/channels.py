@@ -89,10 +89,22 @@ USAGE_RESET = "__reset__"
 """A key of a ``usage`` write that starts the usage afresh (a new question) instead of adding to it."""
 
 
+def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    """Sum two usage records key by key (nested dicts are summed recursively)."""
+    out: dict[str, Any] = dict(left or {})
+    for key, value in (right or {}).items():
+        held = out.get(key)
+        if isinstance(value, dict):
+            out[key] = add_usage(held if isinstance(held, dict) else None, value)
+        elif isinstance(value, int | float) and isinstance(held, int | float):
+            out[key] = held + value
+        else:
+            out[key] = value
+    return out
+
+
 def fold_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
     """Sum two usage records key by key, unless ``right`` resets the usage (see `USAGE_RESET`)."""
-    from graph.state import add_usage
-
     if right and right.get(USAGE_RESET):
         return {k: v for k, v in right.items() if k != USAGE_RESET}
     return add_usage(left, right)

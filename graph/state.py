@@ -16,6 +16,7 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
+from graph.channels import add_usage as add_usage  # re-exported: nodes sum usage with it
 from graph.channels import fold_appended, fold_chunks, fold_messages, fold_usage
 from knowledge.types import Chunk
 
@@ -30,6 +31,12 @@ TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 
 CollectionSpec = str | list[str] | None
 """``"all"``/``None`` (unrestricted), one name, or a list of names (``[]`` matches nothing)."""
+
+
+SEARCH = "search"
+ANSWER = "answer"
+GIVE_UP = "give_up"
+"""The default tools' names: the loop reads ``answer`` and ``give_up`` by name (control tools)."""
 
 
 class ToolEvent(TypedDict):
@@ -58,20 +65,6 @@ Coverage = Literal["supported", "partially_supported", "unsupported"]
 
 BudgetStop = Literal["iterations", "tokens", "seconds"]
 """Which budget ended a ``max_iterations`` run."""
-
-
-def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
-    """Sum two usage records key by key (nested dicts are summed recursively)."""
-    out: dict[str, Any] = dict(left or {})
-    for key, value in (right or {}).items():
-        held = out.get(key)
-        if isinstance(value, dict):
-            out[key] = add_usage(held if isinstance(held, dict) else None, value)
-        elif isinstance(value, int | float) and isinstance(held, int | float):
-            out[key] = held + value
-        else:
-            out[key] = value
-    return out
 
 
 class LoopInput(TypedDict):

@@ -17,7 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
+
+from knowledge.errors import EmbeddingMismatch
 
 DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
 """Name recorded per collection for the default embedder."""
@@ -153,3 +156,21 @@ def _provider_embeddings(spec: str) -> Embeddings:
     if not isinstance(embeddings, Embeddings):  # init_embeddings may return a config-deferred wrapper
         raise ValueError(f"embedding model {spec!r} did not resolve to an Embeddings instance")
     return embeddings
+
+
+def embed_matrix(embeddings: Embeddings, texts: list[str], dimension: int) -> np.ndarray[Any, Any]:
+    """Embed `texts` into a float32 matrix, checking the dimension.
+
+    Raises:
+        EmbeddingMismatch: if the embedder returns vectors of another dimension.
+    """
+    embed_array = getattr(embeddings, "embed_array", None)
+    if callable(embed_array):
+        matrix = np.asarray(embed_array(texts), dtype=np.float32)
+    else:
+        matrix = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+    if matrix.ndim != 2 or matrix.shape[1] != dimension:
+        raise EmbeddingMismatch(
+            f"embedder returned vectors of shape {matrix.shape}, collection expects {dimension}"
+        )
+    return matrix

@@ -36,7 +36,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from knowledge import lexical
-from knowledge.errors import CollectionNotFound, EmbeddingMismatch, StorageFull
+from knowledge.embeddings import embed_matrix
+from knowledge.errors import CollectionNotFound, StorageFull
 from knowledge.loading import CHUNK_ID_CHARS, ChunkRow, SourceDoc, document_id, split_document
 from knowledge.names import check_text
 from knowledge.schema import (
@@ -150,24 +151,6 @@ def _check_json_tree(data: dict[str, Any]) -> None:
                 stack.append((f"{where}[{key!r}]", item, depth + 1))
         elif isinstance(node, list | tuple):
             stack.extend((f"{where}[{i}]", item, depth + 1) for i, item in enumerate(node))
-
-
-def embed_matrix(embeddings: Embeddings, texts: list[str], dimension: int) -> np.ndarray[Any, Any]:
-    """Embed `texts` into a float32 matrix, checking the dimension.
-
-    Raises:
-        EmbeddingMismatch: if the embedder returns vectors of another dimension.
-    """
-    embed_array = getattr(embeddings, "embed_array", None)
-    if callable(embed_array):
-        matrix = np.asarray(embed_array(texts), dtype=np.float32)
-    else:
-        matrix = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
-    if matrix.ndim != 2 or matrix.shape[1] != dimension:
-        raise EmbeddingMismatch(
-            f"embedder returned vectors of shape {matrix.shape}, collection expects {dimension}"
-        )
-    return matrix
 
 
 def write_documents(

@@ -17,6 +17,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from psycopg_pool import ConnectionPool
 
+from knowledge.embeddings import embed_matrix
 from knowledge.graph import communities as comm
 from knowledge.graph import store
 from knowledge.graph.offline import OfflineExtractor
@@ -28,7 +29,6 @@ from knowledge.graph.types import (
     GraphBuildError,
     GraphBuildResult,
 )
-from knowledge.writer import embed_matrix
 
 logger = logging.getLogger(__name__)
 
