@@ -16,14 +16,13 @@ from rich.markup import escape
 
 from cli.common import (
     MODEL_HINT,
-    check_scope,
     checkpointer_spec_of,
     controller_spec,
     database_errors,
     err,
     fail,
-    knowledge_base,
     out,
+    prepare_scope,
     print_sources,
 )
 
@@ -81,7 +80,7 @@ def chat(
         check_text("thread_id", thread_id)
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
-    scope, kb = _scope(collection)
+    scope, kb = prepare_scope(collection)
     spec = controller_spec(model)
     thread = thread_id or str(uuid.uuid4())
     out.print(f"[dim]Thread {thread}: ask a question; {NEW} starts a fresh thread, {EXIT[0]} ends the chat.[/]")
@@ -101,21 +100,6 @@ def chat(
         print_sources(result)
         if result.terminated_by != "answered":
             out.print(f"[dim]Ended: {result.terminated_by}" + (f" ({escape(result.error)})" if result.error else "") + "[/]")
-
-
-def _scope(collection: list[str] | None) -> tuple[Any, Any]:
-    """The collections the chat searches, checked (and the demo corpus ingested) before the first question."""
-    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
-
-    kb = knowledge_base()
-    scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
-    with database_errors("cannot read the collections"):
-        if scope == COLLECTION:
-            with err.status("Ingesting the Python standard library docs (first run only)..."):
-                ensure_python_docs(kb)
-        infos = kb.collections()
-    check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
-    return scope, kb
 
 
 def _ask(question: str, *, scope: Any, kb: Any, spec: str, answer_model: str | None, max_iterations: int | None, ground: str | None, saver: str | None, thread: str) -> Any:

@@ -261,3 +261,16 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)
 
 
+def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
+    """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base."""
+    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+
+    kb = knowledge_base()
+    scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
+    with database_errors("cannot read the collections"):
+        if scope == COLLECTION:
+            with err.status("Ingesting the Python standard library docs (first run only)..."):
+                ensure_python_docs(kb)
+        infos = kb.collections()
+    check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
+    return scope, kb

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -19,7 +19,6 @@ from cli.chat import chat
 from cli.common import (
     MODEL_HINT,
     check_question,
-    check_scope,
     checkpointer_spec_of,
     configure_logging,
     controller_spec,
@@ -28,6 +27,7 @@ from cli.common import (
     fail,
     knowledge_base,
     out,
+    prepare_scope,
     print_ingest_summary,
     print_result,
     progress_bar,
@@ -90,18 +90,10 @@ def ask(
     """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
     from graph import run
     from graph.models import ModelSpecError
-    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
     check_question(question)
     saver = checkpointer_spec_of(checkpointer)
-    kb = knowledge_base()
-    scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
-    with database_errors("cannot read the collections"):
-        if scope == COLLECTION:
-            with err.status("Ingesting the Python standard library docs (first run only)..."):
-                ensure_python_docs(kb)
-        infos = kb.collections()
-    check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
+    scope, kb = prepare_scope(collection)
     spec = controller_spec(model)
     try:
         with err.status("Running the loop...") as status, database_errors("the run failed"):
