@@ -125,14 +125,14 @@ def savers(with_postgres: bool) -> Iterator[dict[str, BaseCheckpointSaver[Any]]]
             "sqlite": SqliteSaver(sqlite3.connect(str(Path(tmp) / "bench.sqlite"), check_same_thread=False)),
         }
         if with_postgres:
-            from graph.checkpoints import resolve_checkpointer
+            from arcana_loop.graph.checkpoints import resolve_checkpointer
 
             found["postgres"] = resolve_checkpointer("postgres")  # type: ignore[assignment]
         yield found
 
 
 def run_arcana(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[str, Any]]:
-    import graph
+    from arcana_loop import graph
 
     result = graph.run(
         "How do checkpoints grow?", controller_llm=TurnsModel(turns=turns), search_fn=instant_search,
@@ -140,7 +140,7 @@ def run_arcana(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[s
     )
     assert result.terminated_by == "answered" and result.iterations == turns, (result.terminated_by, result.iterations)
     assert result.thread_id is not None
-    from graph.build import build_graph, make_deps
+    from arcana_loop.graph.build import build_graph, make_deps
 
     compiled = build_graph(make_deps(controller_llm=TurnsModel(turns=turns), search_fn=instant_search)).compile(checkpointer=saver)
     values = compiled.get_state({"configurable": {"thread_id": result.thread_id}}).values
@@ -149,13 +149,13 @@ def run_arcana(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[s
 
 def run_conversation(saver: BaseCheckpointSaver[Any], questions: int) -> tuple[str, dict[str, Any]]:
     """Ask ``questions`` questions on one thread; return the thread and its final state."""
-    import graph
+    from arcana_loop import graph
 
     model, thread_id = ConversationModel(script=_no_script), str(uuid.uuid4())
     for number in range(questions):
         result = graph.run(f"Question {number}: how do checkpoints grow?", controller_llm=model, search_fn=instant_search, checkpointer=saver, thread_id=thread_id)
         assert result.terminated_by == "answered" and result.question_index == number, (result.terminated_by, result.question_index)
-    from graph.build import build_graph, make_deps
+    from arcana_loop.graph.build import build_graph, make_deps
 
     compiled = build_graph(make_deps(controller_llm=model, search_fn=instant_search)).compile(checkpointer=saver)
     return thread_id, dict(compiled.get_state({"configurable": {"thread_id": thread_id}}).values)

@@ -25,13 +25,13 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from evaluation.cases import PYTHON_DOCS_EVAL, load_cases
-from evaluation.metrics import quantile
-from evaluation.retrieval import evaluate_retrieval
-from knowledge import KnowledgeBase
-from knowledge.graph import GraphSearchOptions, OfflineExtractor
-from knowledge.graph.store import pending_chunks
-from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+from arcana_loop.evaluation.cases import PYTHON_DOCS_EVAL, load_cases
+from arcana_loop.evaluation.metrics import quantile
+from arcana_loop.evaluation.retrieval import evaluate_retrieval
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.graph import GraphSearchOptions, OfflineExtractor
+from arcana_loop.knowledge.graph.store import pending_chunks
+from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
 RESULTS = Path(__file__).parent / "results" / "graph.json"
 SCHEMA = "graph_bench"

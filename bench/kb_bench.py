@@ -38,14 +38,19 @@ import psycopg
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from psycopg import sql
 
-import knowledge.writer as writer
+import arcana_loop.knowledge.writer as writer
+from arcana_loop.evaluation.cases import EVAL_SETS, load_cases
+from arcana_loop.knowledge import KnowledgeBase, database_url, default_embeddings, schema
+from arcana_loop.knowledge.loading import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    read_file,
+    split_document,
+)
+from arcana_loop.knowledge.queries import DEFAULT_EF_SEARCH, exact_settings_statement
+from arcana_loop.knowledge.schema import embeddings_table
+from arcana_loop.knowledge.stdlib_docs import stdlib_documents
 from bench import corpus as distinct
-from evaluation.cases import EVAL_SETS, load_cases
-from knowledge import KnowledgeBase, database_url, default_embeddings, schema
-from knowledge.loading import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, read_file, split_document
-from knowledge.queries import DEFAULT_EF_SEARCH, exact_settings_statement
-from knowledge.schema import embeddings_table
-from knowledge.stdlib_docs import stdlib_documents
 
 MODULES = (
     "abc aifc array ast asyncio.base_events asyncio.events asyncio.streams asyncio.tasks "

@@ -262,7 +262,7 @@ def checkpointers(with_postgres: bool = True) -> Iterator[tuple[dict[str, BaseCh
 def _postgres_saver() -> Iterator[BaseCheckpointSaver[Any]]:
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from knowledge.server import database_url
+    from arcana_loop.knowledge.server import database_url
 
     with PostgresSaver.from_conn_string(database_url()) as saver:
         saver.setup()
@@ -283,8 +283,8 @@ def _config(saver: BaseCheckpointSaver[Any] | None) -> dict[str, Any]:
 
 def make_runners(model: BaseChatModel, savers: dict[str, BaseCheckpointSaver[Any] | None]) -> dict[str, Runner]:
     """One zero-argument callable per (variant, checkpointer), each running the full loop once."""
-    import graph
-    from graph.context import LoopContext
+    from arcana_loop import graph
+    from arcana_loop.graph.context import LoopContext
 
     runners: dict[str, Runner] = {"floor": lambda: floor_loop(model)}
     for column, saver in savers.items():

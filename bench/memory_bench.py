@@ -20,8 +20,8 @@ RESULTS = Path(__file__).parent / "results" / "memory.json"
 QUESTION = "How do I run a coroutine with a timeout?"
 VARIANTS = {
     "python alone": [sys.executable, "-c", "pass"],
-    "import graph, knowledge": [sys.executable, "-c", "import graph, knowledge"],
-    "arcana-loop ask (offline, local grounding)": [sys.executable, "-m", "cli.main", "ask", QUESTION, "--json", "--checkpointer", "none"],
+    "from arcana_loop import graph, knowledge": [sys.executable, "-c", "from arcana_loop import graph, knowledge"],
+    "arcana-loop ask (offline, local grounding)": [sys.executable, "-m", "arcana_loop.cli.main", "ask", QUESTION, "--json", "--checkpointer", "none"],
 }
 
 

@@ -47,7 +47,7 @@ def make_searches(latency: float) -> tuple[Any, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    import graph
+    from arcana_loop import graph
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=7)

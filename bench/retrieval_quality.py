@@ -22,13 +22,13 @@ from typing import Any
 
 import psycopg
 
-from evaluation.cases import EVAL_SETS, load_cases
-from evaluation.retrieval import evaluate_retrieval
-from knowledge import KnowledgeBase
-from knowledge.queries import Ranking
-from knowledge.schema import truncate_all
-from knowledge.server import database_url
-from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+from arcana_loop.evaluation.cases import EVAL_SETS, load_cases
+from arcana_loop.evaluation.retrieval import evaluate_retrieval
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.queries import Ranking
+from arcana_loop.knowledge.schema import truncate_all
+from arcana_loop.knowledge.server import database_url
+from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
 SCHEMA = "kb_bench_quality"
 VARIANTS: dict[str, Ranking] = {

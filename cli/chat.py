@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from cli.common import (
+from arcana_loop.cli.common import (
     MODEL_HINT,
     checkpointer_spec_of,
     controller_spec,
@@ -71,7 +71,7 @@ def chat(
     thread_id: Annotated[str | None, typer.Option("--thread-id", help="Continue this thread's conversation (default: a new thread).")] = None,
 ) -> None:
     """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
-    from graph.text import check_text
+    from arcana_loop.graph.text import check_text
 
     saver = checkpointer_spec_of(checkpointer)
     if saver is None:
@@ -104,8 +104,8 @@ def chat(
 
 def _ask(question: str, *, scope: Any, kb: Any, spec: str, answer_model: str | None, max_iterations: int | None, ground: str | None, saver: str | None, thread: str) -> Any:
     """Run one question of the conversation; an error the user caused ends the chat on one line."""
-    from graph import run
-    from graph.models import ModelSpecError
+    from arcana_loop.graph import run
+    from arcana_loop.graph.models import ModelSpecError
 
     try:
         with database_errors("the run failed"):

@@ -61,8 +61,8 @@ def fail(message: str, hint: str | None = None) -> None:
 
 def masked(exc: BaseException) -> str:
     """An exception as one line, passwords masked (libpq may repeat DATABASE_URL)."""
-    from knowledge.redact import describe
-    from knowledge.server import DATABASE_URL_ENV
+    from arcana_loop.knowledge.redact import describe
+    from arcana_loop.knowledge.server import DATABASE_URL_ENV
 
     return describe(exc, os.environ.get(DATABASE_URL_ENV))
 
@@ -77,7 +77,11 @@ def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
     """
     import psycopg
 
-    from knowledge.errors import DatabaseUnavailable, InvalidDatabaseURL, PgvectorMissing
+    from arcana_loop.knowledge.errors import (
+        DatabaseUnavailable,
+        InvalidDatabaseURL,
+        PgvectorMissing,
+    )
 
     try:
         yield
@@ -91,7 +95,7 @@ def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
 
 def knowledge_base() -> Any:
     """Open the knowledge base the CLI uses (`DATABASE_URL` or the embedded server), with one-line errors."""
-    from knowledge import KnowledgeBase
+    from arcana_loop.knowledge import KnowledgeBase
 
     with database_errors("cannot open the knowledge base"):
         kb = KnowledgeBase()
@@ -119,7 +123,7 @@ def checkpointer_spec(value: str | None) -> str | None:
 
 def checkpointer_spec_of(value: str) -> str | None:
     """The --checkpointer option as `run` takes it, checked before anything runs."""
-    from graph.checkpoints import resolve_checkpointer_spec
+    from arcana_loop.graph.checkpoints import resolve_checkpointer_spec
 
     spec = checkpointer_spec(value)
     if spec is not None:
@@ -132,7 +136,7 @@ def checkpointer_spec_of(value: str) -> str | None:
 
 def controller_spec(model: str | None) -> str:
     """The controller to run: `--model`, else the configured or default one (offline without a key)."""
-    from graph.models import OFFLINE, default_controller_spec
+    from arcana_loop.graph.models import OFFLINE, default_controller_spec
 
     spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or default_controller_spec()
     if spec == OFFLINE and model is None:
@@ -263,7 +267,7 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
 
 def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
     """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base."""
-    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+    from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
     kb = knowledge_base()
     scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)

@@ -25,13 +25,13 @@ OutOption = Annotated[Path | None, typer.Option("--out", help="Also write the re
 
 
 def _cli() -> ModuleType:
-    from cli import common
+    from arcana_loop.cli import common
 
     return common
 
 
 def _load_cases(path: Path | None, set_name: str = "realistic", split: str | None = None) -> Any:
-    from evaluation.cases import EVAL_SETS, SPLITS, CaseSet, load_cases
+    from arcana_loop.evaluation.cases import EVAL_SETS, SPLITS, CaseSet, load_cases
 
     if set_name not in EVAL_SETS:
         _cli().fail(f"--set must be one of {', '.join(EVAL_SETS)}, got {set_name!r}.")
@@ -53,7 +53,7 @@ def _load_cases(path: Path | None, set_name: str = "realistic", split: str | Non
 
 
 def _prepare_kb(collection: str | None) -> Any:
-    from knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+    from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
     main = _cli()
     kb = main.knowledge_base()
@@ -67,7 +67,7 @@ def _prepare_kb(collection: str | None) -> Any:
 
 
 def _emit(report: dict[str, Any], as_json: bool, out_path: Path | None, table: Table) -> None:
-    from evaluation.report import save_report
+    from arcana_loop.evaluation.report import save_report
 
     main = _cli()
     if out_path is not None:
@@ -103,8 +103,8 @@ def retrieval(
     out_path: OutOption = None,
 ) -> None:
     """Score retrieval per search mode: recall, precision and hit at k, and MRR."""
-    from evaluation.metrics import DEFAULT_KS
-    from evaluation.retrieval import evaluate_retrieval
+    from arcana_loop.evaluation.metrics import DEFAULT_KS
+    from arcana_loop.evaluation.retrieval import evaluate_retrieval
 
     cases = _load_cases(cases_path, set_name, split)
     scope = collection or cases.collection
@@ -161,7 +161,7 @@ def _loop_table(report: dict[str, Any]) -> Table:
 
 
 def _options_table(report: dict[str, Any]) -> Table:
-    from evaluation.options import COLUMNS
+    from arcana_loop.evaluation.options import COLUMNS
 
     estimated = " (tokens estimated)" if report.get("tokens_estimated") else ""
     table = Table("option", "setting", *(title for _, title in COLUMNS), title=f"Options on and off, controller {report['controller']}{estimated}")
@@ -192,11 +192,11 @@ def loop(
     out_path: OutOption = None,
 ) -> None:
     """Run each question through the loop and score outcome, correctness, grounding, searches, tokens and latency."""
-    from evaluation.cases import CaseSet
-    from evaluation.loop import evaluate_loop
-    from evaluation.options import compare_options as run_comparison
-    from graph.deps import ConfigurationError
-    from graph.models import ModelSpecError
+    from arcana_loop.evaluation.cases import CaseSet
+    from arcana_loop.evaluation.loop import evaluate_loop
+    from arcana_loop.evaluation.options import compare_options as run_comparison
+    from arcana_loop.graph.deps import ConfigurationError
+    from arcana_loop.graph.models import ModelSpecError
 
     cases = _load_cases(cases_path, set_name, split)
     if limit is not None:
@@ -232,9 +232,9 @@ def generate(
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
 ) -> None:
     """Generate labelled questions, one per sampled chunk, with a chat model."""
-    from evaluation.cases import save_cases
-    from evaluation.generate import generate_cases, sample_chunks
-    from graph.models import ModelSpecError
+    from arcana_loop.evaluation.cases import save_cases
+    from arcana_loop.evaluation.generate import generate_cases, sample_chunks
+    from arcana_loop.graph.models import ModelSpecError
 
     main = _cli()
     kb = _prepare_kb(collection)
@@ -261,7 +261,7 @@ def diff(
     as_json: JsonOption = False,
 ) -> None:
     """Show the metric deltas between two reports of the same kind."""
-    from evaluation.report import diff_reports, load_report
+    from arcana_loop.evaluation.report import diff_reports, load_report
 
     main = _cli()
     try:

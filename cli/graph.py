@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli.common import err, fail, knowledge_base, out
+from arcana_loop.cli.common import err, fail, knowledge_base, out
 
 graph_app = typer.Typer(help="Build the knowledge graph of a collection (entities, relationships, communities).", no_args_is_help=True)
 
@@ -18,7 +18,7 @@ def build(
     rebuild: Annotated[bool, typer.Option("--rebuild", help="Extract every chunk again, not only those without a graph.")] = False,
 ) -> None:
     """Build (or complete) a collection's graph with the offline extractor, then its communities."""
-    from knowledge.errors import CollectionNotFound, KnowledgeBaseError
+    from arcana_loop.knowledge.errors import CollectionNotFound, KnowledgeBaseError
 
     kb = knowledge_base()
     try:

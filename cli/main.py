@@ -14,9 +14,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cli import threads
-from cli.chat import chat
-from cli.common import (
+from arcana_loop.cli import threads
+from arcana_loop.cli.chat import chat
+from arcana_loop.cli.common import (
     MODEL_HINT,
     check_question,
     checkpointer_spec_of,
@@ -33,15 +33,24 @@ from cli.common import (
     progress_bar,
     step_note,
 )
-from cli.eval import eval_app
-from cli.graph import graph_app
-from cli.help import FlagHelpGroup
+from arcana_loop.cli.eval import eval_app
+from arcana_loop.cli.graph import graph_app
+from arcana_loop.cli.help import FlagHelpGroup
 
 app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False, cls=FlagHelpGroup)
 app.add_typer(eval_app, name="eval")
+def _print_version(value: bool) -> None:
+    if value:
+        from arcana_loop import __version__
+
+        out.print(f"arcana-loop {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the INFO logs of arcana-loop and its dependencies.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """An agentic RAG loop over a PostgreSQL + pgvector knowledge base."""
     configure_logging(verbose=verbose)
@@ -54,7 +63,7 @@ def ingest(
     graph: Annotated[bool, typer.Option("--graph", help="Also build the knowledge graph of the new chunks (offline extractor).")] = False,
 ) -> None:
     """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection."""
-    from knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
+    from arcana_loop.knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
 
     kb = knowledge_base()
     for path in paths:
@@ -88,8 +97,8 @@ def ask(
     thread_id: Annotated[str | None, typer.Option("--thread-id", help="Thread to store the run under; an existing thread's conversation continues with this question (default: a new thread).")] = None,
 ) -> None:
     """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
-    from graph import run
-    from graph.models import ModelSpecError
+    from arcana_loop.graph import run
+    from arcana_loop.graph.models import ModelSpecError
 
     check_question(question)
     saver = checkpointer_spec_of(checkpointer)
@@ -131,7 +140,7 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a collection, or one document of it."""
-    from knowledge.errors import KnowledgeBaseError
+    from arcana_loop.knowledge.errors import KnowledgeBaseError
 
     kb = knowledge_base()
     what = f"document {source!r} of {collection!r}" if source else f"collection {collection!r}"

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cli.common import fail, out, print_result
+from arcana_loop.cli.common import fail, out, print_result
 
 DEFAULT_CHECKPOINTER = "postgres"
 CheckpointerOption = Annotated[
@@ -28,7 +28,7 @@ QuestionOption = Annotated[
 
 
 def _steps(thread_id: str, checkpointer: str, question: int | None = None) -> list[Any]:
-    from graph.trace import ThreadNotFoundError, trace
+    from arcana_loop.graph.trace import ThreadNotFoundError, trace
 
     try:
         return trace(thread_id, checkpointer, question=question)
@@ -73,7 +73,7 @@ def replay_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
-    from graph.replay import ReplayError, replay
+    from arcana_loop.graph.replay import ReplayError, replay
 
     try:
         if record is not None:
@@ -104,7 +104,7 @@ def replay_command(
 
 def _replay_file(path: Path) -> tuple[list[str], Any]:
     """Check and replay a record file; a file of the wrong shape is a one-line error naming it."""
-    from graph.replay import Record, ReplayError, replay_record, verify_record
+    from arcana_loop.graph.replay import Record, ReplayError, replay_record, verify_record
 
     loaded = Record.load(path)
     try:
@@ -123,7 +123,7 @@ def record_command(
     question: QuestionOption = None,
 ) -> None:
     """Save a finished question's model replies and search results (the thread's last by default), for an exact replay anywhere."""
-    from graph.replay import ReplayError, record_of
+    from arcana_loop.graph.replay import ReplayError, record_of
 
     _steps(thread_id, checkpointer)  # a clear error for an unknown thread
     try:

@@ -16,11 +16,11 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from evaluation.cases import CaseSet, EvalCase, KeyFact
-from evaluation.metrics import fact_found
-from evaluation.parse import parse_json_object, reply_text
-from evaluation.prompts import GENERATE_QUESTION_PROMPT
-from graph.models import ModelSpec, resolve_model
+from arcana_loop.evaluation.cases import CaseSet, EvalCase, KeyFact
+from arcana_loop.evaluation.metrics import fact_found
+from arcana_loop.evaluation.parse import parse_json_object, reply_text
+from arcana_loop.evaluation.prompts import GENERATE_QUESTION_PROMPT
+from arcana_loop.graph.models import ModelSpec, resolve_model
 
 MAX_PASSAGE_CHARS = 4000
 """Chunk text past this is cut before it goes into the prompt."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from evaluation.cases import CaseSet, EvalCase
-from evaluation.loop import aevaluate_loop
-from graph.models import OFFLINE, ModelSpec
+from arcana_loop.evaluation.cases import CaseSet, EvalCase
+from arcana_loop.evaluation.loop import aevaluate_loop
+from arcana_loop.graph.models import OFFLINE, ModelSpec
 
 MIN_SUPPORT = 0.7
 """The ``min_support`` of the "on" run: below this grounding score an answer goes back once.
@@ -126,9 +126,9 @@ def options_table_markdown(report: Mapping[str, Any]) -> str:
 
 def main() -> None:
     """Compare the options on the shipped python-docs set with the offline controller and print the table."""
-    from evaluation.cases import PYTHON_DOCS_EVAL, load_cases
-    from knowledge import KnowledgeBase
-    from knowledge.stdlib_docs import ensure_python_docs
+    from arcana_loop.evaluation.cases import PYTHON_DOCS_EVAL, load_cases
+    from arcana_loop.knowledge import KnowledgeBase
+    from arcana_loop.knowledge.stdlib_docs import ensure_python_docs
 
     kb = KnowledgeBase()
     ensure_python_docs(kb)

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from evaluation.cases import CaseSet, EvalCase, as_cases, chunk_key
-from evaluation.metrics import DEFAULT_KS, mean_scores, quantile, retrieval_scores
+from arcana_loop.evaluation.cases import CaseSet, EvalCase, as_cases, chunk_key
+from arcana_loop.evaluation.metrics import DEFAULT_KS, mean_scores, quantile, retrieval_scores
 
 SearchLike = Callable[..., list[Mapping[str, Any]]]
 """``search(query, collection=..., limit=..., mode=...) -> ranked chunks`` (``KnowledgeBase.search``)."""

@@ -13,9 +13,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from graph import prompts
-from graph.context import LoopContext
-from graph.state import SEARCH, BudgetStop
+from arcana_loop.graph import prompts
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.state import SEARCH, BudgetStop
 
 
 def usage_of(role: str, message: Any) -> dict[str, Any]:

@@ -16,12 +16,12 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 
-from graph.channels import USAGE_RESET
-from graph.context import LoopContext
-from graph.deps import LoopDeps, PromptFn, SynthesizerFn
-from graph.models import ModelSpec, resolve_model
-from graph.routing import Node, Route, Routers
-from graph.state import (
+from arcana_loop.graph.channels import USAGE_RESET
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.deps import LoopDeps, PromptFn, SynthesizerFn
+from arcana_loop.graph.models import ModelSpec, resolve_model
+from arcana_loop.graph.routing import Node, Route, Routers
+from arcana_loop.graph.state import (
     ControllerView,
     LoopInput,
     LoopOutput,
@@ -30,13 +30,13 @@ from graph.state import (
     ToolsView,
     add_usage,
 )
-from nodes.answerer import Answerer
-from nodes.controller import Controller
-from nodes.ground import Ground
-from nodes.synthesis import Synthesis
-from nodes.tools import Tools
-from tools.execute import SearchFn
-from tools.schemas import resolve_tools
+from arcana_loop.nodes.answerer import Answerer
+from arcana_loop.nodes.controller import Controller
+from arcana_loop.nodes.ground import Ground
+from arcana_loop.nodes.synthesis import Synthesis
+from arcana_loop.nodes.tools import Tools
+from arcana_loop.tools.execute import SearchFn
+from arcana_loop.tools.schemas import resolve_tools
 
 GRAPH_NAME = "arcana-loop"
 GRAPH_DESCRIPTION = (
@@ -112,7 +112,7 @@ def make_deps(
     a list of custom tools only is added to them (see ``tools.schemas.resolve_tools``).
     """
     if grounder is not None:
-        from grounding.resolve import resolve_grounder
+        from arcana_loop.grounding.resolve import resolve_grounder
 
         grounder = resolve_grounder(grounder)
     if search_fn is not None and not callable(search_fn):

@@ -21,7 +21,7 @@ from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 if TYPE_CHECKING:
-    from knowledge.types import Chunk
+    from arcana_loop.knowledge.types import Chunk
 
 _MESSAGE_IDS = uuid.UUID("5d0b6c8e-9a57-4f4e-9a0c-6f0f2c1d7a31")
 

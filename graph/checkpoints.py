@@ -41,7 +41,7 @@ def _postgres() -> BaseCheckpointSaver[Any]:
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
-    from knowledge.server import database_url
+    from arcana_loop.knowledge.server import database_url
 
     pool: ConnectionPool[Any] = ConnectionPool(
         database_url(), min_size=1, max_size=4, open=True,
@@ -118,7 +118,7 @@ async def _open_async(spec: str) -> BaseCheckpointSaver[Any]:
         from psycopg.rows import dict_row
         from psycopg_pool import AsyncConnectionPool
 
-        from knowledge.server import database_url
+        from arcana_loop.knowledge.server import database_url
 
         url = database_url()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(

@@ -46,9 +46,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 
-from graph.channels import USAGE_RESET, replacing
-from tools.chunks import FOUND_TEMPLATE
-from tools.schemas import SEARCH
+from arcana_loop.graph.channels import USAGE_RESET, replacing
+from arcana_loop.tools.chunks import FOUND_TEMPLATE
+from arcana_loop.tools.schemas import SEARCH
 
 ANSWER_NAME = "answer"
 """The ``name`` of the assistant message that closes each question with its answer."""

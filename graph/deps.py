@@ -14,10 +14,10 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from graph.context import LoopContext
-from graph.models import ModelCaller, cached_model
-from tools.execute import SearchFn
-from tools.schemas import Toolset
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.models import ModelCaller, cached_model
+from arcana_loop.tools.execute import SearchFn
+from arcana_loop.tools.schemas import Toolset
 
 PromptFn = Callable[[dict[str, Any]], str]
 SynthesizerFn = Callable[[list[Any], dict[str, Any]], Any]
@@ -53,7 +53,7 @@ class LoopDeps:
             return self.controller_llm
         if ctx.controller_model is not None:
             return cached_model(ctx.controller_model)
-        from graph.models import default_controller_spec
+        from arcana_loop.graph.models import default_controller_spec
 
         return cached_model(default_controller_spec())
 
@@ -77,6 +77,6 @@ class LoopDeps:
         """Return the (sync, async) search functions; the knowledge base's by default."""
         if self.search_fn is not None:
             return self.search_fn, self.asearch_fn or self.search_fn
-        import knowledge
+        from arcana_loop import knowledge
 
         return knowledge.search, knowledge.asearch

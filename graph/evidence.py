@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from graph import prompts
-from graph.context import LoopContext
-from graph.conversation import instruction as instruction_message
-from graph.state import Coverage
+from arcana_loop.graph import prompts
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import instruction as instruction_message
+from arcana_loop.graph.state import Coverage
 
 FULL_SUPPORT = 0.999
 """A score at or above this (with no ``min_support``) counts as fully supported."""

@@ -19,8 +19,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
-from graph.text import scrub, scrub_deep
-from tools.schemas import ToolSchema
+from arcana_loop.graph.text import scrub, scrub_deep
+from arcana_loop.tools.schemas import ToolSchema
 
 ModelSpec = str | tuple[Any, Mapping[str, Any]] | BaseChatModel | Callable[..., Any]
 
@@ -172,7 +172,7 @@ ModelCaller = ChatModelCaller | FunctionCaller
 
 def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
     if spec == OFFLINE:
-        from graph.offline import OfflineController
+        from arcana_loop.graph.offline import OfflineController
 
         offline: BaseChatModel = OfflineController(**kwargs)
         return offline

@@ -34,8 +34,8 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
-from grounding.local import content_terms
-from grounding.sentences import split_sentences
+from arcana_loop.grounding.local import content_terms
+from arcana_loop.grounding.sentences import split_sentences
 
 MIN_SCORE = 0.4
 """A sentence scoring below this (see `sentence_score`) does not answer a part."""
@@ -120,7 +120,7 @@ def _cited(sentence: str, chunk_id: str, subject: str) -> str:
 def _similarities(parts: Sequence[str], sentences: Sequence[str]) -> Any:
     import numpy as np
 
-    from knowledge.embeddings import default_embeddings
+    from arcana_loop.knowledge.embeddings import default_embeddings
 
     embedder = default_embeddings()
     q = np.asarray(embedder.embed_array(list(parts)))
@@ -176,7 +176,7 @@ def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
     The question is the last human message that is the user's (not one of the loop's
     own instructions); the position is that message's, so only later results count.
     """
-    from graph.conversation import content_text, is_user_turn
+    from arcana_loop.graph.conversation import content_text, is_user_turn
 
     question, position, earlier = "", 0, ""
     for index, message in enumerate(messages):

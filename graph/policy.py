@@ -16,9 +16,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from graph.budget import turn_limit
-from graph.context import LoopContext
-from tools.schemas import SEARCH
+from arcana_loop.graph.budget import turn_limit
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.tools.schemas import SEARCH
 
 _GREETING = r"(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))(?: there| all| everyone| you)?"
 _THANKS = r"(?:thanks|thank you|thx|ty|cheers|many thanks)(?: (?:a lot|so much|very much|again))?(?: for (?:your|the|all the) help)?"

@@ -25,14 +25,14 @@ from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, mes
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
 
-from graph.build import build_graph, make_deps
-from graph.checkpoints import resolve_checkpointer
-from graph.context import CONTEXT_FIELDS, LoopContext
-from graph.conversation import is_closing, is_instruction, opening_index
-from graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
-from graph.trace import history
-from knowledge.types import Chunk
-from tools.execute import SEARCH_ERROR
+from arcana_loop.graph.build import build_graph, make_deps
+from arcana_loop.graph.checkpoints import resolve_checkpointer
+from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
+from arcana_loop.graph.conversation import is_closing, is_instruction, opening_index
+from arcana_loop.graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
+from arcana_loop.graph.trace import history
+from arcana_loop.knowledge.types import Chunk
+from arcana_loop.tools.execute import SEARCH_ERROR
 
 _SEARCH_ERROR_PREFIX = SEARCH_ERROR.split("{", 1)[0]
 _COMPARED = ("answer", "terminated_by", "iterations", "tool_history", "chunks")

@@ -18,10 +18,10 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import ensure_config, set_config_context
 from langgraph.runtime import get_runtime
 
-from graph.context import LoopContext
-from graph.deps import LoopDeps
-from graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
-from tools.schemas import ANSWER
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
+from arcana_loop.tools.schemas import ANSWER
 
 AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "__end__"]
 AfterTools = Literal["controller", "answerer", "ground", "__end__"]

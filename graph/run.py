@@ -17,17 +17,21 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
-from graph.build import GRAPH_NAME, build_graph, make_deps
-from graph.checkpoints import async_checkpointer, resolve_checkpointer, resolve_checkpointer_spec
-from graph.context import CONTEXT_FIELDS, LoopContext
-from graph.deps import ConfigurationError, SynthesizerFn
-from graph.models import ModelSpec
-from graph.state import BudgetStop, CollectionSpec, Coverage, TerminatedBy, ToolEvent
-from graph.text import check_question, check_text
-from knowledge.types import Chunk
-from nodes.lifecycle import exception_event
-from tools.execute import SearchFn
-from tools.scoping import normalize_scope
+from arcana_loop.graph.build import GRAPH_NAME, build_graph, make_deps
+from arcana_loop.graph.checkpoints import (
+    async_checkpointer,
+    resolve_checkpointer,
+    resolve_checkpointer_spec,
+)
+from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
+from arcana_loop.graph.deps import ConfigurationError, SynthesizerFn
+from arcana_loop.graph.models import ModelSpec
+from arcana_loop.graph.state import BudgetStop, CollectionSpec, Coverage, TerminatedBy, ToolEvent
+from arcana_loop.graph.text import check_question, check_text
+from arcana_loop.knowledge.types import Chunk
+from arcana_loop.nodes.lifecycle import exception_event
+from arcana_loop.tools.execute import SearchFn
+from arcana_loop.tools.scoping import normalize_scope
 
 """Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
@@ -187,7 +191,7 @@ def _checked_context(question: Any, collection: Any, controller_llm: Any, deps_k
     context = LoopContext(**{k: v for k, v in options.items() if v is not None})
     _check_texts(collection, context)
     if context.grounder is not None:
-        from grounding.resolve import resolve_grounder
+        from arcana_loop.grounding.resolve import resolve_grounder
 
         resolve_grounder(context.grounder)  # a name from the environment is checked like an argument
     if controller_llm is None and context.controller_model is None:
@@ -396,7 +400,7 @@ def _deps_kwargs(
     answer_llm: Any, search_fn: Any, tools: Any, synthesizer: Any, grounder: Any, system_prompt: Any, answer_prompt: Any, synthesis_prompt: Any
 ) -> dict[str, Any]:
     if isinstance(grounder, str):
-        from grounding.resolve import resolve_grounder
+        from arcana_loop.grounding.resolve import resolve_grounder
 
         resolve_grounder(grounder)  # an unknown name fails now, with the known names
         grounder = None  # named grounders are resolved per run from the context
@@ -434,8 +438,8 @@ def ground(
         A copy of ``result`` (same type) with ``grounding`` set, or ``None`` when
         grounding did not apply (no answer, no chunks, an error, a give-up) or failed.
     """
-    from grounding.apply import ground_answer
-    from grounding.resolve import resolve_grounder
+    from arcana_loop.grounding.apply import ground_answer
+    from arcana_loop.grounding.resolve import resolve_grounder
 
     _check_on_event(on_event)
     timeout = opts.pop("timeout", None)

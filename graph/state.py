@@ -16,9 +16,11 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
-from graph.channels import add_usage as add_usage  # re-exported: nodes sum usage with it
-from graph.channels import fold_appended, fold_chunks, fold_messages, fold_usage
-from knowledge.types import Chunk
+from arcana_loop.graph.channels import (
+    add_usage as add_usage,  # re-exported: nodes sum usage with it
+)
+from arcana_loop.graph.channels import fold_appended, fold_chunks, fold_messages, fold_usage
+from arcana_loop.knowledge.types import Chunk
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.

@@ -14,8 +14,8 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.types import StateSnapshot
 
-from graph.channels import is_replacing
-from graph.checkpoints import resolve_checkpointer
+from arcana_loop.graph.channels import is_replacing
+from arcana_loop.graph.checkpoints import resolve_checkpointer
 
 
 class ThreadNotFoundError(LookupError):
@@ -55,7 +55,7 @@ class TraceStep:
 
 
 def _graph() -> Any:
-    from graph.build import build_graph, make_deps
+    from arcana_loop.graph.build import build_graph, make_deps
 
     return build_graph(make_deps())
 

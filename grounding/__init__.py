@@ -1,5 +1,5 @@
 """Grounding: score an answer against the chunks it came from, claim by claim."""
 
-from grounding.types import Claim, GroundingError, GroundingResult, Source, Span
+from arcana_loop.grounding.types import Claim, GroundingError, GroundingResult, Source, Span
 
 __all__ = ["Claim", "GroundingError", "GroundingResult", "Source", "Span"]

@@ -19,9 +19,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from grounding.attribution import enrich
-from grounding.resolve import grounder_name
-from grounding.types import GroundingResult
+from arcana_loop.grounding.attribution import enrich
+from arcana_loop.grounding.resolve import grounder_name
+from arcana_loop.grounding.types import GroundingResult
 
 logger = logging.getLogger("grounding")
 

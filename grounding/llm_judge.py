@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from grounding.prompts import JUDGE_SYSTEM_PROMPT, JUDGE_USER_PROMPT
-from grounding.types import VERDICTS, GroundingError, GroundingResult
+from arcana_loop.grounding.prompts import JUDGE_SYSTEM_PROMPT, JUDGE_USER_PROMPT
+from arcana_loop.grounding.types import VERDICTS, GroundingError, GroundingResult
 
 NAME = "llm_judge"
 DEFAULT_TEMPERATURE = 0.0

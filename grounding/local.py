@@ -14,9 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from grounding.attribution import overlap_sources
-from grounding.sentences import split_sentences
-from grounding.types import GroundingResult
+from arcana_loop.grounding.attribution import overlap_sources
+from arcana_loop.grounding.sentences import split_sentences
+from arcana_loop.grounding.types import GroundingResult
 
 NAME = "local"
 
@@ -50,7 +50,7 @@ class HeuristicSentenceGrounder:
 
     def _embedder(self) -> Any:
         if self._embeddings is None:
-            from knowledge.embeddings import default_embeddings
+            from arcana_loop.knowledge.embeddings import default_embeddings
 
             self._embeddings = default_embeddings()
         return self._embeddings

@@ -31,11 +31,11 @@ def resolve_grounder(spec: Any, **options: Any) -> Any:
         return None
     if isinstance(spec, str):
         if spec == "local":
-            from grounding.local import HeuristicSentenceGrounder
+            from arcana_loop.grounding.local import HeuristicSentenceGrounder
 
             return HeuristicSentenceGrounder(**options)
         if spec == "llm_judge":
-            from grounding.llm_judge import LLMJudgeGrounder
+            from arcana_loop.grounding.llm_judge import LLMJudgeGrounder
 
             return LLMJudgeGrounder(**options)
         raise ValueError(f"unknown grounder {spec!r}; known grounders: {', '.join(KNOWN)}")

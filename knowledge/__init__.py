@@ -15,24 +15,30 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from knowledge.base import KnowledgeBase
-from knowledge.embeddings import (
+from arcana_loop.knowledge.base import KnowledgeBase
+from arcana_loop.knowledge.embeddings import (
     WordLlamaEmbeddings,
     default_embeddings,
     embedding_model_name,
     resolve_embeddings,
 )
-from knowledge.errors import (
+from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     DatabaseUnavailable,
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
 )
-from knowledge.loaders import MissingExtra
-from knowledge.retriever import KnowledgeBaseRetriever
-from knowledge.server import database_url
-from knowledge.types import SEARCH_MODES, Chunk, CollectionInfo, IngestResult, SearchMode
+from arcana_loop.knowledge.loaders import MissingExtra
+from arcana_loop.knowledge.retriever import KnowledgeBaseRetriever
+from arcana_loop.knowledge.server import database_url
+from arcana_loop.knowledge.types import (
+    SEARCH_MODES,
+    Chunk,
+    CollectionInfo,
+    IngestResult,
+    SearchMode,
+)
 
 __all__ = [
     "SEARCH_MODES",

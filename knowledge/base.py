@@ -23,20 +23,20 @@ from pgvector.psycopg import (  # type: ignore[import-untyped]  # pgvector ships
 )
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from knowledge import queries as q
-from knowledge.embeddings import embedding_model_name, resolve_embeddings
-from knowledge.errors import (
+from arcana_loop.knowledge import queries as q
+from arcana_loop.knowledge.embeddings import embedding_model_name, resolve_embeddings
+from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
 )
-from knowledge.graph import hooks as graph_hooks
-from knowledge.graph import search as gs
-from knowledge.graph import store as graph_store
-from knowledge.graph.search import GraphSearchOptions
-from knowledge.graph.types import Extractor, GraphBuildResult
-from knowledge.loading import (
+from arcana_loop.knowledge.graph import hooks as graph_hooks
+from arcana_loop.knowledge.graph import search as gs
+from arcana_loop.knowledge.graph import store as graph_store
+from arcana_loop.knowledge.graph.search import GraphSearchOptions
+from arcana_loop.knowledge.graph.types import Extractor, GraphBuildResult
+from arcana_loop.knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_BYTES,
@@ -50,15 +50,36 @@ from knowledge.loading import (
     text_document,
     walk_directory,
 )
-from knowledge.names import new_collection_name, normalize_collection_name
-from knowledge.pools import AsyncFailFastPool, FailFastPool, connection_lost, unavailable
-from knowledge.schema import backfill_lexical, ensure_dimension, ensure_graph_schema, ensure_schema
-from knowledge.server import database_url, ensure_pgvector, normalize_url
-from knowledge.types import SEARCH_MODES, Chunk, CollectionInfo, IngestResult, ProgressFn
-from knowledge.writer import DEFAULT_BATCH_SIZE, CollectionRef, check_metadata, write_documents
+from arcana_loop.knowledge.names import new_collection_name, normalize_collection_name
+from arcana_loop.knowledge.pools import (
+    AsyncFailFastPool,
+    FailFastPool,
+    connection_lost,
+    unavailable,
+)
+from arcana_loop.knowledge.schema import (
+    backfill_lexical,
+    ensure_dimension,
+    ensure_graph_schema,
+    ensure_schema,
+)
+from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
+from arcana_loop.knowledge.types import (
+    SEARCH_MODES,
+    Chunk,
+    CollectionInfo,
+    IngestResult,
+    ProgressFn,
+)
+from arcana_loop.knowledge.writer import (
+    DEFAULT_BATCH_SIZE,
+    CollectionRef,
+    check_metadata,
+    write_documents,
+)
 
 if TYPE_CHECKING:
-    from knowledge.retriever import KnowledgeBaseRetriever
+    from arcana_loop.knowledge.retriever import KnowledgeBaseRetriever
 
 logger = logging.getLogger(__name__)
 
@@ -512,7 +533,11 @@ class KnowledgeBase:
         communities: bool = True,
         summary_model: Any = None,
     ) -> GraphBuildResult:
-        from knowledge.graph.build import build_collection, llm_summarizer, resolve_extractor
+        from arcana_loop.knowledge.graph.build import (
+            build_collection,
+            llm_summarizer,
+            resolve_extractor,
+        )
 
         return build_collection(
             self.pool(),
@@ -537,7 +562,7 @@ class KnowledgeBase:
             strength, types), `community` (level, size, summary, or `None`) and
             `chunk_ids`.
         """
-        from knowledge.graph.explore import explore
+        from arcana_loop.knowledge.graph.explore import explore
 
         value: object = entity
         if not isinstance(value, str) or not entity.strip():
@@ -557,8 +582,8 @@ class KnowledgeBase:
         self, collection: str | None = None, *, summary_model: Any = None
     ) -> dict[str, int]:
         """Recompute communities of the collections whose graph changed; return counts by name."""
-        from knowledge.graph.build import llm_summarizer
-        from knowledge.graph.communities import update_dirty
+        from arcana_loop.knowledge.graph.build import llm_summarizer
+        from arcana_loop.knowledge.graph.communities import update_dirty
 
         ids = None if collection is None else [self._collection(collection, create=False).id]
         summarizer = None if summary_model is None else llm_summarizer(summary_model)
@@ -790,7 +815,7 @@ class KnowledgeBase:
             TypeError: for a threshold that is not a number, or collection names
                 that are not strings.
         """
-        from knowledge.retriever import KnowledgeBaseRetriever, scope_list
+        from arcana_loop.knowledge.retriever import KnowledgeBaseRetriever, scope_list
 
         # checked here, so a bad retriever fails where it is built, not in the middle of a chain
         if mode not in SEARCH_MODES:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from knowledge.errors import EmbeddingMismatch
+from arcana_loop.knowledge.errors import EmbeddingMismatch
 
 DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
 """Name recorded per collection for the default embedder."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowledge.errors import IngestError
+from arcana_loop.knowledge.errors import IngestError
 
 PDF_SUFFIXES = frozenset({".pdf"})
 HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})

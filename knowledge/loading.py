@@ -34,10 +34,10 @@ from typing import Any
 
 from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
 
-from knowledge.errors import IngestError
-from knowledge.loaders import loader_for
-from knowledge.names import check_text
-from knowledge.sections import (
+from arcana_loop.knowledge.errors import IngestError
+from arcana_loop.knowledge.loaders import loader_for
+from arcana_loop.knowledge.names import check_text
+from arcana_loop.knowledge.sections import (
     content_offset,
     context_line,
     document_title,

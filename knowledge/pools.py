@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from knowledge.errors import DatabaseUnavailable
-from knowledge.redact import describe
+from arcana_loop.knowledge.errors import DatabaseUnavailable
+from arcana_loop.knowledge.redact import describe
 
 PROBE_AFTER = 2.0
 """Seconds a checkout waits for a pooled connection before checking the server is up."""

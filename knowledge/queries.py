@@ -32,10 +32,10 @@ from typing import Any
 
 from psycopg import sql
 
-from knowledge import lexical
-from knowledge.errors import EmbeddingMismatch
-from knowledge.schema import embeddings_table
-from knowledge.types import SEARCH_MODES, Chunk, SearchMode
+from arcana_loop.knowledge import lexical
+from arcana_loop.knowledge.errors import EmbeddingMismatch
+from arcana_loop.knowledge.schema import embeddings_table
+from arcana_loop.knowledge.types import SEARCH_MODES, Chunk, SearchMode
 
 RRF_K = 60
 MAX_QUERY_CHARS = 2000

@@ -22,7 +22,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from knowledge.types import Chunk, SearchMode
+from arcana_loop.knowledge.types import Chunk, SearchMode
 
 
 class Searchable(Protocol):

@@ -31,10 +31,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from knowledge import lexical
-from knowledge.graph.schema import create_entity_vectors, create_graph_tables
-from knowledge.sections import context_line, document_title, searchable_text
-from knowledge.types import checked_dimension
+from arcana_loop.knowledge import lexical
+from arcana_loop.knowledge.graph.schema import create_entity_vectors, create_graph_tables
+from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
+from arcana_loop.knowledge.types import checked_dimension
 
 logger = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from knowledge.errors import DatabaseUnavailable, InvalidDatabaseURL, PgvectorMissing
-from knowledge.redact import describe, redact
+from arcana_loop.knowledge.errors import DatabaseUnavailable, InvalidDatabaseURL, PgvectorMissing
+from arcana_loop.knowledge.redact import describe, redact
 
 DATABASE_URL_ENV = "DATABASE_URL"
 PGDATA_ENV = "ARCANA_LOOP_PGDATA"
@@ -103,7 +103,8 @@ def _watch(pgdata: Path) -> None:
     """Start this process's watcher of the server in `pgdata`, once (see the module docstring)."""
     if pgdata in _watched:
         return
-    args = [sys.executable, str(Path(__file__).with_name("pgwatch.py")), str(os.getpid()), str(pgdata)]
+    # -P: the script's folder is not put on sys.path, where knowledge/types.py would shadow the stdlib's types
+    args = [sys.executable, "-P", str(Path(__file__).with_name("pgwatch.py")), str(os.getpid()), str(pgdata)]
     try:
         _spawn_detached(args)
     except OSError as exc:

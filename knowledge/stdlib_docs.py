@@ -12,8 +12,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from knowledge.base import KnowledgeBase
-from knowledge.types import IngestResult
+from arcana_loop.knowledge.base import KnowledgeBase
+from arcana_loop.knowledge.types import IngestResult
 
 COLLECTION = "python-docs"
 

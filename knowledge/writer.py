@@ -35,12 +35,18 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from knowledge import lexical
-from knowledge.embeddings import embed_matrix
-from knowledge.errors import CollectionNotFound, StorageFull
-from knowledge.loading import CHUNK_ID_CHARS, ChunkRow, SourceDoc, document_id, split_document
-from knowledge.names import check_text
-from knowledge.schema import (
+from arcana_loop.knowledge import lexical
+from arcana_loop.knowledge.embeddings import embed_matrix
+from arcana_loop.knowledge.errors import CollectionNotFound, StorageFull
+from arcana_loop.knowledge.loading import (
+    CHUNK_ID_CHARS,
+    ChunkRow,
+    SourceDoc,
+    document_id,
+    split_document,
+)
+from arcana_loop.knowledge.names import check_text
+from arcana_loop.knowledge.schema import (
     create_fulltext_index,
     create_hnsw_index,
     drop_fulltext_index,
@@ -49,7 +55,7 @@ from knowledge.schema import (
     merge_fulltext_pending,
     missing_indexes,
 )
-from knowledge.types import IngestResult, ProgressFn
+from arcana_loop.knowledge.types import IngestResult, ProgressFn
 
 logger = logging.getLogger(__name__)
 

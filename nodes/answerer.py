@@ -12,16 +12,16 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graph import prompts
-from graph.budget import usage_of
-from graph.context import LoopContext
-from graph.conversation import ANSWER_NAME, compact_earlier
-from graph.conversation import instruction as instruction_message
-from graph.deps import LoopDeps
-from graph.models import ModelCaller
-from graph.routing import Routers
-from graph.state import LoopState
-from nodes.common import (
+from arcana_loop.graph import prompts
+from arcana_loop.graph.budget import usage_of
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import ANSWER_NAME, compact_earlier
+from arcana_loop.graph.conversation import instruction as instruction_message
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.models import ModelCaller
+from arcana_loop.graph.routing import Routers
+from arcana_loop.graph.state import LoopState
+from arcana_loop.nodes.common import (
     describe_error,
     logger,
     loop_opts,
@@ -29,7 +29,7 @@ from nodes.common import (
     render_instruction,
     system_message,
 )
-from nodes.lifecycle import close_if_final
+from arcana_loop.nodes.lifecycle import close_if_final
 
 NAME = "answerer"
 

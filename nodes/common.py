@@ -12,12 +12,12 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
 
-from graph import prompts
-from graph.budget import budget_section
-from graph.context import LoopContext
-from graph.deps import LoopDeps
-from tools.schemas import ToolSchema, controller_tools, tool_name
-from tools.scoping import Scope, normalize_scope
+from arcana_loop.graph import prompts
+from arcana_loop.graph.budget import budget_section
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.tools.schemas import ToolSchema, controller_tools, tool_name
+from arcana_loop.tools.scoping import Scope, normalize_scope
 
 logger = logging.getLogger("arcana_loop")
 
@@ -33,7 +33,7 @@ def run_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> dict[str
     """Return the tools the run's options add: ``explore`` with ``explore_tool`` (a custom tool of that name wins)."""
     if ctx is None or not ctx.explore_tool:
         return {}
-    from tools.explore import EXPLORE, loop_explore_tool
+    from arcana_loop.tools.explore import EXPLORE, loop_explore_tool
 
     tool = None if EXPLORE in deps.custom_tools else loop_explore_tool(deps.search_fn, scope.to_value())
     return {} if tool is None else {tool.name: tool}

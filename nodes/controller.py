@@ -15,17 +15,17 @@ from langchain_core.messages.tool import invalid_tool_call
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graph import prompts
-from graph.budget import exhausted, usage_of
-from graph.context import LoopContext
-from graph.conversation import compact_earlier, fresh_state, fresh_view, new_question
-from graph.deps import LoopDeps
-from graph.models import ModelCaller
-from graph.policy import should_send_back
-from graph.routing import Routers
-from graph.state import BudgetStop, ControllerView, TerminatedBy
-from graph.text import check_question
-from nodes.common import (
+from arcana_loop.graph import prompts
+from arcana_loop.graph.budget import exhausted, usage_of
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import compact_earlier, fresh_state, fresh_view, new_question
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.models import ModelCaller
+from arcana_loop.graph.policy import should_send_back
+from arcana_loop.graph.routing import Routers
+from arcana_loop.graph.state import BudgetStop, ControllerView, TerminatedBy
+from arcana_loop.graph.text import check_question
+from arcana_loop.nodes.common import (
     describe_error,
     emit,
     loop_opts,
@@ -34,9 +34,14 @@ from nodes.common import (
     scope_of,
     system_message,
 )
-from nodes.lifecycle import close_if_final, start_event
-from tools.execute import KEPT_ARGUMENT_CHARS, REFUSED_MARK, kept_arguments, oversized_arguments
-from tools.schemas import ToolSchema
+from arcana_loop.nodes.lifecycle import close_if_final, start_event
+from arcana_loop.tools.execute import (
+    KEPT_ARGUMENT_CHARS,
+    REFUSED_MARK,
+    kept_arguments,
+    oversized_arguments,
+)
+from arcana_loop.tools.schemas import ToolSchema
 
 NAME = "controller"
 EMPTY_REPLY = "the controller replied with neither a tool call nor any text"

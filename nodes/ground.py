@@ -14,15 +14,15 @@ from typing import Any
 
 from langgraph.runtime import Runtime
 
-from graph.budget import usage_record
-from graph.context import LoopContext
-from graph.deps import LoopDeps
-from graph.evidence import ground_update
-from graph.models import ChatModelCaller, cached_model
-from graph.routing import Routers
-from graph.state import LoopState
-from nodes.common import emit
-from nodes.lifecycle import close_if_final
+from arcana_loop.graph.budget import usage_record
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.evidence import ground_update
+from arcana_loop.graph.models import ChatModelCaller, cached_model
+from arcana_loop.graph.routing import Routers
+from arcana_loop.graph.state import LoopState
+from arcana_loop.nodes.common import emit
+from arcana_loop.nodes.lifecycle import close_if_final
 
 NAME = "ground"
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
@@ -58,7 +58,7 @@ def grounder_for(deps: LoopDeps, ctx: LoopContext) -> Any:
     """Return the run's grounder: the object given, else the one named in the context."""
     if deps.grounder is not None:
         return deps.grounder
-    from grounding.resolve import resolve_grounder
+    from arcana_loop.grounding.resolve import resolve_grounder
 
     if ctx.grounder == "llm_judge":
         return resolve_grounder("llm_judge", judge_model=judge_model_for(deps, ctx))
@@ -78,7 +78,7 @@ def _inputs(state: LoopState) -> dict[str, Any]:
 
 def _would_ground(state: LoopState) -> bool:
     """Whether grounding applies, as `grounding.apply` decides (a give-up, for one, is not grounded)."""
-    from grounding.apply import applies
+    from arcana_loop.grounding.apply import applies
 
     return applies(state.get("answer"), state.get("chunks") or [], state.get("error"), state.get("terminated_by"))
 
@@ -102,7 +102,7 @@ class Ground:
 
     def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         """Ground the answer, within its time."""
-        from grounding.apply import ground_answer
+        from arcana_loop.grounding.apply import ground_answer
 
         grounder = grounder_for(self.deps, runtime.context)
         seconds, limit = ground_seconds(state, runtime.context)
@@ -117,7 +117,7 @@ class Ground:
 
     async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         """Ground the answer on the event loop, within its time."""
-        from grounding.apply import aground_answer
+        from arcana_loop.grounding.apply import aground_answer
 
         grounder = grounder_for(self.deps, runtime.context)
         seconds, limit = ground_seconds(state, runtime.context)

@@ -13,11 +13,11 @@ from typing import Any
 from langgraph.graph import END
 from langgraph.runtime import Runtime
 
-from graph.context import LoopContext
-from graph.conversation import closed
-from graph.deps import LoopDeps
-from graph.state import ToolEvent
-from nodes.common import emit, offered_tools, scope_of
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import closed
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.state import ToolEvent
+from arcana_loop.nodes.common import emit, offered_tools, scope_of
 
 LOOP_START = "loop_start"
 LOOP_STOP = "loop_stop"

@@ -14,15 +14,15 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graph import prompts
-from graph.budget import usage_of
-from graph.context import LoopContext
-from graph.conversation import ANSWER_NAME, compact_earlier
-from graph.conversation import instruction as instruction_message
-from graph.deps import LoopDeps
-from graph.routing import Routers
-from graph.state import LoopState, ToolEvent
-from nodes.common import (
+from arcana_loop.graph import prompts
+from arcana_loop.graph.budget import usage_of
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import ANSWER_NAME, compact_earlier
+from arcana_loop.graph.conversation import instruction as instruction_message
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.routing import Routers
+from arcana_loop.graph.state import LoopState, ToolEvent
+from arcana_loop.nodes.common import (
     describe_error,
     emit,
     logger,
@@ -31,8 +31,8 @@ from nodes.common import (
     render_instruction,
     system_message,
 )
-from nodes.lifecycle import close_if_final, tool_call_event
-from tools.schemas import SYNTHESIS
+from arcana_loop.nodes.lifecycle import close_if_final, tool_call_event
+from arcana_loop.tools.schemas import SYNTHESIS
 
 NAME = "synthesis"
 SUMMARY = "Synthesized from {count} chunks"

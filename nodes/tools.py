@@ -11,16 +11,16 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from graph.channels import ChunkMerge
-from graph.context import LoopContext
-from graph.deps import LoopDeps
-from graph.policy import should_send_back
-from graph.routing import Routers
-from graph.state import TerminatedBy, ToolEvent, ToolsView
-from nodes.common import emit, run_tools, scope_of
-from nodes.lifecycle import close_if_final, tool_call_event
-from tools.duplicates import past_searches
-from tools.execute import (
+from arcana_loop.graph.channels import ChunkMerge
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.policy import should_send_back
+from arcana_loop.graph.routing import Routers
+from arcana_loop.graph.state import TerminatedBy, ToolEvent, ToolsView
+from arcana_loop.nodes.common import emit, run_tools, scope_of
+from arcana_loop.nodes.lifecycle import close_if_final, tool_call_event
+from arcana_loop.tools.duplicates import past_searches
+from arcana_loop.tools.execute import (
     CallOutcome,
     DuplicateGuard,
     Planned,

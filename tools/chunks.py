@@ -10,9 +10,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from graph.channels import merge_chunks
-from graph.text import has_lone_surrogate, scrub
-from knowledge.types import Chunk
+from arcana_loop.graph.channels import merge_chunks
+from arcana_loop.graph.text import has_lone_surrogate, scrub
+from arcana_loop.knowledge.types import Chunk
 
 __all__ = ["merge_chunks"]
 

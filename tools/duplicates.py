@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from graph.state import ToolEvent
-from tools.schemas import DEFAULT_SEARCH_LIMIT, SEARCH, effective_limit
-from tools.scoping import Scope, ScopeError
+from arcana_loop.graph.state import ToolEvent
+from arcana_loop.tools.schemas import DEFAULT_SEARCH_LIMIT, SEARCH, effective_limit
+from arcana_loop.tools.scoping import Scope, ScopeError
 
 _PUNCTUATION = re.compile(r"[^\w\s.:/-]+|(?<!\w)[.:/-]|[.:/-](?!\w)")
 
@@ -97,7 +97,7 @@ Embed = Callable[[str], Sequence[float]]
 
 @lru_cache(maxsize=4096)
 def _default_vector(text: str) -> tuple[float, ...]:
-    from knowledge.embeddings import default_embeddings
+    from arcana_loop.knowledge.embeddings import default_embeddings
 
     return tuple(default_embeddings().embed_query(text))
 

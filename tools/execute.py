@@ -18,13 +18,19 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from graph.state import TerminatedBy
-from graph.text import scrub
-from knowledge.types import Chunk
-from tools import schemas, tracing
-from tools.chunks import NO_RESULTS, SHOWN_PER_SEARCH, format_search_result, render_id, to_chunks
-from tools.duplicates import PastSearch, find_duplicate, scope_key, search_key
-from tools.scoping import Scope, ScopeError
+from arcana_loop.graph.state import TerminatedBy
+from arcana_loop.graph.text import scrub
+from arcana_loop.knowledge.types import Chunk
+from arcana_loop.tools import schemas, tracing
+from arcana_loop.tools.chunks import (
+    NO_RESULTS,
+    SHOWN_PER_SEARCH,
+    format_search_result,
+    render_id,
+    to_chunks,
+)
+from arcana_loop.tools.duplicates import PastSearch, find_duplicate, scope_key, search_key
+from arcana_loop.tools.scoping import Scope, ScopeError
 
 MAX_SEARCH_LIMIT = schemas.MAX_SEARCH_LIMIT
 MAX_ARGUMENT_DEPTH = 32

@@ -11,8 +11,8 @@ from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
 
-from knowledge import KnowledgeBase, default_knowledge_base
-from tools.descriptions import EXPLORE_DESCRIPTION, EXPLORE_ENTITY_DESCRIPTION
+from arcana_loop.knowledge import KnowledgeBase, default_knowledge_base
+from arcana_loop.tools.descriptions import EXPLORE_DESCRIPTION, EXPLORE_ENTITY_DESCRIPTION
 
 EXPLORE = "explore"
 NOT_FOUND = "No entity named {name!r} in the knowledge graph."

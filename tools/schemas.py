@@ -22,11 +22,11 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from graph.state import ANSWER as ANSWER  # the tool names are the state's vocabulary
-from graph.state import GIVE_UP as GIVE_UP
-from graph.state import SEARCH as SEARCH
-from tools import descriptions
-from tools.scoping import Scope
+from arcana_loop.graph.state import ANSWER as ANSWER  # the tool names are the state's vocabulary
+from arcana_loop.graph.state import GIVE_UP as GIVE_UP
+from arcana_loop.graph.state import SEARCH as SEARCH
+from arcana_loop.tools import descriptions
+from arcana_loop.tools.scoping import Scope
 
 SYNTHESIS = "synthesis"
 """The history name of the fallback synthesis step (not a tool the controller can call)."""

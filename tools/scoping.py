@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from knowledge.names import MAX_COLLECTION_NAME_CHARS, new_collection_name
+from arcana_loop.knowledge.names import MAX_COLLECTION_NAME_CHARS, new_collection_name
 
 __all__ = ["ALL", "MAX_COLLECTION_NAME_CHARS", "Scope", "ScopeError", "normalize_scope"]
 

@@ -22,7 +22,7 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.runnables.config import ensure_config
 
-from knowledge.types import Chunk
+from arcana_loop.knowledge.types import Chunk
 
 RUN_NAME = "search"
 

@@ -11,9 +11,9 @@ base can import it.
 
 from __future__ import annotations
 
-from knowledge.graph.offline import OfflineExtractor
-from knowledge.graph.search import GraphSearchOptions
-from knowledge.graph.types import (
+from arcana_loop.knowledge.graph.offline import OfflineExtractor
+from arcana_loop.knowledge.graph.search import GraphSearchOptions
+from arcana_loop.knowledge.graph.types import (
     ChunkText,
     ExtractedEntity,
     ExtractedRelationship,

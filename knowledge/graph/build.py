@@ -17,12 +17,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from psycopg_pool import ConnectionPool
 
-from knowledge.embeddings import embed_matrix
-from knowledge.graph import communities as comm
-from knowledge.graph import store
-from knowledge.graph.offline import OfflineExtractor
-from knowledge.graph.prompts import COMMUNITY_SUMMARY_PROMPT
-from knowledge.graph.types import (
+from arcana_loop.knowledge.embeddings import embed_matrix
+from arcana_loop.knowledge.graph import communities as comm
+from arcana_loop.knowledge.graph import store
+from arcana_loop.knowledge.graph.offline import OfflineExtractor
+from arcana_loop.knowledge.graph.prompts import COMMUNITY_SUMMARY_PROMPT
+from arcana_loop.knowledge.graph.types import (
     ChunkText,
     Extraction,
     Extractor,
@@ -44,7 +44,7 @@ def resolve_extractor(extractor: Extractor | BaseChatModel | None) -> Extractor:
     if extractor is None:
         return OfflineExtractor()
     if isinstance(extractor, BaseChatModel):
-        from knowledge.graph.llm import LLMExtractor
+        from arcana_loop.knowledge.graph.llm import LLMExtractor
 
         return LLMExtractor(extractor)
     if isinstance(extractor, Extractor):

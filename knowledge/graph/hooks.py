@@ -12,8 +12,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from knowledge.graph import search as gs
-from knowledge.types import Chunk
+from arcana_loop.knowledge.graph import search as gs
+from arcana_loop.knowledge.types import Chunk
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field, ValidationError
 
-from knowledge.graph.prompts import EXTRACTION_PROMPT
-from knowledge.graph.types import (
+from arcana_loop.knowledge.graph.prompts import EXTRACTION_PROMPT
+from arcana_loop.knowledge.graph.types import (
     ChunkText,
     ExtractedEntity,
     ExtractedRelationship,

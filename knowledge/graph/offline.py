@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from knowledge.graph.types import (
+from arcana_loop.knowledge.graph.types import (
     ChunkText,
     ExtractedEntity,
     ExtractedRelationship,

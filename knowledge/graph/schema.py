@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from knowledge.types import checked_dimension
+from arcana_loop.knowledge.types import checked_dimension
 
 GRAPH_DDL = (
     """

@@ -32,8 +32,8 @@ from typing import Any
 
 from psycopg import sql
 
-from knowledge.graph.schema import entity_vectors_table
-from knowledge.types import Chunk
+from arcana_loop.knowledge.graph.schema import entity_vectors_table
+from arcana_loop.knowledge.types import Chunk
 
 Statement = tuple[sql.Composable, dict[str, Any]]
 RRF_K = 60

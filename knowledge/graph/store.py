@@ -18,9 +18,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from knowledge.graph.offline import CO_OCCURS
-from knowledge.graph.schema import entity_vectors_table
-from knowledge.graph.types import ChunkText, Extraction, normalize_name
+from arcana_loop.knowledge.graph.offline import CO_OCCURS
+from arcana_loop.knowledge.graph.schema import entity_vectors_table
+from arcana_loop.knowledge.graph.types import ChunkText, Extraction, normalize_name
 
 EmbedFn = Callable[[list[str]], np.ndarray[Any, Any]]
 _GRAPH_LOCK = 0x6B6772  # "kgr": with the collection id, serialises graph writes per collection

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from knowledge.errors import KnowledgeBaseError
+from arcana_loop.knowledge.errors import KnowledgeBaseError
 
 _SPACES = re.compile(r"\s+")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from graph import run
-from graph.build import build_graph, make_deps
-from graph.checkpoints import resolve_checkpointer
-from graph.context import LoopContext
+from arcana_loop.graph import run
+from arcana_loop.graph.build import build_graph, make_deps
+from arcana_loop.graph.checkpoints import resolve_checkpointer
+from arcana_loop.graph.context import LoopContext
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 
@@ -67,7 +67,7 @@ def test_unknown_checkpointer_spec_is_rejected():
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def test_arun_opens_an_async_saver_for_a_spec(kind, tmp_path, request, monkeypatch):
-    from graph import arun, trace
+    from arcana_loop.graph import arun, trace
 
     if kind == "postgres":
         monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("pg_url"))
@@ -78,7 +78,7 @@ async def test_arun_opens_an_async_saver_for_a_spec(kind, tmp_path, request, mon
 
 
 async def test_arun_rejects_a_bad_spec_before_opening_anything():
-    from graph import arun
+    from arcana_loop.graph import arun
 
     with pytest.raises(ValueError, match="unknown checkpointer"):
         await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="redis")
@@ -93,7 +93,7 @@ def test_a_program_using_arun_with_sqlite_exits_when_it_is_done(tmp_path):
 
     program = (
         "import asyncio, sys\n"
-        "from graph import arun\n"
+        "from arcana_loop.graph import arun\n"
         "from tests.fakes import ScriptedChatModel, ScriptedSearch, answer\n"
         "r = asyncio.run(arun('Q?', controller_llm=ScriptedChatModel(responses=[answer('done')]), search_fn=ScriptedSearch([]), checkpointer='sqlite:' + sys.argv[1]))\n"
         "print(r.answer)\n"

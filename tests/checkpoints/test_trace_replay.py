@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage
 
-from graph import run
-from graph.replay import Record, ReplayError, fork, record_of, replay, replay_record, verify_record
-from graph.trace import ThreadNotFoundError, history, trace
+from arcana_loop.graph import run
+from arcana_loop.graph.replay import (
+    Record,
+    ReplayError,
+    fork,
+    record_of,
+    replay,
+    replay_record,
+    verify_record,
+)
+from arcana_loop.graph.trace import ThreadNotFoundError, history, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 
 
@@ -154,7 +162,7 @@ def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("use_async", [False, True])
 async def test_on_event_sees_each_tool_call_live_and_the_result_is_unchanged(use_async):
-    from graph import arun
+    from arcana_loop.graph import arun
 
     seen = []
     kwargs = dict(controller_llm=ScriptedChatModel(responses=[search("alpha"), answer("done")]), search_fn=_search, on_event=seen.append)

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from knowledge import KnowledgeBase
+from arcana_loop.cli.main import app
+from arcana_loop.knowledge import KnowledgeBase
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.postgres
 
 
 def cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
 
 
 @pytest.fixture

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from arcana_loop.cli.main import app
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, env=env, timeout=240, cwd=cwd,
+        [sys.executable, "-m", "arcana_loop.cli.main", *args], capture_output=True, text=True, env=env, timeout=240, cwd=cwd,
         check=False,
     )
 
@@ -106,7 +106,7 @@ def test_a_first_run_is_quiet_and_an_empty_knowledge_base_says_so(fresh_env: dic
     assert "no collection named 'nosuch': the knowledge base is empty" in asked.stderr
     assert "Traceback" not in asked.stderr and _quiet(asked.stderr)
     library = subprocess.run(
-        [sys.executable, "-c", "from knowledge import KnowledgeBase; print(KnowledgeBase().collections())"],
+        [sys.executable, "-c", "from arcana_loop.knowledge import KnowledgeBase; print(KnowledgeBase().collections())"],
         capture_output=True, text=True, env=fresh_env, timeout=240, check=False,
     )
     assert library.returncode == 0 and library.stdout.strip() == "[]"
@@ -132,7 +132,7 @@ def test_ask_names_the_known_collections_and_an_empty_one(env: dict[str, str], t
 def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(capsys: pytest.CaptureFixture[str]) -> None:
     from types import SimpleNamespace
 
-    from cli.common import print_result
+    from arcana_loop.cli.common import print_result
 
     cited = "f0bd5bed8714dae404f421df34688752"  # "[f0bd...]" parses as a Rich tag unless escaped
     result = SimpleNamespace(answer=f"Use wait_for [{cited}].", chunks=[{"id": cited, "text": "t", "metadata": {"source": "a.md"}}],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.cases import CaseSet, EvalCase
+from arcana_loop.evaluation.cases import CaseSet, EvalCase
 
 COLLECTION = "eval-tiny"
 

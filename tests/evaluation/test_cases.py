@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from evaluation.cases import PYTHON_DOCS_EVAL, CaseSet, EvalCase, load_cases, save_cases
-from evaluation.metrics import fact_found
-from knowledge.stdlib_docs import COLLECTION, stdlib_documents
+from arcana_loop.evaluation.cases import PYTHON_DOCS_EVAL, CaseSet, EvalCase, load_cases, save_cases
+from arcana_loop.evaluation.metrics import fact_found
+from arcana_loop.knowledge.stdlib_docs import COLLECTION, stdlib_documents
 
 
 def test_save_and_load_round_trip(tmp_path):

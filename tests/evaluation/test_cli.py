@@ -3,9 +3,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from evaluation.cases import save_cases
-from evaluation.report import save_report
+from arcana_loop.cli.main import app
+from arcana_loop.evaluation.cases import save_cases
+from arcana_loop.evaluation.report import save_report
 from tests.evaluation.conftest import DOCS, tiny_cases
 from tests.fakes import ScriptedChatModel
 
@@ -20,10 +20,10 @@ def invoke(*args):
 @pytest.fixture(autouse=True)
 def _wide_console(monkeypatch):
     """Tables as wide as they need, whatever terminal the tests run in."""
-    import cli.main
+    from arcana_loop.cli import common
 
-    monkeypatch.setattr(cli.main.out, "width", 200)
-    monkeypatch.setattr(cli.main.err, "width", 200)
+    monkeypatch.setattr(common.out, "width", 200)
+    monkeypatch.setattr(common.err, "width", 200)
 
 
 def text(result):
@@ -67,7 +67,7 @@ def test_an_invalid_case_file_is_reported(tmp_path):
 
 @pytest.fixture
 def cli_kb(pg_url, monkeypatch):
-    from knowledge import KnowledgeBase
+    from arcana_loop.knowledge import KnowledgeBase
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
     kb = KnowledgeBase(pg_url)
@@ -119,8 +119,8 @@ def test_compare_options_command(cli_kb, cases_file):
 
 @pytest.mark.postgres
 def test_generate_command_writes_a_case_file(cli_kb, tmp_path, monkeypatch):
-    import evaluation.generate as generate
-    from graph.models import resolve_model
+    import arcana_loop.evaluation.generate as generate
+    from arcana_loop.graph.models import resolve_model
 
     replies = ['{"question": "What does json.loads parse?", "key_facts": ["JSON document"]}', "junk", "junk", "junk"]
     scripted = ScriptedChatModel(responses=replies)
@@ -138,7 +138,7 @@ def test_generate_command_writes_a_case_file(cli_kb, tmp_path, monkeypatch):
 def test_eval_picks_a_shipped_set_and_split_and_refuses_unknown_ones():
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from arcana_loop.cli.main import app
 
     runner = CliRunner()
     bad = runner.invoke(app, ["eval", "retrieval", "--set", "nosuch"])

@@ -1,7 +1,7 @@
 import pytest
 
-from evaluation.generate import generate_cases, sample_chunks
-from evaluation.parse import ReplyParseError, parse_json_object
+from arcana_loop.evaluation.generate import generate_cases, sample_chunks
+from arcana_loop.evaluation.parse import ReplyParseError, parse_json_object
 from tests.evaluation.conftest import COLLECTION, ingest_tiny
 from tests.fakes import ScriptedChatModel
 

@@ -1,11 +1,15 @@
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from evaluation.cases import CaseSet
-from evaluation.loop import evaluate_loop, outcome_of, repeated_searches, summarize
-from evaluation.options import OPTION_PAIRS, compare_options, options_table_markdown
-from evaluation.tokens import EstimatingOfflineController, estimate_tokens, message_tokens
-from graph.run import LoopResult
+from arcana_loop.evaluation.cases import CaseSet
+from arcana_loop.evaluation.loop import evaluate_loop, outcome_of, repeated_searches, summarize
+from arcana_loop.evaluation.options import OPTION_PAIRS, compare_options, options_table_markdown
+from arcana_loop.evaluation.tokens import (
+    EstimatingOfflineController,
+    estimate_tokens,
+    message_tokens,
+)
+from arcana_loop.graph.run import LoopResult
 from tests.evaluation.conftest import DOCS, tiny_cases
 from tests.fakes import ScriptedChatModel, ScriptedSearch, chunk
 

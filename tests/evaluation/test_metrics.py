@@ -1,6 +1,6 @@
 import pytest
 
-from evaluation.metrics import (
+from arcana_loop.evaluation.metrics import (
     distribution,
     fact_found,
     hit_at_k,

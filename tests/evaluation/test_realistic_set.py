@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from evaluation.cases import PYTHON_DOCS_REALISTIC, load_cases
-from evaluation.metrics import normalize_text
-from knowledge.stdlib_docs import stdlib_documents
+from arcana_loop.evaluation.cases import PYTHON_DOCS_REALISTIC, load_cases
+from arcana_loop.evaluation.metrics import normalize_text
+from arcana_loop.knowledge.stdlib_docs import stdlib_documents
 
 
 @lru_cache(maxsize=1)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from evaluation.report import diff_reports, flatten_metrics, load_report, save_report
+from arcana_loop.evaluation.report import diff_reports, flatten_metrics, load_report, save_report
 
 
 def loop_report(correctness, tokens, created="t1"):

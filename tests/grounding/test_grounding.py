@@ -8,15 +8,15 @@ import time
 import pytest
 from langchain_core.messages import AIMessage
 
-from graph import build_graph, ground, make_deps, run
-from graph.context import LoopContext
-from grounding.apply import aground_answer, ground_answer
-from grounding.attribution import search_index
-from grounding.llm_judge import LLMJudgeGrounder, parse_judge_json
-from grounding.local import HeuristicSentenceGrounder
-from grounding.resolve import resolve_grounder
-from grounding.sentences import split_sentences
-from grounding.types import GroundingError
+from arcana_loop.graph import build_graph, ground, make_deps, run
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.grounding.apply import aground_answer, ground_answer
+from arcana_loop.grounding.attribution import search_index
+from arcana_loop.grounding.llm_judge import LLMJudgeGrounder, parse_judge_json
+from arcana_loop.grounding.local import HeuristicSentenceGrounder
+from arcana_loop.grounding.resolve import resolve_grounder
+from arcana_loop.grounding.sentences import split_sentences
+from arcana_loop.grounding.types import GroundingError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 CHUNKS = [
@@ -63,7 +63,7 @@ def test_attribution_uses_the_earliest_search_and_none_for_unknown_ids():
 
 @pytest.mark.parametrize("grounder", [Recorder(error=RuntimeError("model failed")), Recorder({"score": 7}), Recorder("garbage"), Recorder(GOOD, delay=0.5)])
 def test_failing_grounders_leave_none_and_log(grounder, caplog):
-    with caplog.at_level(logging.WARNING, logger="grounding"):
+    with caplog.at_level(logging.WARNING, logger="arcana_loop.grounding"):
         out = ground_answer(question="q", answer="A.", chunks=CHUNKS, tool_history=HISTORY, grounder=grounder, timeout=0.2)
     assert out is None and caplog.records
 

@@ -7,7 +7,7 @@ import re
 
 from langchain_core.embeddings import Embeddings
 
-from knowledge import IngestResult, KnowledgeBase
+from arcana_loop.knowledge import IngestResult, KnowledgeBase
 from tests.knowledge.corpus import TOPICS
 
 

@@ -7,7 +7,11 @@ import logging
 import pytest
 from langchain_openai import OpenAIEmbeddings
 
-from knowledge.embeddings import WordLlamaEmbeddings, embedding_model_name, resolve_embeddings
+from arcana_loop.knowledge.embeddings import (
+    WordLlamaEmbeddings,
+    embedding_model_name,
+    resolve_embeddings,
+)
 
 
 def test_default_and_wordllama_specs_give_the_shipped_model():
@@ -36,7 +40,7 @@ def test_loading_wordllama_leaves_logging_unconfigured():
 
     code = (
         "import logging\n"
-        "from knowledge.embeddings import WordLlamaEmbeddings\n"
+        "from arcana_loop.knowledge.embeddings import WordLlamaEmbeddings\n"
         "WordLlamaEmbeddings()\n"
         "root = logging.getLogger()\n"
         "print(len(root.handlers), root.level)\n"

@@ -11,8 +11,8 @@ import pytest
 from langchain_core.exceptions import OutputParserException
 from langchain_core.runnables import RunnableLambda
 
-from knowledge import KnowledgeBase
-from knowledge.graph import (
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.graph import (
     ChunkText,
     Extraction,
     GraphBuildError,
@@ -20,11 +20,11 @@ from knowledge.graph import (
     OfflineExtractor,
     normalize_name,
 )
-from knowledge.graph import communities as comm
-from knowledge.graph import search as gs
-from knowledge.graph.llm import ExtractionReply, LLMExtractor
-from knowledge.graph.offline import extract_chunk
-from knowledge.types import Chunk
+from arcana_loop.knowledge.graph import communities as comm
+from arcana_loop.knowledge.graph import search as gs
+from arcana_loop.knowledge.graph.llm import ExtractionReply, LLMExtractor
+from arcana_loop.knowledge.graph.offline import extract_chunk
+from arcana_loop.knowledge.types import Chunk
 from tests.knowledge.helpers import HashEmbeddings
 
 pytestmark = pytest.mark.postgres
@@ -407,7 +407,7 @@ def test_failing_matcher_falls_back_and_logs(hkb: KnowledgeBase, monkeypatch: py
         raise psycopg.errors.UndefinedTable("entity vectors missing")
 
     monkeypatch.setattr(gs, "match_statement", lambda *a, **k: ("SELECT * FROM no_such_table", {}))
-    with caplog.at_level(logging.WARNING, logger="knowledge.graph.hooks"):
+    with caplog.at_level(logging.WARNING, logger="arcana_loop.knowledge.graph.hooks"):
         got = hkb.search("AlphaNode", collection="chain")
     assert [(c["id"], c["score"]) for c in got] == _plain(hkb, "AlphaNode", collection="chain")
     assert "graph search failed" in caplog.text
@@ -475,6 +475,6 @@ def test_only_dirty_collections_are_recomputed(hkb: KnowledgeBase) -> None:
 
 
 def test_offline_extractor_satisfies_the_protocol() -> None:
-    from knowledge.graph import Extractor
+    from arcana_loop.knowledge.graph import Extractor
 
     assert isinstance(OfflineExtractor(), Extractor)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.postgres
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
 
 
 def counts(done: subprocess.CompletedProcess[str]) -> list[str]:

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from langchain_core.messages import ToolMessage
 
-from graph import run
-from knowledge import KnowledgeBase
-from knowledge.graph import GraphSearchOptions
+from arcana_loop.graph import run
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.graph import GraphSearchOptions
 from tests.fakes import ScriptedChatModel, answer, calls, tool_call
 from tests.knowledge.helpers import HashEmbeddings
 

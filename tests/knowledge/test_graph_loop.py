@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from graph import run
-from knowledge import KnowledgeBase
-from knowledge.graph import GraphSearchOptions
+from arcana_loop.graph import run
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.graph import GraphSearchOptions
+from arcana_loop.tools.execute import graph_usage
 from tests.fakes import ScriptedChatModel, answer, search
 from tests.knowledge.helpers import HashEmbeddings
-from tools.execute import graph_usage
 
 pytestmark = pytest.mark.postgres
 

@@ -6,8 +6,8 @@ from typing import Any
 import psycopg
 import pytest
 
-import knowledge.writer as ingest_mod
-from knowledge import (
+import arcana_loop.knowledge.writer as ingest_mod
+from arcana_loop.knowledge import (
     CollectionNotFound,
     EmbeddingMismatch,
     IngestError,

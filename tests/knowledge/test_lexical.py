@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from knowledge import KnowledgeBase, lexical
-from knowledge.sections import context_line, document_title, section_paths
+from arcana_loop.knowledge import KnowledgeBase, lexical
+from arcana_loop.knowledge.sections import context_line, document_title, section_paths
 
 pytestmark = pytest.mark.postgres
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from knowledge import IngestError, KnowledgeBase, MissingExtra
+from arcana_loop.knowledge import IngestError, KnowledgeBase, MissingExtra
 
 pytestmark = pytest.mark.postgres
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graph import arun, run
+from arcana_loop.graph import arun, run
 from tests.fakes import ScriptedChatModel, answer, search
 
 pytestmark = pytest.mark.postgres

@@ -7,7 +7,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 
-from knowledge import IngestError, KnowledgeBase
+from arcana_loop.knowledge import IngestError, KnowledgeBase
 
 pytestmark = pytest.mark.postgres
 

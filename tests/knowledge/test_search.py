@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-import knowledge
-from knowledge import SEARCH_MODES, EmbeddingMismatch, KnowledgeBase
+from arcana_loop import knowledge
+from arcana_loop.knowledge import SEARCH_MODES, EmbeddingMismatch, KnowledgeBase
 from tests.knowledge.corpus import TOPICS
 from tests.knowledge.helpers import HashEmbeddings, load_topics
 
@@ -248,7 +248,7 @@ async def test_module_level_api_fits_search_fn(
 
 
 def test_only_large_exact_scans_get_parallel_settings() -> None:
-    from knowledge import queries as q
+    from arcana_loop.knowledge import queries as q
 
     req = q.make_request("x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=None)
     assert req is not None

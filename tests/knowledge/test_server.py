@@ -8,15 +8,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from knowledge import DatabaseUnavailable, KnowledgeBase, database_url
-from knowledge.schema import ensure_schema
-from knowledge.server import PGDATA_ENV, ensure_pgvector, pgdata_dir
+from arcana_loop.knowledge import DatabaseUnavailable, KnowledgeBase, database_url
+from arcana_loop.knowledge.schema import ensure_schema
+from arcana_loop.knowledge.server import PGDATA_ENV, ensure_pgvector, pgdata_dir
 
 pytestmark = pytest.mark.postgres
 
 _CHILD = """
 import sys, psycopg
-from knowledge.server import database_url
+from arcana_loop.knowledge.server import database_url
 url = database_url()
 with psycopg.connect(url) as conn:
     conn.execute("SELECT 1")

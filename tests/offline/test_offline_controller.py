@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from graph import run
-from graph.offline import question_parts
+from arcana_loop.graph import run
+from arcana_loop.graph.offline import question_parts
 from tests.fakes import chunk
 
 TEXTS = {

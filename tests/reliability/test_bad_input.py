@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from langchain_openai import ChatOpenAI
 
-from graph import run
-from graph.deps import ConfigurationError
-from graph.models import ModelSpecError
-from knowledge import IngestError
+from arcana_loop.graph import run
+from arcana_loop.graph.deps import ConfigurationError
+from arcana_loop.graph.models import ModelSpecError
+from arcana_loop.knowledge import IngestError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 from tests.fixtures.openai_server import conversation_problem
 

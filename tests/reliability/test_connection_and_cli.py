@@ -25,11 +25,11 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from typer.testing import CliRunner
 
-import knowledge
-from cli.main import app
-from graph import run
-from knowledge import DatabaseUnavailable, KnowledgeBase
-from knowledge.errors import InvalidDatabaseURL, PgvectorMissing
+from arcana_loop import knowledge
+from arcana_loop.cli.main import app
+from arcana_loop.graph import run
+from arcana_loop.knowledge import DatabaseUnavailable, KnowledgeBase
+from arcana_loop.knowledge.errors import InvalidDatabaseURL, PgvectorMissing
 from tests.fakes import ScriptedChatModel, answer, search
 
 pytestmark = pytest.mark.reliability
@@ -329,7 +329,7 @@ def test_the_sqlite_checkpointer_error_of_run_names_the_path(tmp_path):
 JOIN_AND_WAIT = (
     "import sys, time\n"
     "from pathlib import Path\n"
-    "from knowledge.server import embedded_server_url\n"
+    "from arcana_loop.knowledge.server import embedded_server_url\n"
     "print(embedded_server_url(Path(sys.argv[1])), flush=True)\n"
     "time.sleep(120)\n"
 )

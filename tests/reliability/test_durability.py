@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langchain_openai import ChatOpenAI
 
-from graph import resume, trace
+from arcana_loop.graph import resume, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer
 from tests.fixtures.openai_server import conversation_problem
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD_LOOP = textwrap.dedent(
     """
     import sys, time, pathlib
-    from graph import run
+    from arcana_loop.graph import run
     from tests.fakes import ScriptedChatModel, ScriptedSearch, search, chunk
 
     marker, spec, thread = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -96,7 +96,7 @@ CHILD_CLIENT_LOOP = textwrap.dedent(
     """
     import sys
     from langchain_openai import ChatOpenAI
-    from graph import run
+    from arcana_loop.graph import run
     from tests.fakes import ScriptedSearch, chunk
 
     base_url, spec, thread = sys.argv[1:4]
@@ -144,7 +144,7 @@ def test_a_loop_killed_while_the_provider_hangs_resumes_through_the_client(opena
 CHILD_INGEST = textwrap.dedent(
     """
     import sys, pathlib
-    from knowledge import KnowledgeBase
+    from arcana_loop.knowledge import KnowledgeBase
     kb = KnowledgeBase(schema=sys.argv[2])
     folder = pathlib.Path(sys.argv[1])
     for index, path in enumerate(sorted(folder.glob("*.md"))):

@@ -10,9 +10,9 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
-from graph import arun, resume, run, trace
-from grounding.llm_judge import LLMJudgeGrounder
-from knowledge import KnowledgeBase
+from arcana_loop.graph import arun, resume, run, trace
+from arcana_loop.grounding.llm_judge import LLMJudgeGrounder
+from arcana_loop.knowledge import KnowledgeBase
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 pytestmark = pytest.mark.reliability

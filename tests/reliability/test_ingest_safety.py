@@ -24,11 +24,11 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from knowledge import KnowledgeBase, writer
-from knowledge import schema as kb_schema_module
-from knowledge.errors import CollectionNotFound, IngestError, StorageFull
-from knowledge.names import MAX_COLLECTION_NAME_CHARS
-from knowledge.schema import create_fulltext_index, create_hnsw_index
+from arcana_loop.knowledge import KnowledgeBase, writer
+from arcana_loop.knowledge import schema as kb_schema_module
+from arcana_loop.knowledge.errors import CollectionNotFound, IngestError, StorageFull
+from arcana_loop.knowledge.names import MAX_COLLECTION_NAME_CHARS
+from arcana_loop.knowledge.schema import create_fulltext_index, create_hnsw_index
 
 pytestmark = [pytest.mark.reliability, pytest.mark.postgres]
 
@@ -149,7 +149,7 @@ def test_text_with_a_lone_surrogate_is_a_clear_error(kb):
 CHILD_INGEST = textwrap.dedent(
     """
     import json, pathlib, sys, time
-    from knowledge import KnowledgeBase
+    from arcana_loop.knowledge import KnowledgeBase
     folder, schema, go = pathlib.Path(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
     kb = KnowledgeBase(schema=schema)
     kb.pool()  # connected and schema checked before the start line
@@ -363,7 +363,7 @@ def test_nfc_and_nfd_spellings_name_one_collection(kb):
 
 
 def test_the_collection_name_limit_is_the_one_a_run_uses(kb):
-    from tools.scoping import normalize_scope
+    from arcana_loop.tools.scoping import normalize_scope
 
     longest = "n" * MAX_COLLECTION_NAME_CHARS
     kb.ingest(TEXT, collection=longest)
@@ -374,7 +374,7 @@ def test_the_collection_name_limit_is_the_one_a_run_uses(kb):
 
 
 def test_the_cli_refuses_a_10000_character_collection_name_on_one_line(kb, pg_url, tmp_path, monkeypatch):
-    from cli.main import app
+    from arcana_loop.cli.main import app
 
     monkeypatch.setenv("DATABASE_URL", pg_url)
     (tmp_path / "a.md").write_text(TEXT)

@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from graph import arun
-from graph.checkpoints import resolve_checkpointer
-from knowledge import KnowledgeBase
+from arcana_loop.graph import arun
+from arcana_loop.graph.checkpoints import resolve_checkpointer
+from arcana_loop.knowledge import KnowledgeBase
 from tests.fakes import answer, search
 from tests.fixtures.langgraph_server import LangGraphServer
 

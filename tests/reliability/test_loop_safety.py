@@ -19,7 +19,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
-from graph import arun, resume, run, trace
+from arcana_loop.graph import arun, resume, run, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 from tests.fixtures.openai_server import ScriptedOpenAIServer
 
@@ -47,7 +47,7 @@ def saver_spec(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyte
 CHILD_FIRST_TURN = textwrap.dedent(
     """
     import sys, time, pathlib
-    from graph import run
+    from arcana_loop.graph import run
     from tests.fakes import ScriptedChatModel, ScriptedSearch
 
     marker, spec, thread = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from graph import arun, record_of, run, trace
+from arcana_loop.graph import arun, record_of, run, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, search, tool_call
 
 pytestmark = pytest.mark.reliability
@@ -134,7 +134,7 @@ def test_the_unrestricted_scope_hands_a_custom_search_none_only():
 
 
 def test_the_served_graph_refuses_all_inside_a_list():
-    from graph.build import graph as served
+    from arcana_loop.graph.build import graph as served
 
     with pytest.raises(ValueError, match="reserved"):
         served.invoke({"question": "Launch code?", "collection": ["all"]}, context={"controller_model": "offline"})
@@ -278,10 +278,10 @@ def test_the_api_key_never_reaches_cli_json_output(openai_server, pg_url, tmp_pa
     note.write_text("asyncio.wait_for runs a coroutine with a timeout.")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}
     env.update(DATABASE_URL=pg_url, OPENAI_API_KEY=SENTINEL, OPENAI_BASE_URL=openai_server.base_url)
-    subprocess.run([sys.executable, "-m", "cli.main", "ingest", str(note), "--collection", "keys"], env=env, check=True, capture_output=True, timeout=240)
+    subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", "ingest", str(note), "--collection", "keys"], env=env, check=True, capture_output=True, timeout=240)
     openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "timeout"}}]})  # search first, as the default policy asks
     openai_server.enqueue({"tool_calls": [{"name": "answer", "arguments": {"text": "Use wait_for."}}]})
-    done = subprocess.run([sys.executable, "-m", "cli.main", "ask", "Timeouts?", "--collection", "keys", "--model", "openai:gpt-4o-mini", "--json"],
+    done = subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", "ask", "Timeouts?", "--collection", "keys", "--model", "openai:gpt-4o-mini", "--json"],
                           env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["answer"] == "Use wait_for."
@@ -289,7 +289,7 @@ def test_the_api_key_never_reaches_cli_json_output(openai_server, pg_url, tmp_pa
 
 
 def test_a_scope_names_collections_as_the_knowledge_base_stores_them():
-    from tools.scoping import normalize_scope
+    from arcana_loop.tools.scoping import normalize_scope
 
     nfd, nfc = "cafe\u0301", "caf\u00e9"
     assert normalize_scope(nfd).names == (nfc,)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from knowledge import KnowledgeBase
+from arcana_loop.knowledge import KnowledgeBase
 from tests.fixtures.langgraph_server import LangGraphServer
 
 pytestmark = [pytest.mark.server, pytest.mark.postgres]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from langgraph_sdk.schema import StreamMode
 
-from knowledge import KnowledgeBase
+from arcana_loop.knowledge import KnowledgeBase
 from tests.fixtures.langgraph_server import LangGraphServer
 
 pytestmark = [pytest.mark.server, pytest.mark.postgres]

@@ -38,7 +38,7 @@ def _paragraph(seed: int, words: int = 60) -> str:
 
 
 def _ingest_chunks(path):
-    from knowledge.loading import read_file, split_document
+    from arcana_loop.knowledge.loading import read_file, split_document
 
     doc = read_file(path, max_bytes=10**7, metadata={})
     rows = split_document(doc, collection="main", chunk_size=corpus.CHUNK_CHARS, chunk_overlap=0)

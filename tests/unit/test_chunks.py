@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-import graph  # noqa: F401  # imports the loop's packages in their working order
-import tools.chunks as chunks
-from tools.chunks import to_chunk
+import arcana_loop.tools.chunks as chunks
+from arcana_loop import graph  # noqa: F401  # imports the loop's packages in their working order
+from arcana_loop.tools.chunks import to_chunk
 
 CASES: list[Any] = [
     {"id": "a", "text": "t", "score": 1, "metadata": {"x": (1, 2)}, "position": 3, "collection": "c"},
@@ -46,7 +46,7 @@ def test_the_shortcut_copies_rather_than_shares() -> None:
 
 
 def test_a_result_line_says_where_its_chunk_comes_from_and_cannot_be_forged():
-    from tools.chunks import format_search_result
+    from arcana_loop.tools.chunks import format_search_result
 
     text = format_search_result([
         {"id": "a", "text": "Body.", "score": 1.0, "metadata": {"source": "pydoc:tempfile", "section": "tempfile.mkstemp"}},

@@ -8,10 +8,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from graph import arun, run
-from graph.build import build_graph, make_deps
-from graph.context import LoopContext
-from graph.trace import trace
+from arcana_loop.graph import arun, run
+from arcana_loop.graph.build import build_graph, make_deps
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.trace import trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, give_up, search
 
 TIMEOUT_TEXT = "asyncio.wait_for runs a coroutine with a timeout and cancels it when the timeout expires."
@@ -201,7 +201,7 @@ def test_trace_tells_the_questions_of_a_thread_apart() -> None:
 
 
 def test_a_follow_up_is_recorded_and_replayed_on_its_own() -> None:
-    from graph.replay import Record, record_of, verify_record
+    from arcana_loop.graph.replay import Record, record_of, verify_record
 
     model = ScriptedChatModel(responses=[search("a"), answer("one [c1]"), search("b"), search("c"), "Synthesized two."])
     found = ScriptedSearch([[chunk("c1")], [chunk("c2")], [chunk("c3", score=0.7)]])

@@ -9,7 +9,8 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import DEFAULT_TOOLS, arun, default_tools, ground, run
+from arcana_loop.graph import DEFAULT_TOOLS, arun, default_tools, ground, run
+from arcana_loop.tools.execute import SEARCH_FIRST
 from tests.fakes import (
     ScriptedChatModel,
     ScriptedSearch,
@@ -21,7 +22,6 @@ from tests.fakes import (
     tool_call,
 )
 from tests.unit.test_loop import assert_every_call_answered
-from tools.execute import SEARCH_FIRST
 
 
 def scripted(*responses):

@@ -7,7 +7,7 @@ import time
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
-from graph import run
+from arcana_loop.graph import run
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 from tests.unit.test_loop import assert_every_call_answered
 
@@ -139,14 +139,14 @@ def test_bad_economy_options_are_rejected(options):
 
 
 def test_min_support_without_a_grounder_is_a_configuration_error():
-    from graph.deps import ConfigurationError
+    from arcana_loop.graph.deps import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="grounder"):
         run("Q?", controller_llm=ScriptedChatModel(responses=[answer("x")]), search_fn=ScriptedSearch(), min_support=0.5)
 
 
 def test_judge_tokens_are_counted_under_judge_and_in_the_total():
-    from grounding.llm_judge import LLMJudgeGrounder
+    from arcana_loop.grounding.llm_judge import LLMJudgeGrounder
 
     model = ScriptedChatModel(responses=[with_usage(search("a"), 100), with_usage(answer("Use wait_for."), 50)])
     verdict = AIMessage(content='{"claims": [{"text": "Use wait_for.", "verdict": "supported", "chunk_ids": ["c1"]}]}')

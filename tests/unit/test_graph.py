@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from graph import arun, build_graph, make_deps, run
-from graph.build import graph as served_graph
-from graph.context import LoopContext
+from arcana_loop.graph import arun, build_graph, make_deps, run
+from arcana_loop.graph.build import graph as served_graph
+from arcana_loop.graph.context import LoopContext
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 from tests.unit.test_loop import assert_every_call_answered
 
@@ -133,7 +133,7 @@ async def test_async_path_runs_sync_search_functions_off_the_event_loop():
 
 
 def test_served_graph_reads_models_from_the_context(monkeypatch):
-    from graph import models
+    from arcana_loop.graph import models
 
     model = ScriptedChatModel(responses=[answer("from context")])
     monkeypatch.setitem(models._cache, "scripted:test", models.resolve_model(model))

@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
-from graph import run
-from graph.deps import ConfigurationError
+from arcana_loop.graph import run
+from arcana_loop.graph.deps import ConfigurationError
 from tests.fakes import (
     ScriptedChatModel,
     ScriptedSearch,

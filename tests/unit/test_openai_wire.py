@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_openai import ChatOpenAI
 
-from graph import run
+from arcana_loop.graph import run
 from tests.fakes import ScriptedSearch, chunk
 from tests.fixtures.openai_server import conversation_problem
 

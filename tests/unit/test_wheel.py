@@ -1,0 +1,58 @@
+"""The wheel installs one import name, arcana_loop, and works outside the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+DEMO = """
+import sys
+import arcana_loop
+from arcana_loop import KnowledgeBase, LoopResult, run
+
+assert arcana_loop.__file__.startswith(sys.argv[1]), arcana_loop.__file__
+found = [{"id": "c1", "text": "asyncio.wait_for runs a coroutine with a timeout.", "score": 1.0}]
+result = run("How do I run a coroutine with a timeout?", controller_llm="offline", search_fn=lambda q, **k: found)
+assert isinstance(result, LoopResult) and result.terminated_by == "answered" and "[c1]" in result.answer
+print(arcana_loop.__version__)
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    return next(out.glob("arcana_loop-*.whl"))
+
+
+def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
+    names = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert {n for n in names if not n.endswith(".dist-info")} == {"arcana_loop"}
+    files = set(zipfile.ZipFile(wheel).namelist())
+    assert {"arcana_loop/py.typed", "arcana_loop/graph/build.py", "arcana_loop/knowledge/graph/search.py",
+            "arcana_loop/evaluation/data/python_docs_realistic.json"} <= files
+
+
+def test_the_installed_wheel_works_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "graph.py").write_text("raise SystemExit('a user module named graph was imported')\n")  # must not be
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    done = subprocess.run([sys.executable, "-c", DEMO, str(target)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    version = subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", "--version"], cwd=elsewhere, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert version.returncode == 0 and version.stdout.strip() == f"arcana-loop {done.stdout.strip()}"
