@@ -7,7 +7,7 @@ mode. Variants differ only in `knowledge.queries.Ranking`, so one ingest serves
 them all.
 
     .venv/bin/python -m bench.retrieval_quality [--variants default,ts_rank] [--json PATH]
-        [--embeddings huggingface:/path/to/a/local/sentence-transformers/model]
+        [--embeddings huggingface:<a local sentence-transformers model directory>]
 
 `--embeddings` takes any spec `knowledge.embeddings.resolve_embeddings` takes, to
 see what another embedder does on the same sets (its package must be installed).

@@ -14,13 +14,14 @@ triggers on `kb_chunks` (see `knowledge.schema`), whatever path inserts or
 deletes chunks.
 
 Terms are code-aware, because questions about code name things the way code
-spells them and prose does not: ``asyncio.wait_for`` yields the whole identifier
-and its parts (``asyncio``, ``wait_for``, ``wait``, ``for``), ``CamelCase`` splits
+spells them and prose does not: ``asyncio.wait_for`` yields the dotted name, its
+parts and their words (``asyncio``, ``wait_for``, ``wait``), ``CamelCase`` splits
 into its words, stop words are dropped and words are stemmed (Snowball English),
 so ``timeouts`` meets ``timeout``. A term is stored as an integer key (BLAKE2b of
-the term, modulo pgvector's 10**9 dimensions), since a sparse vector needs integer indices; two terms sharing a key
-are one term to the ranking, which for a million-term vocabulary happens to about one
-term in two thousand, and only adds score.
+the term, modulo pgvector's 10**9 dimensions), since a sparse vector needs integer
+indices; two terms sharing a key are one term to the ranking, which for a
+million-term vocabulary happens to about one term in two thousand, and only adds
+score.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
 import snowballstemmer  # type: ignore[import-untyped]
+from pgvector.utils import SparseVector  # type: ignore[import-untyped]  # pgvector ships no type hints
 
 K1 = 1.2
 B = 0.75
@@ -119,10 +121,9 @@ def document_vector(text_terms: Sequence[str], avg_len: float) -> dict[int, floa
     return {k: tf * (K1 + 1) / (tf + norm) for k, tf in counts.items()}
 
 
-def sparse_text(weights: dict[int, float]) -> str:
-    """Return `weights` in pgvector's sparse-vector text form ``{i:v,...}/dims`` (1-based)."""
-    body = ",".join(f"{k + 1}:{v:.6g}" for k, v in sorted(weights.items()))
-    return f"{{{body}}}/{DIMENSIONS}"
+def sparse_vector(weights: dict[int, float]) -> SparseVector:
+    """Return `weights` (keys from `key`) as the pgvector value a chunk's ``lex`` column holds."""
+    return SparseVector(weights, DIMENSIONS)
 
 
 def query_keys(query: str) -> list[int]:

@@ -155,7 +155,7 @@ def backfill_lexical(conn: psycopg.Connection[Any], batch: int = 2000) -> int:
         updates = []
         for (chunk_id, *_), chunk_terms in zip(rows, term_lists, strict=True):
             weights = lexical.document_vector(chunk_terms, avg_len)
-            updates.append((lexical.sparse_text(weights), sorted(weights), chunk_id))
+            updates.append((lexical.sparse_vector(weights).to_text(), sorted(weights), chunk_id))
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(
                 "UPDATE kb_chunks SET lex = %s::sparsevec, lex_keys = %s WHERE id = %s", updates

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import psycopg
 from langchain_core.embeddings import Embeddings
-from pgvector.utils import SparseVector  # type: ignore[import-untyped]  # pgvector ships no type hints
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -542,7 +541,7 @@ def _copy_chunks(
                         row.position,
                         row.text,
                         Jsonb(row.metadata),
-                        SparseVector(weights, lexical.DIMENSIONS),
+                        lexical.sparse_vector(weights),
                         sorted(weights),
                     )
                 )

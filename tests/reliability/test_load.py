@@ -23,9 +23,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from arcana_loop.graph import arun
 from arcana_loop.graph.checkpoints import resolve_checkpointer
-from arcana_loop.knowledge import KnowledgeBase
 from tests.fakes import answer, search
 from tests.fixtures.langgraph_server import LangGraphServer
+from tests.fixtures.postgres import temporary_collection
 
 pytestmark = [pytest.mark.reliability, pytest.mark.postgres, pytest.mark.slow]
 
@@ -184,15 +184,8 @@ def _question(i: int) -> str:
 @pytest.fixture(scope="module")
 def served_missions(pg_url: str) -> Iterator[str]:
     """The missions in the default knowledge base, where the served graph searches; dropped afterwards."""
-    name = f"missions-{uuid.uuid4().hex[:8]}"
-    kb = KnowledgeBase(pg_url)
-    try:
-        for i in range(RUNS):
-            kb.ingest(f"Mission {_token(i)}: launch and landing log of {_token(i)}.", collection=name)
+    with temporary_collection(pg_url, "missions", ((f"Mission {_token(i)}: launch and landing log of {_token(i)}.", {}) for i in range(RUNS))) as name:
         yield name
-    finally:
-        kb.delete_collection(name)
-        kb.close()
 
 
 async def test_fifty_concurrent_runs_against_the_served_graph(langgraph_server: LangGraphServer, served_missions: str, pg_url: str) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from arcana_loop.knowledge import KnowledgeBase
 from tests.fixtures.langgraph_server import LangGraphServer
+from tests.fixtures.postgres import temporary_collection
 
 pytestmark = [pytest.mark.server, pytest.mark.postgres]
 
@@ -39,15 +39,8 @@ CONTEXT = {"controller_model": "offline"}
 @pytest.fixture(scope="module")
 def quornix(pg_url: str) -> Iterator[str]:
     """The made-up library's docs in a collection of their own, dropped afterwards."""
-    name = f"chat-test-{uuid.uuid4().hex[:8]}"
-    kb = KnowledgeBase(pg_url)
-    try:
-        for topic, text in DOCS.items():
-            kb.ingest(text, collection=name, metadata={"topic": topic})
+    with temporary_collection(pg_url, "chat-test", ((text, {"topic": topic}) for topic, text in DOCS.items())) as name:
         yield name
-    finally:
-        kb.delete_collection(name)
-        kb.close()
 
 
 def _human(text: str, *, blocks: bool) -> dict[str, Any]:

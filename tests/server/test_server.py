@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from langgraph_sdk.schema import StreamMode
 
-from arcana_loop.knowledge import KnowledgeBase
 from tests.fixtures.langgraph_server import LangGraphServer
+from tests.fixtures.postgres import temporary_collection
 
 pytestmark = [pytest.mark.server, pytest.mark.postgres]
 
@@ -36,15 +35,8 @@ STREAM_MODES: list[StreamMode] = ["updates", "values", "custom", "messages"]
 @pytest.fixture(scope="module")
 def collection(pg_url: str) -> Iterator[str]:
     """A small collection where the served graph searches (the default knowledge base), dropped afterwards."""
-    name = f"server-test-{uuid.uuid4().hex[:8]}"
-    kb = KnowledgeBase(pg_url)
-    try:
-        for topic, text in DOCS.items():
-            kb.ingest(text, collection=name, metadata={"topic": topic})
+    with temporary_collection(pg_url, "server-test", ((text, {"topic": topic}) for topic, text in DOCS.items())) as name:
         yield name
-    finally:
-        kb.delete_collection(name)
-        kb.close()
 
 
 @pytest.fixture
