@@ -60,11 +60,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return graph.run("Q?", controller_llm=model, search_fn=search)
 
     def async_run(parallel: int) -> Any:
-        deps = graph.make_deps(controller_llm=model, search_fn=search, asearch_fn=asearch)
-        compiled = graph.build_graph(deps).compile()
+        compiled = graph.build_graph(graph.make_deps(controller_llm=model, search_fn=asearch)).compile()
         return lambda: asyncio.run(compiled.ainvoke({"question": "Q?"}, context=graph.LoopContext(max_parallel_searches=parallel)))
 
-    variants = {"async, 4 at once": async_run(4), "async, 1 at a time": async_run(1), "sync run()": sync_run}
+    variants = {"async search, 4 at once": async_run(4), "async search, 1 at a time": async_run(1), "sync run()": sync_run}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, runner in variants.items():

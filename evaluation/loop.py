@@ -78,7 +78,7 @@ async def judge_answer(judge: ModelCaller, case: EvalCase, answer: str | None) -
         key_facts="\n".join(f if isinstance(f, str) else " or ".join(f) for f in case.key_facts) or "(none)",
         answer=answer or "(no answer)",
     )
-    reply = await judge.ainvoke([HumanMessage(content=prompt)], [], {"temperature": 0.0})
+    reply = await asyncio.to_thread(judge.invoke, [HumanMessage(content=prompt)], [], {"temperature": 0.0})
     data = parse_json_object(reply_text(reply.content))
     score = data.get("score")
     if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:

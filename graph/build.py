@@ -3,6 +3,7 @@
 ``controller`` calls the model; tool calls go to ``tools``, which loops back until
 a tool ends the run. Then, as configured: ``answerer`` rewrites an ``answer``,
 ``synthesis`` writes one when the turn budget ran out, and ``ground`` scores it.
+Every ending goes through ``finish``, which closes the question.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool
-from langgraph.graph import START, StateGraph
+from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from arcana_loop.graph.channels import USAGE_RESET
@@ -30,11 +31,12 @@ from arcana_loop.graph.state import (
     ToolsView,
     add_usage,
 )
-from arcana_loop.nodes.answerer import Answerer
-from arcana_loop.nodes.controller import Controller
-from arcana_loop.nodes.ground import Ground
-from arcana_loop.nodes.synthesis import Synthesis
-from arcana_loop.nodes.tools import Tools
+from arcana_loop.nodes.answerer import answerer
+from arcana_loop.nodes.controller import controller
+from arcana_loop.nodes.finish import finish
+from arcana_loop.nodes.ground import ground
+from arcana_loop.nodes.synthesis import synthesis
+from arcana_loop.nodes.tools import tools
 from arcana_loop.tools.execute import SearchFn
 from arcana_loop.tools.schemas import resolve_tools
 
@@ -61,20 +63,15 @@ def _with_seconds(name: str, update: Any, seconds: float) -> Any:
     return {**update, "usage": usage, "thread_usage": thread}
 
 
-def _timed(name: str, sync_body: Callable[..., Any], async_body: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """Wrap a node's bodies so each adds its wall time to ``usage["node_seconds"]``."""
+def _timed(name: str, body: Callable[..., Any], deps: LoopDeps) -> Callable[[LoopState, Runtime[LoopContext]], Any]:
+    """Close a node's function over the graph's dependencies, adding its wall time to ``usage["node_seconds"]``."""
 
-    def timed_sync(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
+    def timed(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         started = time.perf_counter()
-        update = sync_body(state, runtime)
+        update = body(state, runtime, deps=deps)
         return _with_seconds(name, update, time.perf_counter() - started)
 
-    async def timed_async(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
-        started = time.perf_counter()
-        update = await async_body(state, runtime)
-        return _with_seconds(name, update, time.perf_counter() - started)
-
-    return timed_sync, timed_async
+    return timed
 
 
 def _prompt_fn(value: str | Callable[..., str] | None, name: str) -> PromptFn | None:
@@ -98,7 +95,6 @@ def make_deps(
     controller_llm: ModelSpec | None = None,
     answer_llm: ModelSpec | None = None,
     search_fn: SearchFn | None = None,
-    asearch_fn: SearchFn | None = None,
     tools: Sequence[BaseTool] | None = None,
     synthesizer: SynthesizerFn | None = None,
     grounder: Any = None,
@@ -124,7 +120,6 @@ def make_deps(
         controller_llm=resolve_model(controller_llm) if controller_llm is not None else None,
         answer_llm=resolve_model(answer_llm) if answer_llm is not None else None,
         search_fn=search_fn,
-        asearch_fn=asearch_fn,
         toolset=toolset,
         synthesizer=synthesizer,
         grounder=grounder,
@@ -152,22 +147,23 @@ def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwar
     builder: LoopGraph = StateGraph(
         LoopState, context_schema=LoopContext, input_schema=input_schema, output_schema=LoopOutput
     )
-    nodes: tuple[tuple[str, Any, type[Any]], ...] = (
-        ("controller", Controller(deps, routers), ControllerView),
-        ("tools", Tools(deps, routers), ToolsView),
-        ("answerer", Answerer(deps, routers), LoopState),
-        ("synthesis", Synthesis(deps, routers), LoopState),
-        ("ground", Ground(deps, routers), LoopState),
+    nodes: tuple[tuple[Callable[..., Any], type[Any]], ...] = (
+        (controller, ControllerView),
+        (tools, ToolsView),
+        (answerer, LoopState),
+        (synthesis, LoopState),
+        (ground, LoopState),
+        (finish, LoopState),
     )
-    for name, node, view in nodes:
-        sync_body, async_body = _timed(name, node.sync, node.async_)
-        builder.add_node(name, Node(name, sync_body, async_body), input_schema=view)
+    for body, view in nodes:
+        builder.add_node(body.__name__, Node(body.__name__, _timed(body.__name__, body, deps)), input_schema=view)
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", Route(routers.after_controller))
     builder.add_conditional_edges("tools", Route(routers.after_tools))
-    builder.add_conditional_edges("answerer", Route(routers.finish))
-    builder.add_conditional_edges("synthesis", Route(routers.finish))
+    builder.add_conditional_edges("answerer", Route(routers.after_answer))
+    builder.add_conditional_edges("synthesis", Route(routers.after_answer))
     builder.add_conditional_edges("ground", Route(routers.after_ground))
+    builder.add_edge("finish", END)
     return builder
 
 

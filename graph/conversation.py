@@ -270,16 +270,6 @@ def is_closing(message: BaseMessage) -> bool:
     return isinstance(message.id, str) and message.id.startswith(CLOSING_ID_PREFIX)
 
 
-def closed(written: Sequence[BaseMessage], view: Mapping[str, Any]) -> list[BaseMessage]:
-    """Return a node's message writes with the question's closing message (`closing_message`) added."""
-    closing = closing_message(view)
-    if closing is None:
-        return list(written)
-    if written and written[-1].id == closing.id:
-        return [*written[:-1], closing]
-    return [*written, closing]
-
-
 def closing_text(view: Mapping[str, Any]) -> str:
     """The text that ends a question: its answer, else why it has none."""
     answer = view.get("answer")

@@ -34,7 +34,6 @@ class LoopDeps:
     controller_llm: ModelCaller | None = None
     answer_llm: ModelCaller | None = None
     search_fn: SearchFn | None = None
-    asearch_fn: SearchFn | None = None
     toolset: Toolset = field(default_factory=Toolset)
     synthesizer: SynthesizerFn | None = None
     grounder: Any = None
@@ -73,10 +72,10 @@ class LoopDeps:
         """Whether a grounder is configured."""
         return self.grounder is not None or ctx.grounder is not None
 
-    def search(self) -> tuple[SearchFn, SearchFn]:
-        """Return the (sync, async) search functions; the knowledge base's by default."""
+    def search(self) -> SearchFn:
+        """Return the search function (sync or ``async def``); the knowledge base's by default."""
         if self.search_fn is not None:
-            return self.search_fn, self.asearch_fn or self.search_fn
+            return self.search_fn
         from arcana_loop import knowledge
 
-        return knowledge.search, knowledge.asearch
+        return knowledge.search

@@ -3,13 +3,11 @@
 A spec is a ``"provider:model"`` string (LangChain's ``init_chat_model``), a
 ``("provider:model", {kwargs})`` pair, a LangChain chat model instance, or a
 callable ``(messages, tools, opts) -> AIMessage`` (sync or async). Each becomes a
-`ModelCaller` with ``invoke``/``ainvoke(messages, tools, opts)``.
+`ModelCaller` with ``invoke(messages, tools, opts)``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
+from arcana_loop.graph import bridge
 from arcana_loop.graph.text import scrub, scrub_deep
 from arcana_loop.tools.schemas import ToolSchema
 
@@ -125,14 +124,6 @@ class ChatModelCaller:
             raise _empty_reply(exc) from exc
         return _as_ai_message(reply)
 
-    async def ainvoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
-        """Call the model once on the event loop (see `invoke`)."""
-        try:
-            reply = await self._runnable(tools).ainvoke(messages, stream_config(opts), **_temperature_kwargs(opts))
-        except IndexError as exc:
-            raise _empty_reply(exc) from exc
-        return _as_ai_message(reply)
-
 
 @dataclass
 class FunctionCaller:
@@ -146,25 +137,8 @@ class FunctionCaller:
         return {**self.extra, **opts}
 
     def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
-        """Call the function; an awaitable result is awaited on a private loop."""
-        reply = self.fn(messages, list(tools), self._opts(opts))
-        if inspect.isawaitable(reply):
-            reply = asyncio.run(_await(reply))
-        return _as_ai_message(reply)
-
-    async def ainvoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
-        """Call the function; a synchronous one runs in a worker thread so the loop stays free."""
-        if inspect.iscoroutinefunction(self.fn):
-            reply = await self.fn(messages, list(tools), self._opts(opts))
-        else:
-            reply = await asyncio.to_thread(self.fn, messages, list(tools), self._opts(opts))
-            if inspect.isawaitable(reply):
-                reply = await reply
-        return _as_ai_message(reply)
-
-
-async def _await(value: Any) -> Any:
-    return await value
+        """Call the function; an ``async def`` one is awaited through `graph.bridge`."""
+        return _as_ai_message(bridge.call(self.fn, messages, list(tools), self._opts(opts)))
 
 
 ModelCaller = ChatModelCaller | FunctionCaller

@@ -9,24 +9,26 @@ what makes LangGraph draw every edge.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
-from langchain_core.runnables.config import ensure_config, set_config_context
+from langchain_core.runnables.config import ensure_config, run_in_executor, set_config_context
 from langgraph.runtime import get_runtime
 
+from arcana_loop.graph.bridge import caller_loop
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
 from arcana_loop.tools.schemas import ANSWER
 
-AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "__end__"]
-AfterTools = Literal["controller", "answerer", "ground", "__end__"]
-AfterFinal = Literal["ground", "__end__"]
-AfterGround = Literal["controller", "__end__"]
+AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "finish"]
+AfterTools = Literal["controller", "answerer", "ground", "finish"]
+AfterAnswer = Literal["ground", "finish"]
+AfterGround = Literal["controller", "finish"]
 
 
 def has_tool_calls(message: object) -> bool:
@@ -50,9 +52,9 @@ class Routers:
 
     deps: LoopDeps
 
-    def finish(self, state: OutcomeView) -> AfterFinal:
-        """After the answer is settled: ground it when a grounder is configured, else stop."""
-        return "ground" if self.deps.has_grounder(_context()) else "__end__"
+    def after_answer(self, state: OutcomeView) -> AfterAnswer:
+        """After the answer is settled: ground it when a grounder is configured, else finish."""
+        return "ground" if self.deps.has_grounder(_context()) else "finish"
 
     def after_controller(self, state: ControllerRouteView) -> AfterController:
         """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes.
@@ -72,11 +74,11 @@ class Routers:
             case "max_iterations":
                 if _context().fallback_synthesis and state.get("chunks"):
                     return "synthesis"
-                return self.finish(state)
+                return self.after_answer(state)
             case "answered":
-                return "answerer" if self.deps.has_answerer(_context()) else self.finish(state)
+                return "answerer" if self.deps.has_answerer(_context()) else self.after_answer(state)
             case "error" | "gave_up":
-                return self.finish(state)
+                return self.after_answer(state)
             case _:
                 assert_never(outcome)
 
@@ -89,11 +91,11 @@ class Routers:
         answered_by_tool = outcome == "answered" and bool(history) and history[-1]["tool"] == ANSWER
         if answered_by_tool and self.deps.has_answerer(_context()):
             return "answerer"
-        return self.finish(state)
+        return self.after_answer(state)
 
     def after_ground(self, state: OutcomeView) -> AfterGround:
-        """Stop, unless the answer went back to the controller for a repair."""
-        return "controller" if state.get("terminated_by") is None else "__end__"
+        """Finish, unless the answer went back to the controller for a repair."""
+        return "controller" if state.get("terminated_by") is None else "finish"
 
 
 class Route(RunnableLambda[Any, Any]):
@@ -122,21 +124,23 @@ class Route(RunnableLambda[Any, Any]):
 
 
 class Node(RunnableLambda[Any, Any]):
-    """A node with one sync and one async body, run untraced inside the node's own traced task.
+    """A node: one function of the state and the run's `Runtime`, run untraced inside the node's own traced task.
 
     LangGraph runs each node as a traced task; a node given as a plain function is
-    run inside it without a second run of its own, and so is this one. Bodies take
-    the state and the run's `Runtime` (from `get_runtime`, LangGraph's public accessor).
+    run inside it without a second run of its own, and so is this one. The body is
+    synchronous (see `graph.bridge`): an async caller runs it in a worker thread, with
+    the caller's event loop recorded for the dependencies that are ``async def``.
     """
 
-    def __init__(self, name: str, sync_body: Callable[[Any, Any], Any], async_body: Callable[[Any, Any], Any]) -> None:
-        super().__init__(sync_body, afunc=async_body, name=name)
-        self.sync_body, self.async_body = sync_body, async_body
+    def __init__(self, name: str, body: Callable[[Any, Any], Any]) -> None:
+        super().__init__(body, name=name)
+        self.body = body
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Run the sync body with the run's runtime."""
-        return self.sync_body(input, get_runtime(LoopContext))
+        """Run the body with the run's runtime (LangGraph's public accessor)."""
+        return self.body(input, get_runtime(LoopContext))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Run the async body with the run's runtime."""
-        return await self.async_body(input, get_runtime(LoopContext))
+        """Run the body in a worker thread, so the caller's event loop stays free."""
+        with caller_loop(asyncio.get_running_loop()):
+            return await run_in_executor(config, self.invoke, input)

@@ -4,12 +4,12 @@ Used by both the graph's ``ground`` node and ``graph.ground``, so the two agree.
 Grounding never loses the answer: a grounder that raises, times out or returns
 garbage leaves the grounding as ``None`` and logs why. With a timeout, a synchronous
 grounder runs in a daemon thread: one that never returns is abandoned there, and
-keeps neither the run nor the interpreter's exit waiting.
+keeps neither the run nor the interpreter's exit waiting; an ``async def`` one is
+cancelled.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
 import functools
@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from arcana_loop.graph import bridge
 from arcana_loop.grounding.attribution import enrich
 from arcana_loop.grounding.resolve import grounder_name
 from arcana_loop.grounding.types import GroundingResult
@@ -83,12 +84,21 @@ def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] 
         return None
 
 
+def _grounded(grounder: Any, answer: str, chunks: list[dict[str, Any]], question: str, timeout: float | None, opts: dict[str, Any]) -> Any:
+    """Call the grounder within ``timeout`` seconds: an async one through the bridge (cancelled at the timeout), a sync one in a daemon thread."""
+    aground = getattr(grounder, "aground", None)
+    if aground is not None and (not hasattr(grounder, "ground") or inspect.iscoroutinefunction(aground)):
+        return bridge.wait(aground(answer, chunks, question=question, **opts), timeout)
+    call = functools.partial(grounder.ground, answer, chunks, question=question, **opts)
+    return call() if timeout is None else _in_daemon_thread(call).result(timeout=timeout)
+
+
 def ground_answer(
     *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
     error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
     on_timeout: OnTimeout | None = None, terminated_by: str | None = None, **opts: Any,
 ) -> dict[str, Any] | None:
-    """Ground an answer synchronously; ``None`` when grounding does not apply, fails or takes over ``timeout`` seconds.
+    """Ground an answer; ``None`` when grounding does not apply, fails or takes over ``timeout`` seconds.
 
     It does not apply to a give-up (``terminated_by="gave_up"``): "Could not answer: ..." is no claim to score.
     """
@@ -98,47 +108,9 @@ def ground_answer(
     name = grounder_name(grounder)
     if emit:
         emit({"event": "ground_start", "question": question, "grounder": name})
-
-    def call() -> Any:
-        if hasattr(grounder, "ground"):
-            return grounder.ground(answer, list(chunks), question=question, **opts)
-        return asyncio.run(grounder.aground(answer, list(chunks), question=question, **opts))
-
     result = None
     try:
-        raw = call() if timeout is None else _in_daemon_thread(call).result(timeout=timeout)
-        result = _finish(raw, tool_history, name)
-    except TimeoutError:
-        _timed_out(name, timeout or 0.0, on_timeout)
-    except Exception as exc:  # a failing grounder never loses the answer
-        logger.warning("grounder %s failed: %s: %s", name, type(exc).__name__, exc)
-    if emit:
-        emit(_stop(question, name, result))
-    return result
-
-
-async def aground_answer(
-    *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
-    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
-    on_timeout: OnTimeout | None = None, terminated_by: str | None = None, **opts: Any,
-) -> dict[str, Any] | None:
-    """Ground an answer on the event loop; a synchronous grounder runs in a daemon thread (see the module docstring)."""
-    if not applies(answer, chunks, error, terminated_by) or grounder is None:
-        return None
-    assert answer is not None
-    name = grounder_name(grounder)
-    if emit:
-        emit({"event": "ground_start", "question": question, "grounder": name})
-    aground = getattr(grounder, "aground", None)
-    if aground is not None and inspect.iscoroutinefunction(aground):
-        pending = aground(answer, list(chunks), question=question, **opts)
-    else:
-        call = functools.partial(grounder.ground, answer, list(chunks), question=question, **opts)
-        pending = asyncio.wrap_future(_in_daemon_thread(call))
-    result = None
-    try:
-        raw = await asyncio.wait_for(pending, timeout)
-        result = _finish(raw, tool_history, name)
+        result = _finish(_grounded(grounder, answer, list(chunks), question, timeout, opts), tool_history, name)
     except TimeoutError:
         _timed_out(name, timeout or 0.0, on_timeout)
     except Exception as exc:  # a failing grounder never loses the answer

@@ -22,7 +22,6 @@ from arcana_loop.graph.conversation import compact_earlier, fresh_state, fresh_v
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.models import ModelCaller
 from arcana_loop.graph.policy import should_send_back
-from arcana_loop.graph.routing import Routers
 from arcana_loop.graph.state import BudgetStop, ControllerView, TerminatedBy
 from arcana_loop.graph.text import check_question
 from arcana_loop.nodes.common import (
@@ -34,7 +33,7 @@ from arcana_loop.nodes.common import (
     scope_of,
     system_message,
 )
-from arcana_loop.nodes.lifecycle import close_if_final, start_event
+from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.tools.execute import (
     KEPT_ARGUMENT_CHARS,
     REFUSED_MARK,
@@ -70,9 +69,6 @@ class Turn:
     sent: list[BaseMessage]
     tools: list[ToolSchema]
     opts: dict[str, Any]
-    new: list[BaseMessage]
-    """Messages this turn adds before the reply (the question, on the first turn)."""
-    started_at: float | None
 
 
 def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
@@ -184,92 +180,69 @@ def _merged(opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpda
     return cast(ControllerUpdate, merged)
 
 
-class Controller:
-    """The ``controller`` node's sync and async functions over the graph's dependencies."""
+def _prepare(deps: LoopDeps, state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any]) -> Turn | ControllerUpdate:
+    ctx = runtime.context
+    iterations = state.get("iterations", 0)
+    stop = exhausted(state, ctx)
+    if stop is not None:
+        return {"terminated_by": "max_iterations", "budget_stop": stop}
+    tools = offered_tools(deps, scope_of(state), ctx)
+    opts = loop_opts(ctx, state, tools, "controller")
+    if opening:
+        emit(runtime, start_event(state, ctx, len(tools)))
+    try:
+        model = deps.controller(ctx)
+    except Exception as exc:  # a model that cannot be created fails like a model call
+        return {"iterations": iterations + 1, "terminated_by": "error", "error": describe_error(exc)}
+    system = system_message(deps, ctx, state, opts)
+    if sent_back_last_turn(state):
+        # a note in the system prompt, not a forged user turn: the conversation stays the user's
+        system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
+    sent: list[BaseMessage] = [system, *compact_earlier(state.get("messages", []), state.get("question_message_id"))]
+    return Turn(model, sent, tools, opts)
 
-    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
-        self.deps = deps
-        self.routers = routers
 
-    def _prepare(self, state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any]) -> Turn | ControllerUpdate:
-        ctx = runtime.context
-        iterations = state.get("iterations", 0)
-        stop = exhausted(state, ctx)
-        if stop is not None:
-            return {"terminated_by": "max_iterations", "budget_stop": stop}
-        tools = offered_tools(self.deps, scope_of(state), ctx)
-        opts = loop_opts(ctx, state, tools, "controller")
-        new: list[BaseMessage] = []
-        if opening:
-            emit(runtime, start_event(state, ctx, len(tools)))
-        try:
-            model = self.deps.controller(ctx)
-        except Exception as exc:  # a model that cannot be created fails like a model call
-            return {"messages": new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(exc)}
-        system = system_message(self.deps, ctx, state, opts)
-        if sent_back_last_turn(state):
-            # a note in the system prompt, not a forged user turn: the conversation stays the user's
-            system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
-        sent: list[BaseMessage] = [system, *compact_earlier(state.get("messages", []), state.get("question_message_id"))]
-        return Turn(model, sent, tools, opts, new, state.get("started_at"))
+def _finish(state: ControllerView, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
+    iterations = state.get("iterations", 0)
+    if isinstance(reply, BaseException):
+        return {"iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
+    reply = bound_arguments(normalize_reply(reply, iterations))
+    update: ControllerUpdate = {"messages": [reply], "iterations": iterations + 1, "usage": usage_of("controller", reply)}
+    if not (reply.tool_calls or reply.invalid_tool_calls):
+        text = message_text(reply.content)
+        if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
+            update["terminated_by"] = "error"
+            update["error"] = EMPTY_REPLY
+            return update
+        if should_send_back(state, ctx, iterations + 1, turn.opts["tools"]):
+            update["search_nudged"] = True  # no outcome: the next turn is told to search first
+            return update
+        update["terminated_by"] = "answered"
+        update["answer"] = text
+    return update
 
-    def _finish(self, state: ControllerView, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
-        iterations = state.get("iterations", 0)
-        if isinstance(reply, BaseException):
-            update_error: ControllerUpdate = {"messages": turn.new, "iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
-            return update_error
-        reply = bound_arguments(normalize_reply(reply, iterations))
-        update: ControllerUpdate = {"messages": [*turn.new, reply], "iterations": iterations + 1, "usage": usage_of("controller", reply)}
-        if not (reply.tool_calls or reply.invalid_tool_calls):
-            text = message_text(reply.content)
-            if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
-                update["terminated_by"] = "error"
-                update["error"] = EMPTY_REPLY
-                return update
-            if should_send_back(state, ctx, iterations + 1, turn.opts["tools"]):
-                update["search_nudged"] = True  # no outcome: the next turn is told to search first
-                return update
-            update["terminated_by"] = "answered"
-            update["answer"] = text
-        return update
 
-    def _settle(self, state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
-        update = _merged(opening, update)
-        if "options" not in state or opening:
-            # the context is not checkpointed; resumes, traces and recorded replays need it. `run`
-            # sends it with the input; a served run's input may lack it or carry anything, and each
-            # question of a conversation may run with other options
-            options = runtime.context.as_options()
-            if state.get("options") != options:
-                update["options"] = options
-        messages = state.get("messages", [])
-        written = update.get("messages") or []
-        view: Any = {**state, **update, "messages": [*messages[-1:], *written[len(opening.get("messages", [])):]] or messages}
-        closing = close_if_final(self.deps, runtime, {"messages": written}, view, self.routers.after_controller(view))
-        if closing["messages"] is not written:
-            update["messages"] = closing["messages"]
-        return update
+def _with_options(state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
+    """The turn's update on top of the writes that opened a question, with the run's options when they changed."""
+    update = _merged(opening, update)
+    if "options" not in state or opening:
+        # the context is not checkpointed; resumes, traces and recorded replays need it. `run`
+        # sends it with the input; a served run's input may lack it or carry anything, and each
+        # question of a conversation may run with other options
+        options = runtime.context.as_options()
+        if state.get("options") != options:
+            update["options"] = options
+    return update
 
-    def sync(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
-        """Run one controller turn (the first of a new question when the run brings one)."""
-        state, opening = open_question(state)
-        turn = self._prepare(state, runtime, opening)
-        if not isinstance(turn, Turn):
-            return self._settle(state, runtime, opening, turn)
+
+def controller(state: ControllerView, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ControllerUpdate:
+    """Run one controller turn (the first of a new question when the run brings one)."""
+    state, opening = open_question(state)
+    turn = _prepare(deps, state, runtime, opening)
+    if isinstance(turn, Turn):
         try:
             reply: AIMessage | BaseException = turn.model.invoke(turn.sent, turn.tools, turn.opts)
         except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
             reply = exc
-        return self._settle(state, runtime, opening, self._finish(state, runtime.context, turn, reply))
-
-    async def async_(self, state: ControllerView, runtime: Runtime[LoopContext]) -> ControllerUpdate:
-        """Run one controller turn on the event loop (see `sync`)."""
-        state, opening = open_question(state)
-        turn = self._prepare(state, runtime, opening)
-        if not isinstance(turn, Turn):
-            return self._settle(state, runtime, opening, turn)
-        try:
-            reply: AIMessage | BaseException = await turn.model.ainvoke(turn.sent, turn.tools, turn.opts)
-        except Exception as exc:  # the one catch-all, as in sync
-            reply = exc
-        return self._settle(state, runtime, opening, self._finish(state, runtime.context, turn, reply))
+        turn = _finish(state, runtime.context, turn, reply)
+    return _with_options(state, runtime, opening, turn)

@@ -19,10 +19,8 @@ from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.evidence import ground_update
 from arcana_loop.graph.models import ChatModelCaller, cached_model
-from arcana_loop.graph.routing import Routers
 from arcana_loop.graph.state import LoopState
 from arcana_loop.nodes.common import emit
-from arcana_loop.nodes.lifecycle import close_if_final
 
 NAME = "ground"
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
@@ -83,49 +81,26 @@ def _would_ground(state: LoopState) -> bool:
     return applies(state.get("answer"), state.get("chunks") or [], state.get("error"), state.get("terminated_by"))
 
 
-class Ground:
-    """The ``ground`` node's sync and async functions."""
+def _graded(state: LoopState, ctx: LoopContext, grounding: dict[str, Any] | None, note: str | None) -> dict[str, Any]:
+    tokens = None if grounding is None else grounding.pop("usage", None)
+    update = ground_update(state, ctx, grounding)
+    if tokens:
+        update["usage"] = usage_record("judge", tokens)
+    if note is not None:
+        update["error"] = note
+    return update
 
-    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
-        self.deps = deps
-        self.routers = routers
 
-    def _finish(self, state: LoopState, runtime: Runtime[LoopContext], grounding: dict[str, Any] | None, note: str | None) -> Any:
-        tokens = None if grounding is None else grounding.pop("usage", None)
-        update = ground_update(state, runtime.context, grounding)
-        if tokens:
-            update["usage"] = usage_record("judge", tokens)
-        if note is not None:
-            update["error"] = note
-        view: Any = {**state, **update}
-        return close_if_final(self.deps, runtime, update, view, self.routers.after_ground(view))
+def ground(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> dict[str, Any]:
+    """Ground the answer within its time; the answer stands whatever the grounder does."""
+    from arcana_loop.grounding.apply import ground_answer
 
-    def sync(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
-        """Ground the answer, within its time."""
-        from arcana_loop.grounding.apply import ground_answer
-
-        grounder = grounder_for(self.deps, runtime.context)
-        seconds, limit = ground_seconds(state, runtime.context)
-        if seconds <= 0:
-            return self._finish(state, runtime, None, NO_TIME_LEFT if _would_ground(state) else None)
-        notes: list[str] = []
-        result = ground_answer(
-            **_inputs(state), grounder=grounder, timeout=seconds, emit=lambda e: emit(runtime, e),
-            on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
-        )
-        return self._finish(state, runtime, result, notes[0] if notes else None)
-
-    async def async_(self, state: LoopState, runtime: Runtime[LoopContext]) -> Any:
-        """Ground the answer on the event loop, within its time."""
-        from arcana_loop.grounding.apply import aground_answer
-
-        grounder = grounder_for(self.deps, runtime.context)
-        seconds, limit = ground_seconds(state, runtime.context)
-        if seconds <= 0:
-            return self._finish(state, runtime, None, NO_TIME_LEFT if _would_ground(state) else None)
-        notes: list[str] = []
-        result = await aground_answer(
-            **_inputs(state), grounder=grounder, timeout=seconds, emit=lambda e: emit(runtime, e),
-            on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
-        )
-        return self._finish(state, runtime, result, notes[0] if notes else None)
+    seconds, limit = ground_seconds(state, runtime.context)
+    if seconds <= 0:
+        return _graded(state, runtime.context, None, NO_TIME_LEFT if _would_ground(state) else None)
+    notes: list[str] = []
+    result = ground_answer(
+        **_inputs(state), grounder=grounder_for(deps, runtime.context), timeout=seconds, emit=lambda e: emit(runtime, e),
+        on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
+    )
+    return _graded(state, runtime.context, result, notes[0] if notes else None)

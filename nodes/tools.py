@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.runtime import Runtime
@@ -15,17 +13,16 @@ from arcana_loop.graph.channels import ChunkMerge
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.policy import should_send_back
-from arcana_loop.graph.routing import Routers
 from arcana_loop.graph.state import TerminatedBy, ToolEvent, ToolsView
 from arcana_loop.nodes.common import emit, run_tools, scope_of
-from arcana_loop.nodes.lifecycle import close_if_final, tool_call_event
+from arcana_loop.nodes.lifecycle import tool_call_event
 from arcana_loop.tools.duplicates import past_searches
 from arcana_loop.tools.execute import (
     CallOutcome,
     DuplicateGuard,
     Planned,
     SearchCall,
-    arun_planned,
+    SearchFn,
     plan_calls,
     render_turn,
     run_planned,
@@ -67,90 +64,66 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
     return entry
 
 
-class Tools:
-    """The ``tools`` node's sync and async functions over the graph's dependencies."""
+def _plan(deps: LoopDeps, state: ToolsView, ctx: LoopContext) -> list[Planned]:
+    last = state["messages"][-1]
+    if not isinstance(last, AIMessage):
+        raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
+    scope = scope_of(state)
+    history = state.get("tool_history") or []
+    guard = DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity) if ctx.duplicate_guard else None
+    toolset = deps.toolset
+    extra = run_tools(deps, ctx, scope)
+    return plan_calls(
+        last.tool_calls,
+        last.invalid_tool_calls,
+        scope=scope,
+        custom_tools={**toolset.custom, **extra},
+        max_calls=ctx.max_tool_calls_per_turn,
+        iteration=_iteration(state),
+        guard=guard,
+        builtins=toolset.builtins,
+        search_first=should_send_back(state, ctx, state.get("iterations", 0), [*toolset.layout, *extra]),
+    )
 
-    def __init__(self, deps: LoopDeps, routers: Routers) -> None:
-        self.deps = deps
-        self.routers = routers
 
-    def _plan(self, state: ToolsView, runtime: Runtime[LoopContext]) -> list[Planned]:
-        last = state["messages"][-1]
-        if not isinstance(last, AIMessage):
-            raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
-        ctx = runtime.context
-        scope = scope_of(state)
-        history = state.get("tool_history") or []
-        guard = DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity) if ctx.duplicate_guard else None
-        toolset = self.deps.toolset
-        extra = run_tools(self.deps, ctx, scope)
-        return plan_calls(
-            last.tool_calls,
-            last.invalid_tool_calls,
-            scope=scope,
-            custom_tools={**toolset.custom, **extra},
-            max_calls=ctx.max_tool_calls_per_turn,
-            iteration=_iteration(state),
-            guard=guard,
-            builtins=toolset.builtins,
-            search_first=should_send_back(state, ctx, state.get("iterations", 0), [*toolset.layout, *extra]),
-        )
+def _run(plan: list[Planned], search_fn: SearchFn, ctx: LoopContext) -> list[CallOutcome]:
+    """Run the planned calls; several searches run in worker threads, custom tools here in call order."""
+    searches = [step for step in plan if isinstance(step, SearchCall)]
+    workers = min(len(searches), ctx.max_parallel_searches)
+    if workers < 2:
+        return [run_planned(step, search_fn, ctx.search_opts) for step in plan]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arcana-search") as pool:
+        # each search keeps the node's context (callbacks, config, the caller's loop) as it would on this thread
+        running = {id(step): pool.submit(contextvars.copy_context().run, run_planned, step, search_fn, ctx.search_opts) for step in searches}
+        return [running[id(step)].result() if id(step) in running else run_planned(step, search_fn, ctx.search_opts) for step in plan]
 
-    def _fold(self, state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
-        iteration = _iteration(state)
-        outcomes = render_turn(
-            outcomes, state.get("tool_history") or [], iteration,
-            show_once=runtime.context.show_chunks_once, known=state.get("chunks") or [],
-        )
-        messages: list[BaseMessage] = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
-        recorded = [o for o in outcomes if o.recorded]
-        history = [_entry(o, iteration) for o in recorded]
-        update: ToolsUpdate = {"messages": messages, "tool_history": history}
-        if any(o.sent_back for o in outcomes):
-            update["search_nudged"] = True
-        found = [c for o in recorded for c in o.found]
-        if found:
-            update["chunks"] = {"merge": found, "cap": runtime.context.chunk_cap}
-        terminal = next((o for o in recorded if o.terminal is not None), None)
-        if terminal is not None and terminal.terminal is not None and terminal.answer is not None:
-            update["terminated_by"] = terminal.terminal
-            update["answer"] = terminal.answer
-        size = len(state.get("tool_history") or [])
-        for offset, entry in enumerate(history, start=1):
-            emit(runtime, tool_call_event(entry, size + offset))
-        # what the router and the stop event read, as the state will be after this step
-        view: Any = {
-            "question": state["question"],
-            "collection": state.get("collection", "all"),
-            "iterations": state.get("iterations", 0),
-            "terminated_by": update.get("terminated_by", state.get("terminated_by")),
-            "tool_history": [*(state.get("tool_history") or []), *history],
-        }
-        view["answer"] = update.get("answer")
-        return cast(ToolsUpdate, close_if_final(self.deps, runtime, cast(dict[str, Any], update), view, self.routers.after_tools(view)))
 
-    def sync(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
-        """Execute the turn's tool calls; several searches run in worker threads, results stay in call order."""
-        search_fn, _ = self.deps.search()
-        opts = runtime.context.search_opts
-        plan = self._plan(state, runtime)
-        searches = [step for step in plan if isinstance(step, SearchCall)]
-        workers = min(len(searches), runtime.context.max_parallel_searches)
-        if workers < 2:
-            return self._fold(state, runtime, [run_planned(step, search_fn, opts) for step in plan])
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arcana-search") as pool:
-            # each search keeps the node's context (callbacks, config) as it would on this thread
-            running = {id(step): pool.submit(contextvars.copy_context().run, run_planned, step, search_fn, opts) for step in searches}
-            # custom tools run here, one at a time, in call order, while the searches run
-            outcomes = [running[id(step)].result() if id(step) in running else run_planned(step, search_fn, opts) for step in plan]
-        return self._fold(state, runtime, outcomes)
+def _fold(state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
+    iteration = _iteration(state)
+    outcomes = render_turn(
+        outcomes, state.get("tool_history") or [], iteration,
+        show_once=runtime.context.show_chunks_once, known=state.get("chunks") or [],
+    )
+    messages: list[BaseMessage] = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
+    recorded = [o for o in outcomes if o.recorded]
+    history = [_entry(o, iteration) for o in recorded]
+    update: ToolsUpdate = {"messages": messages, "tool_history": history}
+    if any(o.sent_back for o in outcomes):
+        update["search_nudged"] = True
+    found = [c for o in recorded for c in o.found]
+    if found:
+        update["chunks"] = {"merge": found, "cap": runtime.context.chunk_cap}
+    terminal = next((o for o in recorded if o.terminal is not None), None)
+    if terminal is not None and terminal.terminal is not None and terminal.answer is not None:
+        update["terminated_by"] = terminal.terminal
+        update["answer"] = terminal.answer
+    size = len(state.get("tool_history") or [])
+    for offset, entry in enumerate(history, start=1):
+        emit(runtime, tool_call_event(entry, size + offset))
+    return update
 
-    async def async_(self, state: ToolsView, runtime: Runtime[LoopContext]) -> ToolsUpdate:
-        """Execute the turn's tool calls; searches run concurrently, results stay in call order."""
-        _, asearch_fn = self.deps.search()
-        opts = runtime.context.search_opts
-        limiter = asyncio.Semaphore(runtime.context.max_parallel_searches)
-        serial = asyncio.Lock()
-        plan = self._plan(state, runtime)
-        outcomes = await asyncio.gather(*(arun_planned(s, asearch_fn, opts, limiter, serial) for s in plan))
-        return self._fold(state, runtime, list(outcomes))
+
+def tools(state: ToolsView, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ToolsUpdate:
+    """Execute the turn's tool calls and fold their outcomes; results stay in call order."""
+    plan = _plan(deps, state, runtime.context)
+    return _fold(state, runtime, _run(plan, deps.search(), runtime.context))

@@ -9,15 +9,14 @@ then the outcomes are *folded* into one state update by the ``tools`` node.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
+from arcana_loop.graph import bridge
 from arcana_loop.graph.state import TerminatedBy
 from arcana_loop.graph.text import scrub
 from arcana_loop.knowledge.types import Chunk
@@ -332,15 +331,13 @@ def _custom_outcome(call: CustomCall, result: Any = None, error: BaseException |
 
 
 def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, Any]) -> CallOutcome:
-    """Run one planned call synchronously."""
+    """Run one planned call: a search (sync or async function) or a custom tool; failures become tool results."""
     if isinstance(step, CallOutcome):
         return step
     if isinstance(step, SearchCall):
         traced = tracing.start_search(step.query, step.collection, step.limit)
         try:
-            results = search_fn(step.query, collection=step.collection, limit=step.limit, **search_opts)
-            if inspect.isawaitable(results):
-                results = asyncio.run(_awaited(results))
+            results = bridge.call(search_fn, step.query, collection=step.collection, limit=step.limit, **search_opts)
         except Exception as exc:  # the tool boundary: a failing search is a tool result
             tracing.search_failed(traced, exc)
             return _failed_search(step, _describe(exc))
@@ -348,54 +345,20 @@ def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, An
         tracing.end_search(traced, outcome.found, None if outcome.found or not _is_error(outcome) else outcome.summary)
         return outcome
     try:
-        return _custom_outcome(step, step.tool.invoke(step.args))
+        return _custom_outcome(step, _invoke_tool(step.tool, step.args))
     except Exception as exc:  # the tool boundary: a failing custom tool is a tool result
         return _custom_outcome(step, error=exc)
 
 
-async def _awaited(value: Awaitable[Any]) -> Any:
-    return await value
+def _invoke_tool(tool: BaseTool, args: dict[str, Any]) -> Any:
+    """Invoke a custom tool; one made from an ``async def`` alone (no sync function) is awaited through the bridge."""
+    if getattr(tool, "coroutine", None) is not None and getattr(tool, "func", None) is None:
+        return bridge.wait(tool.ainvoke(args))
+    return tool.invoke(args)
 
 
 def _is_error(outcome: CallOutcome) -> bool:
     return outcome.summary.startswith(SEARCH_ERROR.format(reason=""))
-
-
-async def arun_planned(
-    step: Planned,
-    search_fn: SearchFn,
-    search_opts: Mapping[str, Any],
-    limiter: asyncio.Semaphore,
-    serial: asyncio.Lock,
-) -> CallOutcome:
-    """Run one planned call on the event loop; searches run concurrently, custom tools one at a time."""
-    if isinstance(step, CallOutcome):
-        return step
-    if isinstance(step, SearchCall):
-        async with limiter:
-            traced = await tracing.astart_search(step.query, step.collection, step.limit)
-            try:
-                if inspect.iscoroutinefunction(search_fn):
-                    results = await search_fn(step.query, collection=step.collection, limit=step.limit, **search_opts)
-                else:
-                    # a synchronous search must not block the server's event loop
-                    results = await asyncio.to_thread(
-                        search_fn, step.query, collection=step.collection, limit=step.limit, **search_opts
-                    )
-                    if inspect.isawaitable(results):
-                        results = await results
-            except Exception as exc:  # the tool boundary, as in run_planned
-                await tracing.asearch_failed(traced, exc)
-                return _failed_search(step, _describe(exc))
-        outcome = _search_outcome(step, results)
-        await tracing.aend_search(traced, outcome.found, None if outcome.found or not _is_error(outcome) else outcome.summary)
-        return outcome
-    async with serial:
-        try:
-            return _custom_outcome(step, await step.tool.ainvoke(step.args))
-        except Exception as exc:  # the tool boundary, as in run_planned
-            return _custom_outcome(step, error=exc)
-
 
 
 DUPLICATE_SEARCH = (

@@ -13,12 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import (
-    AsyncCallbackManager,
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManager,
-    CallbackManagerForRetrieverRun,
-)
+from langchain_core.callbacks import CallbackManager, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.runnables.config import ensure_config
 
@@ -31,9 +26,9 @@ def _metadata(collection: str | list[str] | None, limit: int) -> dict[str, Any]:
     return {"collection": collection, "limit": limit, "ls_retriever_name": RUN_NAME}
 
 
-def _managers(collection: str | list[str] | None, limit: int, manager: type[Any]) -> Any:
+def _manager(collection: str | list[str] | None, limit: int) -> CallbackManager:
     config = ensure_config()  # inside a node: the node's config, whose callbacks are its run's children
-    return manager.configure(
+    return CallbackManager.configure(
         config.get("callbacks"),
         None,
         inheritable_tags=config.get("tags"),
@@ -52,7 +47,7 @@ def documents(found: Sequence[Chunk]) -> list[Document]:
 
 def start_search(query: str, collection: str | list[str] | None, limit: int) -> CallbackManagerForRetrieverRun | None:
     """Open the retriever run of one search; ``None`` when nobody listens."""
-    manager: CallbackManager = _managers(collection, limit, CallbackManager)
+    manager = _manager(collection, limit)
     if not manager.handlers:
         return None
     return manager.on_retriever_start(None, query, name=RUN_NAME)
@@ -72,27 +67,3 @@ def search_failed(run: CallbackManagerForRetrieverRun | None, exc: BaseException
     """Close a search's run with the exception the search raised."""
     if run is not None:
         run.on_retriever_error(exc)
-
-
-async def astart_search(query: str, collection: str | list[str] | None, limit: int) -> AsyncCallbackManagerForRetrieverRun | None:
-    """Open the retriever run of one search, on the event loop (see `start_search`)."""
-    manager: AsyncCallbackManager = _managers(collection, limit, AsyncCallbackManager)
-    if not manager.handlers:
-        return None
-    return await manager.on_retriever_start(None, query, name=RUN_NAME)
-
-
-async def aend_search(run: AsyncCallbackManagerForRetrieverRun | None, found: Sequence[Chunk], error: str | None = None) -> None:
-    """Close a search's run, on the event loop (see `end_search`)."""
-    if run is None:
-        return
-    if error is not None:
-        await run.on_retriever_error(ValueError(error))
-    else:
-        await run.on_retriever_end(documents(found))
-
-
-async def asearch_failed(run: AsyncCallbackManagerForRetrieverRun | None, exc: BaseException) -> None:
-    """Close a search's run with the exception the search raised, on the event loop."""
-    if run is not None:
-        await run.on_retriever_error(exc)

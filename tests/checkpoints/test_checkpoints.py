@@ -28,7 +28,7 @@ def test_checkpointed_run_gets_a_thread_and_a_per_step_history(spec, tmp_path):
     compiled = build_graph(make_deps(controller_llm=script(), search_fn=found())).compile(checkpointer=saver)
     history = list(compiled.get_state_history({"configurable": {"thread_id": result.thread_id}}))
     steps = [h.next[0] for h in reversed(history) if h.next]
-    assert steps == ["__start__", "controller", "tools", "controller", "tools", "controller", "tools"]
+    assert steps == ["__start__", "controller", "tools", "controller", "tools", "controller", "tools", "finish"]
     assert history[0].values["terminated_by"] == "answered"
 
 
@@ -74,7 +74,7 @@ async def test_arun_opens_an_async_saver_for_a_spec(kind, tmp_path, request, mon
     spec = f"sqlite:{tmp_path / 'a.sqlite'}" if kind == "sqlite" else "postgres"
     result = await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer=spec)
     assert result.answer == "done" and result.thread_id
-    assert [s.node for s in trace(result.thread_id, spec)] == ["controller", "tools"] * 3  # the sync reader sees what arun wrote
+    assert [s.node for s in trace(result.thread_id, spec)] == [*["controller", "tools"] * 3, "finish"]  # the sync reader sees what arun wrote
 
 
 async def test_arun_rejects_a_bad_spec_before_opening_anything():

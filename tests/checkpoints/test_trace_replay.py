@@ -30,13 +30,14 @@ def test_trace_has_one_row_per_node_run_with_searches_and_the_ending(spec, tmp_p
     checkpointer = "memory" if spec == "memory" else f"sqlite:{tmp_path / 't.db'}"
     result = _three_turns(checkpointer)
     rows = trace(result.thread_id, checkpointer)
-    assert [r.node for r in rows] == ["controller", "tools"] * 3
-    assert [r.step for r in rows] == list(range(1, 7))
-    assert [r.iteration for r in rows] == [0, 0, 1, 1, 2, 2]
+    assert [r.node for r in rows] == [*["controller", "tools"] * 3, "finish"]
+    assert [r.step for r in rows] == list(range(1, 8))
+    assert [r.iteration for r in rows] == [0, 0, 1, 1, 2, 2, 2]
     assert rows[0].tool_calls == [{"name": "search", "args": {"query": "alpha"}}]
     assert rows[1].searches == [{"query": "alpha", "collection": None, "returned_chunk_ids": ["c1", "c9"], "duplicate_of": None}]
     assert rows[3].searches[0]["returned_chunk_ids"] == ["c2"]
-    assert rows[-1].terminated_by == "answered" and all(r.terminated_by is None for r in rows[:-1])
+    # the tools step wrote the outcome; the finish step after it only closes the question
+    assert rows[-2].terminated_by == "answered" and all(r.terminated_by is None for r in [*rows[:-2], rows[-1]])
     assert all(r.seconds is not None and r.seconds >= 0 for r in rows)
     assert len({r.checkpoint_id for r in rows}) == len(rows)
     assert rows[1].to_dict()["searches"] == rows[1].searches

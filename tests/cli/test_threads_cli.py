@@ -24,7 +24,7 @@ def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
     traced = cli("trace", thread, "--json", env=env)
     assert traced.returncode == 0, traced.stderr
     steps = json.loads(traced.stdout)
-    assert steps[0]["node"] == "controller" and steps[-1]["node"] == "ground"
+    assert steps[0]["node"] == "controller" and steps[-2]["node"] == "ground" and steps[-1]["node"] == "finish"
     searched = [s for step in steps for s in step["searches"]]
     assert searched and searched[0]["returned_chunk_ids"] == result["tool_history"][0]["returned_chunk_ids"]
     table = cli("trace", thread, env=env)

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage
 
 from arcana_loop.graph import build_graph, ground, make_deps, run
 from arcana_loop.graph.context import LoopContext
-from arcana_loop.grounding.apply import aground_answer, ground_answer
+from arcana_loop.grounding.apply import ground_answer
 from arcana_loop.grounding.attribution import search_index
 from arcana_loop.grounding.llm_judge import LLMJudgeGrounder, parse_judge_json
 from arcana_loop.grounding.local import HeuristicSentenceGrounder
@@ -68,20 +68,28 @@ def test_failing_grounders_leave_none_and_log(grounder, caplog):
     assert out is None and caplog.records
 
 
-async def test_async_grounders_are_awaited_and_timeouts_bounded():
+def test_async_grounders_are_awaited_and_timeouts_bounded():
+    import asyncio
+    import threading
+
+    cancelled = threading.Event()
+
     class Slow:
         async def aground(self, answer, chunks, *, question, **opts):
-            import asyncio
-
-            await asyncio.sleep(1)
+            try:
+                await asyncio.sleep(1)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
             return GOOD
 
     class Quick:
         async def aground(self, answer, chunks, *, question, **opts):
             return GOOD
 
-    assert await aground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Slow(), timeout=0.1) is None
-    assert (await aground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Quick()))["score"] == 0.5
+    assert ground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Slow(), timeout=0.1) is None
+    assert cancelled.wait(1), "a timed-out async grounder is cancelled, not left running"
+    assert ground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Quick())["score"] == 0.5
 
 
 def test_events_are_emitted_start_and_stop():

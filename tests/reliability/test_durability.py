@@ -86,7 +86,7 @@ def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_rep
     assert later_search.calls == []  # the searches the dead process made were not sent again
     assert [m.type for m in finished.messages] == ["human", *["ai", "tool"] * 3, "ai"]  # no turn replayed, none dropped; the answer last
     after = trace(thread, spec)
-    assert [s.node for s in after] == ["controller", "tools"] * 3
+    assert [s.node for s in after] == [*["controller", "tools"] * 3, "finish"]
     assert [s.checkpoint_id for s in after[:4]] == [s.checkpoint_id for s in before]
     # resuming a finished thread changes nothing
     assert resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[])).answer == finished.answer

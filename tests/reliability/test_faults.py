@@ -71,7 +71,7 @@ def test_a_checkpointed_run_that_fails_keeps_its_history_and_is_not_rerun(openai
     later = ScriptedSearch([])
     again = resume(failed.thread_id, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[]), search_fn=later)
     assert (again.terminated_by, again.error, again.tool_history) == ("error", failed.error, failed.tool_history)
-    assert later.calls == [] and [s.node for s in trace(failed.thread_id, spec)] == ["controller", "tools", "controller"]
+    assert later.calls == [] and [s.node for s in trace(failed.thread_id, spec)] == ["controller", "tools", "controller", "finish"]
 
 
 def test_a_rate_limit_within_the_client_retries_is_invisible(openai_server):
@@ -208,4 +208,4 @@ async def test_the_postgres_checkpointer_survives_its_connections_being_cut(pg_u
     assert _cut_every_connection(pg_url) >= 1
     result = await once()
     assert (result.terminated_by, result.answer) == ("answered", "Use wait_for.")
-    assert [s.node for s in trace(result.thread_id, "postgres")] == ["controller", "tools", "controller", "tools"]
+    assert [s.node for s in trace(result.thread_id, "postgres")] == ["controller", "tools", "controller", "tools", "finish"]

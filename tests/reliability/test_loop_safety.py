@@ -122,7 +122,7 @@ def test_lone_surrogates_in_replies_and_results_are_replaced_and_the_run_ends(sa
     assert (result.terminated_by, result.answer) == ("answered", "Snakes\ufffd bite.")
     assert [c["id"] for c in result.chunks] == ["s\ufffd1"] and result.chunks[0]["text"] == "Snakes\ufffd bite."
     assert result.tool_history[0]["args"] == {"query": "snake\ufffd"}
-    assert [s.node for s in trace(result.thread_id, saver_spec)] == ["controller", "tools", "controller"]
+    assert [s.node for s in trace(result.thread_id, saver_spec)] == ["controller", "tools", "controller", "finish"]
 
 
 # ----- 3. deeply nested tool-call arguments --------------------------------------------------------
@@ -145,7 +145,7 @@ def test_deeply_nested_tool_call_arguments_become_a_tool_error_and_the_run_check
     assert "nested" in _tool_texts(result)[0]
     kept = result.tool_history[0]["args"]
     assert len(json.dumps(kept)) < 5_000
-    assert [s.node for s in trace(result.thread_id, saver_spec)] == ["controller", "tools", "controller", "tools"]
+    assert [s.node for s in trace(result.thread_id, saver_spec)] == ["controller", "tools", "controller", "tools", "finish"]
 
 
 def test_huge_tool_call_arguments_are_bounded_in_the_history(tmp_path):

@@ -122,7 +122,7 @@ def test_context_budget_reaches_the_graph(server: LangGraphServer, collection: s
     assert bool(result.get("answer")) is synthesis  # the server omits output keys no node wrote
     history = client.threads.get_history(thread["thread_id"], limit=50)
     # the second controller turn finds the budget spent and ends the loop without a model call
-    assert _steps(history) == ["controller", "tools", "controller", *(["synthesis"] if synthesis else [])]
+    assert _steps(history) == ["controller", "tools", "controller", *(["synthesis"] if synthesis else []), "finish"]
 
 
 async def test_stream_shows_each_tool_call_live_and_matches_history(server: LangGraphServer, collection: str) -> None:
@@ -156,7 +156,7 @@ async def test_stream_shows_each_tool_call_live_and_matches_history(server: Lang
     assert all(call_at < update_at for (call_at, _), update_at in zip(calls, tools_updates, strict=True))
 
     history = await client.threads.get_history(thread["thread_id"], limit=50)
-    assert _steps(history) == [node for _, node in updates] == ["controller", "tools", "controller", "tools", "ground"]
+    assert _steps(history) == [node for _, node in updates] == ["controller", "tools", "controller", "tools", "ground", "finish"]
     assert [s["metadata"]["step"] for s in reversed(history)] == list(range(-1, len(history) - 1))
 
     # messages mode: the controller's model replies, tagged with the node that made them
@@ -236,7 +236,7 @@ def test_answer_model_and_judge_through_the_server(server: LangGraphServer, coll
     assert result["grounding"]["score"] == 1.0
     assert len(openai.requests) - before == 2  # the rewrite, then the judge
     history = client.threads.get_history(thread["thread_id"], limit=50)
-    assert _steps(history) == ["controller", "tools", "controller", "tools", "answerer", "ground"]
+    assert _steps(history) == ["controller", "tools", "controller", "tools", "answerer", "ground", "finish"]
 
 
 @pytest.mark.parametrize(

@@ -193,8 +193,8 @@ def test_trace_tells_the_questions_of_a_thread_apart() -> None:
     run("Q2?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c2")]]), checkpointer=saver, thread_id=first.thread_id)
     rows = trace(first.thread_id, saver)
     assert [(r.question, r.node, r.iteration) for r in rows] == [
-        (0, "controller", 0), (0, "tools", 0), (0, "controller", 1), (0, "tools", 1),
-        (1, "controller", 0), (1, "tools", 0), (1, "controller", 1), (1, "tools", 1),
+        (0, "controller", 0), (0, "tools", 0), (0, "controller", 1), (0, "tools", 1), (0, "finish", 1),
+        (1, "controller", 0), (1, "tools", 0), (1, "controller", 1), (1, "tools", 1), (1, "finish", 1),
     ]
     last = trace(first.thread_id, saver, question=-1)
     assert [s["query"] for r in last for s in r.searches] == ["b"]

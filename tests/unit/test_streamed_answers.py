@@ -61,7 +61,7 @@ def test_the_answer_tools_text_arrives_as_one_final_assistant_message() -> None:
     answers = [(m, meta) for m, meta in events if m.type == "ai" and m.content == "Use wait_for [c1]."]
     assert len(answers) == 1
     message, meta = answers[0]
-    assert message.name == "answer" and not message.tool_calls and meta["langgraph_node"] == "tools"
+    assert message.name == "answer" and not message.tool_calls and meta["langgraph_node"] == "finish"
     assert [m.type for m, _ in events][-1] == "ai"  # it is the last message of the run
 
 

@@ -21,7 +21,7 @@ from arcana_loop.graph.context import LoopContext
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ROUTERS = {"after_controller", "after_tools", "finish", "after_ground"}
+ROUTERS = {"after_controller", "after_tools", "after_answer", "after_ground"}
 
 # LangSmith's tracer joins every run through an inheritable configure hook when tracing is
 # on; this collector joins the same way, so run() and arun() are traced as LangSmith sees them
