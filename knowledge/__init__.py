@@ -107,8 +107,8 @@ def search(
     mode: str = "hybrid",
     threshold: float | None = None,
     ef_search: int | None = None,
-    graph: bool | None = None,
-    graph_depth: int | None = None,
+    entities: bool | None = None,
+    entity_depth: int | None = None,
 ) -> list[Chunk]:
     """Search the default knowledge base; see `KnowledgeBase.search`."""
     return default_knowledge_base().search(
@@ -118,8 +118,8 @@ def search(
         mode=mode,
         threshold=threshold,
         ef_search=ef_search,
-        graph=graph,
-        graph_depth=graph_depth,
+        entities=entities,
+        entity_depth=entity_depth,
     )
 
 
@@ -131,8 +131,8 @@ async def asearch(
     mode: str = "hybrid",
     threshold: float | None = None,
     ef_search: int | None = None,
-    graph: bool | None = None,
-    graph_depth: int | None = None,
+    entities: bool | None = None,
+    entity_depth: int | None = None,
 ) -> list[Chunk]:
     """Search the default knowledge base without blocking the event loop."""
     return await (await _adefault_knowledge_base()).asearch(
@@ -142,6 +142,6 @@ async def asearch(
         mode=mode,
         threshold=threshold,
         ef_search=ef_search,
-        graph=graph,
-        graph_depth=graph_depth,
+        entities=entities,
+        entity_depth=entity_depth,
     )

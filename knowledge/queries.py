@@ -447,7 +447,7 @@ def search_statement(
     """Return the one statement that runs a search.
 
     `rows_limit` returns more rows than `req.limit` with the same ranking, for
-    graph fusion, which needs the ranking's tail. Hybrid keeps the pools of `req`,
+    entity fusion, which needs the ranking's tail. Hybrid keeps the pools of `req`,
     since its fused order depends on them. `or_budget` bounds the rows the
     lexical side ranks (see `_BM25` and `_FULLTEXT`).
     """

@@ -96,7 +96,7 @@ class _Batch:
 RESERVED_METADATA_KEYS = frozenset(
     {"start_index", "graph_enhanced", "graph_entities", "graph_matched_entities", "found_by"}
 )
-"""Keys the knowledge base writes into chunk metadata itself (at ingest or in graph search).
+"""Keys the knowledge base writes into chunk metadata itself (at ingest or in entity search).
 
 `source` is not among them: callers have long passed it, and it is replaced by
 the document's source name, as documented for ingest.
