@@ -692,12 +692,12 @@ class KnowledgeBase:
         opts = self.entity_options
         with self._server_errors(), self.pool().connection() as conn:
             scope_rows = conn.execute(*q.scope_statement(req)).fetchall()
-            scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
-            if not scope.ids:
+            resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
+            if not resolved.ids:
                 return []
             plan = entity_hooks.plan_sync(
                 conn,
-                ids=entity_hooks.entity_collection_ids(scope_rows, scope.ids, self.model_name, self.dimension),
+                ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
                 dimension=self.dimension,
                 vector=lambda: vector if vector is not None else self._embed(req.query),
                 opts=opts,
@@ -706,13 +706,13 @@ class KnowledgeBase:
             )
             exact = False
             if req.mode != "fulltext":
-                exact, settings = self._scan(req, conn.execute(*q.count_statement(scope)).fetchone())
+                exact, settings = self._scan(req, conn.execute(*q.count_statement(resolved)).fetchone())
                 if settings is not None:
                     conn.execute(*settings)
             rows = conn.execute(
                 *q.search_statement(
                     req,
-                    scope,
+                    resolved,
                     vector=vector,
                     exact=exact,
                     ranking=self.ranking,
@@ -722,7 +722,7 @@ class KnowledgeBase:
             text = q.to_chunks(rows)
             extra: list[Chunk] = []
             if plan is not None and (missing := es.entity_only_ids(text, plan)):
-                extra = q.to_chunks(conn.execute(*es.chunks_statement(scope.ids, missing)).fetchall())
+                extra = q.to_chunks(conn.execute(*es.chunks_statement(resolved.ids, missing)).fetchall())
         return entity_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
 
     async def asearch(
@@ -755,12 +755,12 @@ class KnowledgeBase:
         async with self._aserver_errors(), pool.connection() as conn:
             cur = await conn.execute(*q.scope_statement(req))
             scope_rows = await cur.fetchall()
-            scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
-            if not scope.ids:
+            resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
+            if not resolved.ids:
                 return []
             plan = await entity_hooks.plan_async(
                 conn,
-                ids=entity_hooks.entity_collection_ids(scope_rows, scope.ids, self.model_name, self.dimension),
+                ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
                 dimension=self.dimension,
                 vector=lambda: self._aembed(req.query, vector),
                 opts=opts,
@@ -769,14 +769,14 @@ class KnowledgeBase:
             )
             exact = False
             if req.mode != "fulltext":
-                cur = await conn.execute(*q.count_statement(scope))
+                cur = await conn.execute(*q.count_statement(resolved))
                 exact, settings = self._scan(req, await cur.fetchone())
                 if settings is not None:
                     await conn.execute(*settings)
             cur = await conn.execute(
                 *q.search_statement(
                     req,
-                    scope,
+                    resolved,
                     vector=vector,
                     exact=exact,
                     ranking=self.ranking,
@@ -786,7 +786,7 @@ class KnowledgeBase:
             text = q.to_chunks(await cur.fetchall())
             extra: list[Chunk] = []
             if plan is not None and (missing := es.entity_only_ids(text, plan)):
-                cur = await conn.execute(*es.chunks_statement(scope.ids, missing))
+                cur = await conn.execute(*es.chunks_statement(resolved.ids, missing))
                 extra = q.to_chunks(await cur.fetchall())
         return entity_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
 
