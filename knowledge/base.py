@@ -64,6 +64,7 @@ from arcana_loop.knowledge.schema import (
     ensure_schema,
 )
 from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
+from arcana_loop.knowledge.steps import Steps, first, run_async, run_sync
 from arcana_loop.knowledge.types import (
     SEARCH_MODES,
     Chunk,
@@ -677,53 +678,13 @@ class KnowledgeBase:
             EmbeddingMismatch: if a named collection uses another embedder.
             DatabaseUnavailable: if the server is down or went away mid-search.
         """
-        _check_limit_and_threshold(limit, threshold)
-        req = q.make_request(
-            query,
-            collection=collection,
-            limit=limit,
-            mode=mode,
-            threshold=threshold,
-            ef_search=ef_search,
-        )
+        req = _search_request(query, collection, limit, mode, threshold, ef_search)
         if req is None:
             return []
         vector = self._query_vector(req)
-        opts = self.entity_options
+        steps = self._search_steps(req, vector, entities, entity_depth)
         with self._server_errors(), self.pool().connection() as conn:
-            scope_rows = conn.execute(*q.scope_statement(req)).fetchall()
-            resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
-            if not resolved.ids:
-                return []
-            plan = entity_hooks.plan_sync(
-                conn,
-                ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
-                dimension=self.dimension,
-                vector=lambda: vector if vector is not None else self._embed(req.query),
-                opts=opts,
-                entities=entities,
-                depth=entity_depth,
-            )
-            exact = False
-            if req.mode != "fulltext":
-                exact, settings = self._scan(req, conn.execute(*q.count_statement(resolved)).fetchone())
-                if settings is not None:
-                    conn.execute(*settings)
-            rows = conn.execute(
-                *q.search_statement(
-                    req,
-                    resolved,
-                    vector=vector,
-                    exact=exact,
-                    ranking=self.ranking,
-                    rows_limit=entity_hooks.text_limit(req.limit, plan, opts),
-                )
-            ).fetchall()
-            text = q.to_chunks(rows)
-            extra: list[Chunk] = []
-            if plan is not None and (missing := es.entity_only_ids(text, plan)):
-                extra = q.to_chunks(conn.execute(*es.chunks_statement(resolved.ids, missing)).fetchall())
-        return entity_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
+            return run_sync(conn, steps, lambda: self._embed(req.query))
 
     async def asearch(
         self,
@@ -738,56 +699,49 @@ class KnowledgeBase:
         entity_depth: int | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
-        _check_limit_and_threshold(limit, threshold)
-        req = q.make_request(
-            query,
-            collection=collection,
-            limit=limit,
-            mode=mode,
-            threshold=threshold,
-            ef_search=ef_search,
-        )
+        req = _search_request(query, collection, limit, mode, threshold, ef_search)
         if req is None:
             return []
         vector = await self._aquery_vector(req)
-        opts = self.entity_options
+        steps = self._search_steps(req, vector, entities, entity_depth)
         pool = await self.apool()
         async with self._aserver_errors(), pool.connection() as conn:
-            cur = await conn.execute(*q.scope_statement(req))
-            scope_rows = await cur.fetchall()
-            resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
-            if not resolved.ids:
-                return []
-            plan = await entity_hooks.plan_async(
-                conn,
-                ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
-                dimension=self.dimension,
-                vector=lambda: self._aembed(req.query, vector),
-                opts=opts,
-                entities=entities,
-                depth=entity_depth,
-            )
-            exact = False
-            if req.mode != "fulltext":
-                cur = await conn.execute(*q.count_statement(resolved))
-                exact, settings = self._scan(req, await cur.fetchone())
-                if settings is not None:
-                    await conn.execute(*settings)
-            cur = await conn.execute(
-                *q.search_statement(
-                    req,
-                    resolved,
-                    vector=vector,
-                    exact=exact,
-                    ranking=self.ranking,
-                    rows_limit=entity_hooks.text_limit(req.limit, plan, opts),
-                )
-            )
-            text = q.to_chunks(await cur.fetchall())
-            extra: list[Chunk] = []
-            if plan is not None and (missing := es.entity_only_ids(text, plan)):
-                cur = await conn.execute(*es.chunks_statement(resolved.ids, missing))
-                extra = q.to_chunks(await cur.fetchall())
+            return await run_async(conn, steps, lambda: self._aembed(req.query))
+
+    def _search_steps(
+        self, req: q.SearchRequest, vector: Any, entities: bool | None, depth: int | None
+    ) -> Steps[list[Chunk]]:
+        """The one search `search` and `asearch` run (see `knowledge.steps`)."""
+        scope_rows = yield q.scope_statement(req)
+        resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
+        if not resolved.ids:
+            return []
+        opts = self.entity_options
+        plan = yield from entity_hooks.plan_steps(
+            ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
+            dimension=self.dimension,
+            vector=vector,
+            opts=opts,
+            entities=entities,
+            depth=depth,
+        )
+        exact = False
+        if req.mode != "fulltext":
+            exact, settings = self._scan(req, first((yield q.count_statement(resolved))))
+            if settings is not None:
+                yield settings
+        rows = yield q.search_statement(
+            req,
+            resolved,
+            vector=vector,
+            exact=exact,
+            ranking=self.ranking,
+            rows_limit=entity_hooks.text_limit(req.limit, plan, opts),
+        )
+        text = q.to_chunks(rows)
+        extra: list[Chunk] = []
+        if plan is not None and (missing := es.entity_only_ids(text, plan)):
+            extra = q.to_chunks((yield es.chunks_statement(resolved.ids, missing)))
         return entity_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
 
     def as_retriever(
@@ -850,10 +804,8 @@ class KnowledgeBase:
             return None
         return await self._aembed(req.query)
 
-    async def _aembed(self, text: str, known: Any = None) -> Any:
-        """Embed `text` without blocking the event loop (`known`: a vector already computed)."""
-        if known is not None:
-            return known
+    async def _aembed(self, text: str) -> Any:
+        """Embed `text` without blocking the event loop."""
         import numpy as np
 
         # WordLlama embeds a query in well under a millisecond: run it inline
@@ -873,6 +825,30 @@ _DELETE_BY_SOURCE = (
     " RETURNING d.id, d.collection_id)"
     " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
+
+
+def _search_request(
+    query: str,
+    collection: CollectionScope,
+    limit: int,
+    mode: str,
+    threshold: float | None,
+    ef_search: int | None,
+) -> q.SearchRequest | None:
+    """Check a search's arguments; `None` when it matches nothing (an empty list of collections).
+
+    Raises:
+        ValueError, TypeError: as `KnowledgeBase.search` says.
+    """
+    _check_limit_and_threshold(limit, threshold)
+    return q.make_request(
+        query,
+        collection=collection,
+        limit=limit,
+        mode=mode,
+        threshold=threshold,
+        ef_search=ef_search,
+    )
 
 
 def _check_limit_and_threshold(limit: object, threshold: object) -> None:

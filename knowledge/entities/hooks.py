@@ -1,6 +1,6 @@
 """What `KnowledgeBase.search` calls to put the entities in a search, and to fall back cleanly.
 
-`plan_sync`/`plan_async` return `None` whenever the plain search should run
+`plan_steps` returns `None` whenever the plain search should run
 unchanged: `entities=False`, no collection of the scope has entities, no entity
 reaches the threshold, or the entity side failed (logged; its statements run
 under a savepoint, so the text search on the same connection is unaffected).
@@ -9,10 +9,11 @@ under a savepoint, so the text search on the same connection is unaffected).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from arcana_loop.knowledge.entities import search as es
+from arcana_loop.knowledge.steps import EMBED, Guarded, Steps
 from arcana_loop.knowledge.types import Chunk
 
 logger = logging.getLogger(__name__)
@@ -32,60 +33,48 @@ def _wanted(entities: bool | None, depth: int | None, opts: es.EntitySearchOptio
     return None if entities is False else resolved
 
 
-def plan_sync(
-    conn: Any,
+def plan_steps(
     *,
     ids: Sequence[int],
     dimension: int,
-    vector: Callable[[], Any],
+    vector: Any,
     opts: es.EntitySearchOptions,
     entities: bool | None,
     depth: int | None,
-) -> es.EntityPlan | None:
-    """The entity side of a search on a sync connection, or `None` for the plain search."""
+) -> Steps[es.EntityPlan | None]:
+    """The entity side of a search (steps for `knowledge.steps`), or `None` for the plain search.
+
+    `vector` is the query vector, or `None` when the text search needed none: it
+    is then asked for (`EMBED`) only if a collection of the scope has entities.
+    """
     resolved = _wanted(entities, depth, opts)
     if resolved is None or not ids:
         return None
     try:
-        with conn.transaction():
-            row = conn.execute(*es.has_entities_statement(ids)).fetchone()
-            if not (row and row[0]):
-                _no_entities(entities)
-                return None
-            plan = es.plan_sync(conn, ids, dimension, vector(), opts, resolved)
+        plan: es.EntityPlan | None = yield Guarded(
+            _guarded_plan(ids, dimension, vector, opts, resolved, entities)
+        )
     except Exception as exc:  # entities are an enhancement: never fail the search for them
         logger.warning("entity search failed, plain search used: %s: %s", type(exc).__name__, exc)
         return None
-    if plan is None:
-        logger.debug("no entity matched the query; plain search used")
     return plan
 
 
-async def plan_async(
-    conn: Any,
-    *,
+def _guarded_plan(
     ids: Sequence[int],
     dimension: int,
-    vector: Callable[[], Awaitable[Any]],
+    vector: Any,
     opts: es.EntitySearchOptions,
+    depth: int,
     entities: bool | None,
-    depth: int | None,
-) -> es.EntityPlan | None:
-    """`plan_sync` on an async connection (the query vector is awaited only when needed)."""
-    resolved = _wanted(entities, depth, opts)
-    if resolved is None or not ids:
+) -> Steps[es.EntityPlan | None]:
+    # run under a savepoint, so a failure here leaves the text search's connection usable
+    rows = yield es.has_entities_statement(ids)
+    if not (rows and rows[0][0]):
+        _no_entities(entities)
         return None
-    try:
-        async with conn.transaction():
-            cur = await conn.execute(*es.has_entities_statement(ids))
-            row = await cur.fetchone()
-            if not (row and row[0]):
-                _no_entities(entities)
-                return None
-            plan = await es.plan_async(conn, ids, dimension, await vector(), opts, resolved)
-    except Exception as exc:  # as in plan_sync
-        logger.warning("entity search failed, plain search used: %s: %s", type(exc).__name__, exc)
-        return None
+    query_vector = vector if vector is not None else (yield EMBED)
+    plan = yield from es.plan_steps(ids, dimension, query_vector, opts, depth)
     if plan is None:
         logger.debug("no entity matched the query; plain search used")
     return plan

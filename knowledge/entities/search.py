@@ -33,6 +33,7 @@ from typing import Any
 from psycopg import sql
 
 from arcana_loop.knowledge.entities.schema import entity_vectors_table
+from arcana_loop.knowledge.steps import Steps
 from arcana_loop.knowledge.types import Chunk
 
 Statement = tuple[sql.Composable, dict[str, Any]]
@@ -184,7 +185,7 @@ def chunks_statement(ids: Sequence[int], chunk_ids: Sequence[str]) -> Statement:
     return query, {"ids": list(ids), "c": list(chunk_ids)}
 
 
-# -- pure steps ------------------------------------------------------------------
+# -- pure functions --------------------------------------------------------------
 
 
 def expand_step(
@@ -278,7 +279,7 @@ def fuse(
     return out
 
 
-# -- runners (the same steps on a sync or an async connection) -------------------
+# -- steps (run on a sync or an async connection by `knowledge.steps`) ----------
 
 
 def _seed_plan(rows: Sequence[tuple[Any, ...]]) -> EntityPlan | None:
@@ -288,55 +289,28 @@ def _seed_plan(rows: Sequence[tuple[Any, ...]]) -> EntityPlan | None:
     return EntityPlan(seeds=seeds, names={int(r[0]): r[1] for r in rows}, weights=dict(seeds))
 
 
-def plan_sync(
-    conn: Any, ids: Sequence[int], dimension: int, vector: Any, opts: EntitySearchOptions, depth: int
-) -> EntityPlan | None:
-    """Run match, expand and score on a sync connection; `None` when no entity matches."""
-    conn.execute(*settings_statement(opts))
-    plan = _seed_plan(conn.execute(*match_statement(ids, dimension, vector, opts)).fetchall())
+def plan_steps(
+    ids: Sequence[int], dimension: int, vector: Any, opts: EntitySearchOptions, depth: int
+) -> Steps[EntityPlan | None]:
+    """Match, expand and score (steps for `knowledge.steps`); `None` when no entity matches."""
+    yield settings_statement(opts)
+    plan = _seed_plan((yield match_statement(ids, dimension, vector, opts)))
     if plan is None:
         return None
     frontier = list(plan.seeds)
     for _ in range(depth):
         if not frontier:
             break
-        edges = conn.execute(*edges_statement(ids, frontier)).fetchall()
+        edges = yield edges_statement(ids, frontier)
         plan.weights, frontier = expand_step(
             plan.weights, frontier, edges, decay=opts.decay, fanout=opts.fanout
         )
-    rows = conn.execute(*mentions_statement(ids, list(plan.weights))).fetchall()
+    rows = yield mentions_statement(ids, list(plan.weights))
     plan.ranked = rank_chunks(plan.weights, rows, opts.pool)
     missing = {e for _, _, ents in plan.ranked for e in ents[:MAX_CHUNK_ENTITIES_SHOWN]}
     missing -= set(plan.names)
     if missing:
-        plan.names.update(dict(conn.execute(*names_statement(sorted(missing))).fetchall()))
-    return plan
-
-
-async def plan_async(
-    conn: Any, ids: Sequence[int], dimension: int, vector: Any, opts: EntitySearchOptions, depth: int
-) -> EntityPlan | None:
-    """`plan_sync` on an async connection."""
-    await conn.execute(*settings_statement(opts))
-    cur = await conn.execute(*match_statement(ids, dimension, vector, opts))
-    plan = _seed_plan(await cur.fetchall())
-    if plan is None:
-        return None
-    frontier = list(plan.seeds)
-    for _ in range(depth):
-        if not frontier:
-            break
-        cur = await conn.execute(*edges_statement(ids, frontier))
-        plan.weights, frontier = expand_step(
-            plan.weights, frontier, await cur.fetchall(), decay=opts.decay, fanout=opts.fanout
-        )
-    cur = await conn.execute(*mentions_statement(ids, list(plan.weights)))
-    plan.ranked = rank_chunks(plan.weights, await cur.fetchall(), opts.pool)
-    missing = {e for _, _, ents in plan.ranked for e in ents[:MAX_CHUNK_ENTITIES_SHOWN]}
-    missing -= set(plan.names)
-    if missing:
-        cur = await conn.execute(*names_statement(sorted(missing)))
-        plan.names.update(dict(await cur.fetchall()))
+        plan.names.update(dict((yield names_statement(sorted(missing)))))
     return plan
 
 

@@ -411,7 +411,7 @@ def test_failing_matcher_falls_back_and_logs(hkb: KnowledgeBase, monkeypatch: py
         got = hkb.search("AlphaNode", collection="chain")
     assert [(c["id"], c["score"]) for c in got] == _plain(hkb, "AlphaNode", collection="chain")
     assert "entity search failed" in caplog.text
-    monkeypatch.setattr(es, "plan_sync", broken)
+    monkeypatch.setattr(es, "plan_steps", broken)
     assert [(c["id"], c["score"]) for c in hkb.search("AlphaNode", collection="chain")] == _plain(
         hkb, "AlphaNode", collection="chain"
     )
