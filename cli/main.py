@@ -33,8 +33,8 @@ from arcana_loop.cli.common import (
     progress_bar,
     step_note,
 )
+from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
-from arcana_loop.cli.graph import graph_app
 from arcana_loop.cli.help import FlagHelpGroup
 
 app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False, cls=FlagHelpGroup)
@@ -60,7 +60,7 @@ def main(
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.")],
     collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ingest into.")] = "default",
-    graph: Annotated[bool, typer.Option("--graph", help="Also build the knowledge graph of the new chunks (offline extractor).")] = False,
+    entities: Annotated[bool, typer.Option("--entities", help="Also build the knowledge graph (entities) of the new chunks (offline extractor).")] = False,
 ) -> None:
     """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection."""
     from arcana_loop.knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
@@ -75,7 +75,7 @@ def ingest(
             task = progress.add_task(f"{path.name or path}", total=None)
             with database_errors(f"could not ingest {path}", "check that PostgreSQL is running, then ingest again: what was stored is kept"):
                 try:
-                    result = kb.ingest(path, collection=collection, graph=True if graph else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
+                    result = kb.ingest(path, collection=collection, entities=True if entities else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
                 except DatabaseUnavailable:
                     raise  # database_errors words it
                 except (KnowledgeBaseError, ValueError, OSError) as exc:
@@ -163,7 +163,7 @@ threads.register(app)
 app.command("chat")(chat)
 
 
-app.add_typer(graph_app, name="graph")
+app.add_typer(entities_app, name="entities")
 
 if __name__ == "__main__":
     app()

@@ -8,10 +8,11 @@ the loop's `search_fn(query, collection=..., limit=..., **search_opts)` call.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_core.documents import Document
 
@@ -66,6 +67,10 @@ __all__ = [
     "search",
 ]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
+
 _default: KnowledgeBase | None = None
 _default_lock = threading.Lock()
 
@@ -87,6 +92,38 @@ async def _adefault_knowledge_base() -> KnowledgeBase:
     return await asyncio.to_thread(default_knowledge_base)
 
 
+def _on_default(method: Callable[Concatenate[KnowledgeBase, P], R], doc: str) -> Callable[P, R]:
+    """`method` of the default knowledge base, as a function with the method's own signature."""
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        return method(default_knowledge_base(), *args, **kwargs)
+
+    return _signed(call, method, doc)
+
+
+def _on_default_async(
+    method: Callable[Concatenate[KnowledgeBase, P], Awaitable[R]], doc: str
+) -> Callable[P, Awaitable[R]]:
+    """`_on_default` for a coroutine method: the default knowledge base is made off the event loop."""
+
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        return await method(await _adefault_knowledge_base(), *args, **kwargs)
+
+    return _signed(call, method, doc)
+
+
+def _signed(function: F, method: Callable[..., Any], doc: str) -> F:
+    # whoever inspects a search function's parameters (or reads help()) sees the
+    # method's, without `self`, so the signature is written once, on the method
+    signature = inspect.signature(method)
+    function.__signature__ = signature.replace(  # type: ignore[attr-defined]  # read by inspect.signature
+        parameters=list(signature.parameters.values())[1:]
+    )
+    function.__name__ = function.__qualname__ = method.__name__
+    function.__doc__ = doc
+    return function
+
+
 def ingest(source: str | os.PathLike[str] | Document | Sequence[Document], **kwargs: Any) -> IngestResult:
     """Ingest into the default knowledge base; see `KnowledgeBase.ingest`."""
     return default_knowledge_base().ingest(source, **kwargs)
@@ -99,49 +136,7 @@ async def aingest(
     return await (await _adefault_knowledge_base()).aingest(source, **kwargs)
 
 
-def search(
-    query: str,
-    *,
-    collection: str | Sequence[str] | None = None,
-    limit: int = 5,
-    mode: str = "hybrid",
-    threshold: float | None = None,
-    ef_search: int | None = None,
-    graph: bool | None = None,
-    graph_depth: int | None = None,
-) -> list[Chunk]:
-    """Search the default knowledge base; see `KnowledgeBase.search`."""
-    return default_knowledge_base().search(
-        query,
-        collection=collection,
-        limit=limit,
-        mode=mode,
-        threshold=threshold,
-        ef_search=ef_search,
-        graph=graph,
-        graph_depth=graph_depth,
-    )
-
-
-async def asearch(
-    query: str,
-    *,
-    collection: str | Sequence[str] | None = None,
-    limit: int = 5,
-    mode: str = "hybrid",
-    threshold: float | None = None,
-    ef_search: int | None = None,
-    graph: bool | None = None,
-    graph_depth: int | None = None,
-) -> list[Chunk]:
-    """Search the default knowledge base without blocking the event loop."""
-    return await (await _adefault_knowledge_base()).asearch(
-        query,
-        collection=collection,
-        limit=limit,
-        mode=mode,
-        threshold=threshold,
-        ef_search=ef_search,
-        graph=graph,
-        graph_depth=graph_depth,
-    )
+search = _on_default(KnowledgeBase.search, "Search the default knowledge base; see `KnowledgeBase.search`.")
+asearch = _on_default_async(
+    KnowledgeBase.asearch, "Search the default knowledge base without blocking the event loop."
+)

@@ -25,17 +25,17 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from arcana_loop.knowledge import queries as q
 from arcana_loop.knowledge.embeddings import embedding_model_name, resolve_embeddings
+from arcana_loop.knowledge.entities import hooks as entity_hooks
+from arcana_loop.knowledge.entities import search as es
+from arcana_loop.knowledge.entities import store as entity_store
+from arcana_loop.knowledge.entities.search import EntitySearchOptions
+from arcana_loop.knowledge.entities.types import EntityBuildResult, Extractor
 from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
 )
-from arcana_loop.knowledge.graph import hooks as graph_hooks
-from arcana_loop.knowledge.graph import search as gs
-from arcana_loop.knowledge.graph import store as graph_store
-from arcana_loop.knowledge.graph.search import GraphSearchOptions
-from arcana_loop.knowledge.graph.types import Extractor, GraphBuildResult
 from arcana_loop.knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -60,10 +60,11 @@ from arcana_loop.knowledge.pools import (
 from arcana_loop.knowledge.schema import (
     backfill_lexical,
     ensure_dimension,
-    ensure_graph_schema,
+    ensure_entity_schema,
     ensure_schema,
 )
 from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
+from arcana_loop.knowledge.steps import Steps, first, run_async, run_sync
 from arcana_loop.knowledge.types import (
     SEARCH_MODES,
     Chunk,
@@ -110,8 +111,8 @@ class KnowledgeBase:
             `ranking` is not given).
         ranking: The lexical ranking (BM25 by default) and the hybrid fusion
             (`knowledge.queries.Ranking`).
-        graph_options: How graph-enhanced search matches, expands and fuses
-            (`knowledge.graph.GraphSearchOptions`).
+        entity_options: How entity-enhanced search matches, expands and fuses
+            (`knowledge.entities.EntitySearchOptions`).
 
     Raises:
         InvalidDatabaseURL: for a URL without a scheme, of another database, or
@@ -128,7 +129,7 @@ class KnowledgeBase:
         exact_max_rows: int = q.DEFAULT_EXACT_MAX_ROWS,
         hybrid_min_similarity: float = q.DEFAULT_HYBRID_MIN_SIMILARITY,
         fulltext_or_budget: int = q.DEFAULT_OR_BUDGET,
-        graph_options: GraphSearchOptions | None = None,
+        entity_options: EntitySearchOptions | None = None,
         ranking: q.Ranking | None = None,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
@@ -141,7 +142,7 @@ class KnowledgeBase:
         self.ranking = ranking or q.Ranking(
             hybrid_min_similarity=hybrid_min_similarity, or_budget=fulltext_or_budget
         )
-        self.graph_options = graph_options or GraphSearchOptions()
+        self.entity_options = entity_options or EntitySearchOptions()
         self._pool_size = max(1, pool_size)
         self._options = f"-c search_path={schema},public"
         self._dimension: int | None = None
@@ -191,7 +192,7 @@ class KnowledgeBase:
             with psycopg.connect(self.url, options=self._options, autocommit=True) as conn:
                 ensure_pgvector(conn)
                 ensure_schema(conn, self.schema)
-                ensure_graph_schema(conn)
+                ensure_entity_schema(conn)
                 backfill_lexical(conn)
         except psycopg.OperationalError as exc:
             raise unavailable(exc, self.url) from None  # the original may repeat the password
@@ -365,7 +366,7 @@ class KnowledgeBase:
                 )
             row = cur.fetchone()
             if row is not None and row[0]:
-                graph_store.after_chunks_removed(conn, row[1])
+                entity_store.after_chunks_removed(conn, row[1])
         if row is None or row[0] == 0:
             raise KnowledgeBaseError(f"no document matching {document_id or source!r}")
         return int(row[0])
@@ -386,8 +387,8 @@ class KnowledgeBase:
         max_bytes: int = DEFAULT_MAX_BYTES,
         batch_size: int = DEFAULT_BATCH_SIZE,
         progress: ProgressFn | None = None,
-        graph: bool | None = None,
-        graph_extractor: Extractor | Any = None,
+        entities: bool | None = None,
+        entity_extractor: Extractor | Any = None,
     ) -> IngestResult:
         """Ingest text, a file, a directory or LangChain `Document`s into `collection` (created if missing).
 
@@ -427,18 +428,18 @@ class KnowledgeBase:
                 socket named directly is an `IngestError`, and skipped in a walk.
             batch_size: Chunks embedded and written per transaction.
             progress: Called as `progress(done_chunks, total_chunks)`.
-            graph: Build the knowledge graph of the new chunks (`True`), or not
-                (`False`). `None`: only if the collection already has a graph,
-                so an existing graph stays complete.
-            graph_extractor: An `Extractor`, a chat model (LLM extraction) or
+            entities: Extract the entities of the new chunks (`True`), or not
+                (`False`). `None`: only if the collection already has entities,
+                so its knowledge graph stays complete.
+            entity_extractor: An `Extractor`, a chat model (LLM extraction) or
                 `None` (the offline extractor).
 
         Returns:
             The counts; see `IngestResult`.
 
         Raises:
-            GraphBuildError: if the graph step failed; the documents are stored,
-                the chunks without a graph stay pending for `build_graph`.
+            EntityBuildError: if the entity step failed; the documents are stored,
+                the chunks without entities stay pending for `build_entities`.
             IngestError: for an unusable explicit input (empty, binary, undecodable,
                 missing, too large, not a regular file, NUL or a lone surrogate in
                 the text or its name, a PDF or HTML file whose extra is missing);
@@ -451,7 +452,7 @@ class KnowledgeBase:
         """
         # everything is checked before the first write, so a refused ingest stores nothing
         check_chunking(chunk_size, chunk_overlap)
-        _check_ingest_options(graph=graph, name=name, max_bytes=max_bytes, batch_size=batch_size)
+        _check_ingest_options(entities=entities, name=name, max_bytes=max_bytes, batch_size=batch_size)
         collection = new_collection_name(collection)
         meta = check_metadata(metadata)
         result = IngestResult()
@@ -483,48 +484,48 @@ class KnowledgeBase:
             if created and not (result.documents_added or result.documents_replaced):
                 self._drop_if_empty(coll)
             raise
-        self._ingest_graph(coll, result, graph, graph_extractor)
+        self._ingest_entities(coll, result, entities, entity_extractor)
         return result
 
-    def _ingest_graph(
-        self, coll: CollectionRef, result: IngestResult, graph: bool | None, extractor: Any
+    def _ingest_entities(
+        self, coll: CollectionRef, result: IngestResult, entities: bool | None, extractor: Any
     ) -> None:
         with self.pool().connection() as conn:
-            exists = graph_store.has_graph(conn, coll.id)
-        if (graph is True or (graph is None and exists)) and (result.chunks_added or not exists):
-            self._build_graph(coll, extractor, communities=False)  # it prunes what was replaced
+            exists = entity_store.has_entities(conn, coll.id)
+        if (entities is True or (entities is None and exists)) and (result.chunks_added or not exists):
+            self._build_entities(coll, extractor, communities=False)  # it prunes what was replaced
         elif exists and result.chunks_removed:
             with self.pool().connection() as conn:
-                graph_store.after_chunks_removed(conn, [coll.id])
+                entity_store.after_chunks_removed(conn, [coll.id])
 
-    # -- knowledge graph -----------------------------------------------------------
+    # -- entities (the knowledge graph) -------------------------------------------
 
-    def build_graph(
+    def build_entities(
         self,
         collection: str,
         extractor: Extractor | Any = None,
         *,
         rebuild: bool = False,
         summary_model: Any = None,
-    ) -> GraphBuildResult:
+    ) -> EntityBuildResult:
         """Build (or complete) the knowledge graph of an ingested collection.
 
         Args:
             collection: The collection name.
             extractor: An `Extractor`, a chat model (LLM extraction) or `None`
                 (the offline extractor).
-            rebuild: Extract every chunk again, not only those without a graph.
+            rebuild: Extract every chunk again, not only those not extracted yet.
             summary_model: A chat model that writes community summaries
                 (default: extractive summaries).
 
         Raises:
             CollectionNotFound: if there is no such collection.
-            GraphBuildError: if extraction failed (what was written stays consistent).
+            EntityBuildError: if extraction failed (what was written stays consistent).
         """
         coll = self._collection(collection, create=False)
-        return self._build_graph(coll, extractor, rebuild=rebuild, summary_model=summary_model)
+        return self._build_entities(coll, extractor, rebuild=rebuild, summary_model=summary_model)
 
-    def _build_graph(
+    def _build_entities(
         self,
         coll: CollectionRef,
         extractor: Any,
@@ -532,8 +533,8 @@ class KnowledgeBase:
         rebuild: bool = False,
         communities: bool = True,
         summary_model: Any = None,
-    ) -> GraphBuildResult:
-        from arcana_loop.knowledge.graph.build import (
+    ) -> EntityBuildResult:
+        from arcana_loop.knowledge.entities.build import (
             build_collection,
             llm_summarizer,
             resolve_extractor,
@@ -554,7 +555,7 @@ class KnowledgeBase:
     def explore(
         self, entity: str, *, collection: CollectionScope = None, neighbours: int = 10
     ) -> list[dict[str, Any]]:
-        """Look an entity up in the graphs of `collection` (scoped like `search`).
+        """Look an entity up in the knowledge graphs of `collection` (scoped like `search`).
 
         Returns:
             Up to three matches (exact name first, then dotted suffixes), each with
@@ -562,7 +563,7 @@ class KnowledgeBase:
             strength, types), `community` (level, size, summary, or `None`) and
             `chunk_ids`.
         """
-        from arcana_loop.knowledge.graph.explore import explore
+        from arcana_loop.knowledge.entities.explore import explore
 
         value: object = entity
         if not isinstance(value, str) or not entity.strip():
@@ -581,9 +582,9 @@ class KnowledgeBase:
     def update_communities(
         self, collection: str | None = None, *, summary_model: Any = None
     ) -> dict[str, int]:
-        """Recompute communities of the collections whose graph changed; return counts by name."""
-        from arcana_loop.knowledge.graph.build import llm_summarizer
-        from arcana_loop.knowledge.graph.communities import update_dirty
+        """Recompute communities of the collections whose entities changed; return counts by name."""
+        from arcana_loop.knowledge.entities.build import llm_summarizer
+        from arcana_loop.knowledge.entities.communities import update_dirty
 
         ids = None if collection is None else [self._collection(collection, create=False).id]
         summarizer = None if summary_model is None else llm_summarizer(summary_model)
@@ -646,8 +647,8 @@ class KnowledgeBase:
         mode: str = "hybrid",
         threshold: float | None = None,
         ef_search: int | None = None,
-        graph: bool | None = None,
-        graph_depth: int | None = None,
+        entities: bool | None = None,
+        entity_depth: int | None = None,
     ) -> list[Chunk]:
         """Search chunks.
 
@@ -659,14 +660,14 @@ class KnowledgeBase:
             mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
             threshold: Minimum score in the mode's own scale (cosine, ts_rank_cd, RRF).
             ef_search: HNSW candidate list size (default `DEFAULT_EF_SEARCH`).
-            graph: `None` (default): fuse in the knowledge graph when a searched
+            entities: `None` (default): fuse in the knowledge graph when a searched
                 collection has one; `True`: the same, logging when none has;
-                `False`: text search only. See `knowledge.graph.search`.
-            graph_depth: Relationship hops from the matched entities (default
-                `graph_options.depth`).
+                `False`: text search only. See `knowledge.entities.search`.
+            entity_depth: Relationship hops from the matched entities (default
+                `entity_options.depth`).
 
         Returns:
-            Chunks, best first. Graph-fused results carry an RRF score and, in
+            Chunks, best first. Entity-fused results carry an RRF score and, in
             their metadata, `graph_enhanced`, `graph_entities`,
             `graph_matched_entities` and `found_by` (`"text"`, `"graph"`).
 
@@ -677,53 +678,13 @@ class KnowledgeBase:
             EmbeddingMismatch: if a named collection uses another embedder.
             DatabaseUnavailable: if the server is down or went away mid-search.
         """
-        _check_limit_and_threshold(limit, threshold)
-        req = q.make_request(
-            query,
-            collection=collection,
-            limit=limit,
-            mode=mode,
-            threshold=threshold,
-            ef_search=ef_search,
-        )
+        req = _search_request(query, collection, limit, mode, threshold, ef_search)
         if req is None:
             return []
         vector = self._query_vector(req)
-        opts = self.graph_options
+        steps = self._search_steps(req, vector, entities, entity_depth)
         with self._server_errors(), self.pool().connection() as conn:
-            scope_rows = conn.execute(*q.scope_statement(req)).fetchall()
-            scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
-            if not scope.ids:
-                return []
-            plan = graph_hooks.plan_sync(
-                conn,
-                ids=graph_hooks.graph_ids(scope_rows, scope.ids, self.model_name, self.dimension),
-                dimension=self.dimension,
-                vector=lambda: vector if vector is not None else self._embed(req.query),
-                opts=opts,
-                graph=graph,
-                depth=graph_depth,
-            )
-            exact = False
-            if req.mode != "fulltext":
-                exact, settings = self._scan(req, conn.execute(*q.count_statement(scope)).fetchone())
-                if settings is not None:
-                    conn.execute(*settings)
-            rows = conn.execute(
-                *q.search_statement(
-                    req,
-                    scope,
-                    vector=vector,
-                    exact=exact,
-                    ranking=self.ranking,
-                    rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
-                )
-            ).fetchall()
-            text = q.to_chunks(rows)
-            extra: list[Chunk] = []
-            if plan is not None and (missing := gs.graph_only_ids(text, plan)):
-                extra = q.to_chunks(conn.execute(*gs.chunks_statement(scope.ids, missing)).fetchall())
-        return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
+            return run_sync(conn, steps, lambda: self._embed(req.query))
 
     async def asearch(
         self,
@@ -734,61 +695,54 @@ class KnowledgeBase:
         mode: str = "hybrid",
         threshold: float | None = None,
         ef_search: int | None = None,
-        graph: bool | None = None,
-        graph_depth: int | None = None,
+        entities: bool | None = None,
+        entity_depth: int | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
-        _check_limit_and_threshold(limit, threshold)
-        req = q.make_request(
-            query,
-            collection=collection,
-            limit=limit,
-            mode=mode,
-            threshold=threshold,
-            ef_search=ef_search,
-        )
+        req = _search_request(query, collection, limit, mode, threshold, ef_search)
         if req is None:
             return []
         vector = await self._aquery_vector(req)
-        opts = self.graph_options
+        steps = self._search_steps(req, vector, entities, entity_depth)
         pool = await self.apool()
         async with self._aserver_errors(), pool.connection() as conn:
-            cur = await conn.execute(*q.scope_statement(req))
-            scope_rows = await cur.fetchall()
-            scope = q.select_scope(req, scope_rows, self.model_name, self.dimension)
-            if not scope.ids:
-                return []
-            plan = await graph_hooks.plan_async(
-                conn,
-                ids=graph_hooks.graph_ids(scope_rows, scope.ids, self.model_name, self.dimension),
-                dimension=self.dimension,
-                vector=lambda: self._aembed(req.query, vector),
-                opts=opts,
-                graph=graph,
-                depth=graph_depth,
-            )
-            exact = False
-            if req.mode != "fulltext":
-                cur = await conn.execute(*q.count_statement(scope))
-                exact, settings = self._scan(req, await cur.fetchone())
-                if settings is not None:
-                    await conn.execute(*settings)
-            cur = await conn.execute(
-                *q.search_statement(
-                    req,
-                    scope,
-                    vector=vector,
-                    exact=exact,
-                    ranking=self.ranking,
-                    rows_limit=graph_hooks.text_limit(req.limit, plan, opts),
-                )
-            )
-            text = q.to_chunks(await cur.fetchall())
-            extra: list[Chunk] = []
-            if plan is not None and (missing := gs.graph_only_ids(text, plan)):
-                cur = await conn.execute(*gs.chunks_statement(scope.ids, missing))
-                extra = q.to_chunks(await cur.fetchall())
-        return graph_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
+            return await run_async(conn, steps, lambda: self._aembed(req.query))
+
+    def _search_steps(
+        self, req: q.SearchRequest, vector: Any, entities: bool | None, depth: int | None
+    ) -> Steps[list[Chunk]]:
+        """The one search `search` and `asearch` run (see `knowledge.steps`)."""
+        scope_rows = yield q.scope_statement(req)
+        resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
+        if not resolved.ids:
+            return []
+        opts = self.entity_options
+        plan = yield from entity_hooks.plan_steps(
+            ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
+            dimension=self.dimension,
+            vector=vector,
+            opts=opts,
+            entities=entities,
+            depth=depth,
+        )
+        exact = False
+        if req.mode != "fulltext":
+            exact, settings = self._scan(req, first((yield q.count_statement(resolved))))
+            if settings is not None:
+                yield settings
+        rows = yield q.search_statement(
+            req,
+            resolved,
+            vector=vector,
+            exact=exact,
+            ranking=self.ranking,
+            rows_limit=entity_hooks.text_limit(req.limit, plan, opts),
+        )
+        text = q.to_chunks(rows)
+        extra: list[Chunk] = []
+        if plan is not None and (missing := es.entity_only_ids(text, plan)):
+            extra = q.to_chunks((yield es.chunks_statement(resolved.ids, missing)))
+        return entity_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
 
     def as_retriever(
         self,
@@ -850,10 +804,8 @@ class KnowledgeBase:
             return None
         return await self._aembed(req.query)
 
-    async def _aembed(self, text: str, known: Any = None) -> Any:
-        """Embed `text` without blocking the event loop (`known`: a vector already computed)."""
-        if known is not None:
-            return known
+    async def _aembed(self, text: str) -> Any:
+        """Embed `text` without blocking the event loop."""
         import numpy as np
 
         # WordLlama embeds a query in well under a millisecond: run it inline
@@ -875,6 +827,30 @@ _DELETE_BY_SOURCE = (
 )
 
 
+def _search_request(
+    query: str,
+    collection: CollectionScope,
+    limit: int,
+    mode: str,
+    threshold: float | None,
+    ef_search: int | None,
+) -> q.SearchRequest | None:
+    """Check a search's arguments; `None` when it matches nothing (an empty list of collections).
+
+    Raises:
+        ValueError, TypeError: as `KnowledgeBase.search` says.
+    """
+    _check_limit_and_threshold(limit, threshold)
+    return q.make_request(
+        query,
+        collection=collection,
+        limit=limit,
+        mode=mode,
+        threshold=threshold,
+        ef_search=ef_search,
+    )
+
+
 def _check_limit_and_threshold(limit: object, threshold: object) -> None:
     """Refuse what PostgreSQL would reject late (a huge limit) or compare silently wrong (NaN).
 
@@ -892,10 +868,10 @@ def _check_limit_and_threshold(limit: object, threshold: object) -> None:
         raise ValueError(f"threshold must be finite, got {threshold!r}")
 
 
-def _check_ingest_options(*, graph: object, name: object, max_bytes: object, batch_size: object) -> None:
+def _check_ingest_options(*, entities: object, name: object, max_bytes: object, batch_size: object) -> None:
     """Raise `TypeError`/`ValueError` for an ingest option of the wrong type or range."""
-    if graph is not None and not isinstance(graph, bool):
-        raise TypeError(f"graph must be True, False or None, got {graph!r}")
+    if entities is not None and not isinstance(entities, bool):
+        raise TypeError(f"entities must be True, False or None, got {entities!r}")
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
     for label, value in (("max_bytes", max_bytes), ("batch_size", batch_size)):

@@ -73,8 +73,12 @@ class SearchRequest:
 
 
 @dataclass(frozen=True)
-class Scope:
-    """Collections a request resolved to, with the embedding dimension they share."""
+class ResolvedCollections:
+    """The collection ids one request may search, with the embedding dimension they share.
+
+    Not a scope as callers give it (`None`, `"all"`, names): the ids those names
+    resolved to in the database, for this request only.
+    """
 
     ids: list[int]
     dimension: int
@@ -150,9 +154,9 @@ def scope_statement(req: SearchRequest) -> Statement:
     return sql.SQL(base + " WHERE name = ANY(%(names)s)"), {"names": req.names}
 
 
-def select_scope(
+def resolve_collections(
     req: SearchRequest, rows: Sequence[tuple[Any, ...]], model: str, dimension: int
-) -> Scope:
+) -> ResolvedCollections:
     """Keep the collections a request may search, checking the embedder for named ones.
 
     Unrestricted semantic and hybrid searches cover the collections built with this
@@ -163,7 +167,7 @@ def select_scope(
         EmbeddingMismatch: if a named collection was embedded differently.
     """
     if req.mode == "fulltext":
-        return Scope(ids=[r[0] for r in rows], dimension=dimension)
+        return ResolvedCollections(ids=[r[0] for r in rows], dimension=dimension)
     ids = []
     for coll_id, name, coll_model, coll_dim in rows:
         if coll_model == model and coll_dim == dimension:
@@ -173,7 +177,7 @@ def select_scope(
                 f"collection {name!r} was embedded with {coll_model!r} ({coll_dim} dims); "
                 f"this knowledge base uses {model!r} ({dimension} dims)"
             )
-    return Scope(ids=ids, dimension=dimension)
+    return ResolvedCollections(ids=ids, dimension=dimension)
 
 
 def candidate_pool(req: SearchRequest) -> int:
@@ -181,7 +185,7 @@ def candidate_pool(req: SearchRequest) -> int:
     return req.limit if req.mode == "semantic" else max(4 * req.limit, 40)
 
 
-def count_statement(scope: Scope) -> Statement:
+def count_statement(collections: ResolvedCollections) -> Statement:
     """Estimate the scoped vectors from planner statistics, to choose exact scan or HNSW.
 
     A real bounded count cost 5-7 ms at 100k rows, more than the HNSW search
@@ -191,8 +195,8 @@ def count_statement(scope: Scope) -> Statement:
     """
     query = sql.SQL(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {t} WHERE collection_id = ANY(%(ids)s)"
-    ).format(t=embeddings_table(scope.dimension))
-    return query, {"ids": scope.ids}
+    ).format(t=embeddings_table(collections.dimension))
+    return query, {"ids": collections.ids}
 
 
 def estimated_rows(row: Sequence[Any] | None) -> int:
@@ -437,7 +441,7 @@ def lexical_statement(req: SearchRequest, lexical_ranking: str) -> sql.Composabl
 
 def search_statement(
     req: SearchRequest,
-    scope: Scope,
+    collections: ResolvedCollections,
     *,
     vector: Any,
     exact: bool,
@@ -447,7 +451,7 @@ def search_statement(
     """Return the one statement that runs a search.
 
     `rows_limit` returns more rows than `req.limit` with the same ranking, for
-    graph fusion, which needs the ranking's tail. Hybrid keeps the pools of `req`,
+    entity fusion, which needs the ranking's tail. Hybrid keeps the pools of `req`,
     since its fused order depends on them. `or_budget` bounds the rows the
     lexical side ranks (see `_BM25` and `_FULLTEXT`).
     """
@@ -455,7 +459,7 @@ def search_statement(
     if rows_limit is not None and req.mode != "hybrid":
         pool = max(pool, rows_limit)
     params: dict[str, Any] = {
-        "ids": scope.ids,
+        "ids": collections.ids,
         "pool": pool,
         "limit": req.limit if rows_limit is None else rows_limit,
         "threshold": req.threshold,
@@ -472,7 +476,7 @@ def search_statement(
         "lex_ratio": ranking.lexical_min_ratio,
     }
     semantic = sql.SQL(_SEMANTIC).format(
-        t=embeddings_table(scope.dimension), order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER)
+        t=embeddings_table(collections.dimension), order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER)
     )
     if req.mode == "semantic":
         head = sql.SQL("WITH ranked AS (SELECT chunk_id, sim AS score FROM ({s}) s)").format(

@@ -15,8 +15,8 @@ apart from the chunk text, in one narrow table per dimension
 index. Each per-dimension table has an HNSW (`vector_cosine_ops`) index, except
 above pgvector's 2,000-dimension HNSW limit, where searches are exact scans.
 Deleting a collection or document cascades to its chunks and embeddings.
-The knowledge-graph tables (`knowledge.graph.schema`) are created by
-`ensure_graph_schema`, which the knowledge base runs after `ensure_schema`.
+The knowledge-graph tables (`knowledge.entities.schema`) are created by
+`ensure_entity_schema`, which the knowledge base runs after `ensure_schema`.
 
 All statements run with the knowledge base's schema first on `search_path`, so
 the table names below are never qualified and never built from user text.
@@ -32,7 +32,7 @@ import psycopg
 from psycopg import sql
 
 from arcana_loop.knowledge import lexical
-from arcana_loop.knowledge.graph.schema import create_entity_vectors, create_graph_tables
+from arcana_loop.knowledge.entities.schema import create_entity_tables, create_entity_vectors
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.types import checked_dimension
 
@@ -238,11 +238,11 @@ def _tolerate_full_disk(
         logger.warning("the %s index is missing and could not be built now: %s", name, exc)
 
 
-def ensure_graph_schema(conn: psycopg.Connection[Any]) -> None:
+def ensure_entity_schema(conn: psycopg.Connection[Any]) -> None:
     """Create the knowledge-graph tables, and their entity vectors per known dimension."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
-        create_graph_tables(conn)
+        create_entity_tables(conn)
         for (dim,) in conn.execute("SELECT DISTINCT dimension FROM kb_collections").fetchall():
             create_entity_vectors(conn, dim, hnsw=dim <= HNSW_MAX_DIMENSION)
 

@@ -96,7 +96,7 @@ class _Batch:
 RESERVED_METADATA_KEYS = frozenset(
     {"start_index", "graph_enhanced", "graph_entities", "graph_matched_entities", "found_by"}
 )
-"""Keys the knowledge base writes into chunk metadata itself (at ingest or in graph search).
+"""Keys the knowledge base writes into chunk metadata itself (at ingest or in entity search).
 
 `source` is not among them: callers have long passed it, and it is replaced by
 the document's source name, as documented for ingest.
@@ -193,34 +193,41 @@ def write_documents(
     if progress is not None:
         progress(0, total)
     try:
-        _load(pool, embeddings, coll, batches, total, progress, result)
+        _load(_Load(pool, embeddings, coll, batches, total, progress, result))
     except psycopg.errors.DiskFull as exc:
         raise StorageFull(_disk_full_message(pool, coll, result, exc)) from exc
     return result
 
 
-def _load(
-    pool: ConnectionPool[Any],
-    embeddings: Embeddings,
-    coll: CollectionRef,
-    batches: list[_Batch],
-    total: int,
-    progress: ProgressFn | None,
-    result: IngestResult,
-) -> None:
+@dataclass(frozen=True)
+class _Load:
+    """One ingest's batches, where they go, and what to tell of them."""
+
+    pool: ConnectionPool[Any]
+    embeddings: Embeddings
+    coll: CollectionRef
+    batches: list[_Batch]
+    total: int
+    """Chunks in `batches`."""
+    progress: ProgressFn | None
+    result: IngestResult
+    """Updated as each batch commits."""
+
+
+def _load(load: _Load) -> None:
     """Write the batches; whatever happens, put back the indexes a bulk load dropped."""
-    bulk = _bulk_load(pool, coll, total)
+    bulk = _bulk_load(load.pool, load.coll, load.total)
     try:
-        _run_pipeline(pool, embeddings, coll, batches, total, progress, result)
+        _run_pipeline(load)
     except BaseException:
         # the load's own error is the one to report; a failed rebuild is only logged
         try:
-            _after_load(pool, coll, bulk)
+            _after_load(load.pool, load.coll, bulk)
         except psycopg.Error as exc:
             logger.warning("could not rebuild the indexes after a failed load: %s", exc)
         raise
-    if total:
-        _after_load(pool, coll, bulk)
+    if load.total:
+        _after_load(load.pool, load.coll, bulk)
 
 
 def _disk_full_message(
@@ -353,28 +360,20 @@ def _bulk_load(pool: ConnectionPool[Any], coll: CollectionRef, total: int) -> _B
     return bulk
 
 
-def _run_pipeline(
-    pool: ConnectionPool[Any],
-    embeddings: Embeddings,
-    coll: CollectionRef,
-    batches: list[_Batch],
-    total: int,
-    progress: ProgressFn | None,
-    result: IngestResult,
-) -> None:
+def _run_pipeline(load: _Load) -> None:
     """Embed batch n+1 while batch n is written; apply counts only after each commit."""
     done = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-writer") as writer:
         inflight: Future[IngestResult] | None = None
-        for batch in batches:
-            matrix = embed_matrix(embeddings, batch.texts(), coll.dimension)
+        for batch in load.batches:
+            matrix = embed_matrix(load.embeddings, batch.texts(), load.coll.dimension)
             if inflight is not None:
-                done += _merge(result, inflight.result())
-                _report(progress, done, total)
-            inflight = writer.submit(_write_batch, pool, coll, batch, matrix)
+                done += _merge(load.result, inflight.result())
+                _report(load.progress, done, load.total)
+            inflight = writer.submit(_write_batch, load.pool, load.coll, batch, matrix)
         if inflight is not None:
-            done += _merge(result, inflight.result())
-            _report(progress, done, total)
+            done += _merge(load.result, inflight.result())
+            _report(load.progress, done, load.total)
 
 
 def _merge(result: IngestResult, delta: IngestResult) -> int:

@@ -59,7 +59,7 @@ def loop_explore_tool(search_fn: Any, collection: str | list[str] | None) -> Bas
     """The `explore` tool for a loop run: over the knowledge base the run searches.
 
     That is the default knowledge base, or the one whose `search`/`asearch` is the
-    run's search function; any other search function has no graph to explore (`None`).
+    run's search function; any other search function has no entities to explore (`None`).
     """
     if search_fn is None:
         return explore_tool(default_knowledge_base(), collection)

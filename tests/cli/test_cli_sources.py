@@ -34,7 +34,7 @@ def env(pg_url: str) -> dict[str, str]:
     return {**_base_env(), "DATABASE_URL": pg_url, "COLUMNS": "80"}
 
 
-@pytest.mark.parametrize("args", [["--help"], ["ask", "--help"], ["ingest", "--help"], ["eval", "--help"], ["graph", "build", "--help"], ["trace", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["ask", "--help"], ["ingest", "--help"], ["eval", "--help"], ["entities", "build", "--help"], ["trace", "--help"]])
 def test_help_shows_flags_without_a_value_type(args: list[str]) -> None:
     shown = CliRunner().invoke(app, args, terminal_width=100)
     assert shown.exit_code == 0

@@ -169,7 +169,7 @@ def test_bad_queries(loaded: KnowledgeBase) -> None:
         loaded.search("lava", mode="vector")
     with pytest.raises(TypeError):
         loaded.search("lava", bogus=1)  # type: ignore[call-arg]
-    assert loaded.search("lava", graph=True)  # reserved, ignored
+    assert loaded.search("lava", entities=True)  # accepted: no collection has entities, so the plain search
 
 
 def test_long_query_is_truncated_not_fatal(loaded: KnowledgeBase) -> None:
@@ -239,7 +239,7 @@ async def test_module_level_api_fits_search_fn(
     assert [h["id"] for h in hits] == [h["id"] for h in ahits] and len(hits) == 2
     for fn in (knowledge.search, knowledge.asearch):
         params = inspect.signature(fn).parameters
-        assert {"collection", "limit", "mode", "graph"} <= set(params)
+        assert {"collection", "limit", "mode", "entities"} <= set(params)
     res = knowledge.ingest(TOPICS["volcanoes"], collection="mod", name="v")
     assert res.documents_added == 1
     again = await knowledge.aingest(TOPICS["volcanoes"], collection="mod", name="v")

@@ -123,7 +123,7 @@ BAD_CALLS = {
     "lone surrogate in the collection": ({"collection": "a\ud800b"}, ValueError, "surrogate"),
     "NUL in the document name": ({"name": "doc\x00"}, IngestError, "NUL"),
     "lone surrogate in the document name": ({"name": "doc\udc80"}, IngestError, "surrogate"),
-    "graph given as a string": ({"graph": "yes"}, TypeError, "graph"),
+    "entities given as a string": ({"entities": "yes"}, TypeError, "entities"),
     "collection 'all'": ({"collection": "all"}, ValueError, "reserved"),
     "collection ' ALL '": ({"collection": " ALL "}, ValueError, "reserved"),
     "collection of 201 characters": ({"collection": "n" * 201}, ValueError, "at most 200"),

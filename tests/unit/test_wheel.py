@@ -47,7 +47,7 @@ def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
     names = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
     assert {n for n in names if not n.endswith(".dist-info")} == {"arcana_loop"}
     files = set(zipfile.ZipFile(wheel).namelist())
-    assert {"arcana_loop/py.typed", "arcana_loop/graph/build.py", "arcana_loop/knowledge/graph/search.py",
+    assert {"arcana_loop/py.typed", "arcana_loop/graph/build.py", "arcana_loop/knowledge/entities/search.py",
             "arcana_loop/evaluation/data/python_docs_realistic.json"} <= files
 
 

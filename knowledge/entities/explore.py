@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from arcana_loop.knowledge.graph.types import normalize_name
+from arcana_loop.knowledge.entities.types import normalize_name
 
 MAX_MATCHES = 3
 

@@ -1,10 +1,10 @@
-"""Communities of a collection's entity graph: Louvain levels, members, summaries.
+"""Communities of a collection's entity network: Louvain levels, members, summaries.
 
 Louvain (`networkx.community.louvain_communities`/`louvain_partitions`) rather
 than Leiden: networkx is already a dependency and pure Python, while the usual
 Leiden implementations (`leidenalg`, `graspologic`) pull in compiled igraph or
 numba stacks for a modest quality gain on graphs of this size. The seed is fixed
-so the same graph always gives the same communities (stable ids in tests and
+so the same network always gives the same communities (stable ids in tests and
 in stored summaries).
 
 Each Louvain level is stored (level 0 the finest); communities of one entity
@@ -45,55 +45,55 @@ class Community:
     summary: str
 
 
-def detect(graph: nx.Graph, *, seed: int = LOUVAIN_SEED) -> list[list[set[int]]]:
-    """Return the Louvain partition of every level, finest first (empty graph: no level)."""
-    if graph.number_of_edges() == 0:
+def detect(network: nx.Graph, *, seed: int = LOUVAIN_SEED) -> list[list[set[int]]]:
+    """Return the Louvain partition of every level, finest first (empty network: no level)."""
+    if network.number_of_edges() == 0:
         return []
-    return [list(p) for p in nx.community.louvain_partitions(graph, weight="weight", seed=seed)]
+    return [list(p) for p in nx.community.louvain_partitions(network, weight="weight", seed=seed)]
 
 
-def build_graph(
+def build_network(
     entities: Sequence[tuple[int, str, str]], edges: Sequence[tuple[int, int, float]]
 ) -> nx.Graph:
-    """Build the undirected weighted entity graph: `(id, name, description)`, `(a, b, weight)`."""
-    graph = nx.Graph()
+    """Build the undirected weighted entity network: `(id, name, description)`, `(a, b, weight)`."""
+    network = nx.Graph()
     for ent_id, name, description in entities:
-        graph.add_node(ent_id, name=name, description=description)
+        network.add_node(ent_id, name=name, description=description)
     for a, b, weight in edges:
-        if a == b or a not in graph or b not in graph:
+        if a == b or a not in network or b not in network:
             continue
-        held = graph.get_edge_data(a, b, default={"weight": 0.0})["weight"]
-        graph.add_edge(a, b, weight=held + float(weight))
-    return graph
+        held = network.get_edge_data(a, b, default={"weight": 0.0})["weight"]
+        network.add_edge(a, b, weight=held + float(weight))
+    return network
 
 
-def extractive_summary(graph: nx.Graph, members: Sequence[int]) -> str:
+def extractive_summary(network: nx.Graph, members: Sequence[int]) -> str:
     """Name the most connected members and quote the top one's description."""
-    names = [graph.nodes[m]["name"] for m in members[:SUMMARY_MEMBERS]]
+    names = [network.nodes[m]["name"] for m in members[:SUMMARY_MEMBERS]]
     more = f" and {len(members) - len(names)} more" if len(members) > len(names) else ""
     text = f"{len(members)} entities: {', '.join(names)}{more}."
-    top = graph.nodes[members[0]].get("description") or ""
+    top = network.nodes[members[0]].get("description") or ""
     return f"{text} {top}".strip()
 
 
 def communities(
-    graph: nx.Graph, *, summarizer: Summarizer | None = None, seed: int = LOUVAIN_SEED
+    network: nx.Graph, *, summarizer: Summarizer | None = None, seed: int = LOUVAIN_SEED
 ) -> list[Community]:
     """Detect and summarise the communities of every level."""
-    strength = dict(graph.degree(weight="weight"))
+    strength = dict(network.degree(weight="weight"))
     out = []
-    for level, partition in enumerate(detect(graph, seed=seed)):
+    for level, partition in enumerate(detect(network, seed=seed)):
         for group in partition:
             if len(group) < 2:
                 continue
             members = sorted(group, key=lambda n: (-strength[n], n))
-            out.append(Community(level, tuple(members), _summary(graph, members, summarizer)))
+            out.append(Community(level, tuple(members), _summary(network, members, summarizer)))
     return out
 
 
-def _summary(graph: nx.Graph, members: list[int], summarizer: Summarizer | None) -> str:
+def _summary(network: nx.Graph, members: list[int], summarizer: Summarizer | None) -> str:
     if summarizer is not None:
-        pairs = [(graph.nodes[m]["name"], graph.nodes[m]["description"]) for m in members]
+        pairs = [(network.nodes[m]["name"], network.nodes[m]["description"]) for m in members]
         try:
             text: object = summarizer(pairs[: SUMMARY_MEMBERS * 4])  # a model may return anything
             if isinstance(text, str) and text.strip():
@@ -101,11 +101,11 @@ def _summary(graph: nx.Graph, members: list[int], summarizer: Summarizer | None)
             logger.warning("community summariser returned no text; using the extractive summary")
         except Exception as exc:  # a model failure must not lose the communities
             logger.warning("community summariser failed (%s); using the extractive summary", exc)
-    return extractive_summary(graph, members)
+    return extractive_summary(network, members)
 
 
-def load_graph(conn: psycopg.Connection[Any], collection_id: int) -> nx.Graph:
-    """Read a collection's entities and summed relationship strengths into a graph."""
+def load_network(conn: psycopg.Connection[Any], collection_id: int) -> nx.Graph:
+    """Read a collection's entities and summed relationship strengths into a network."""
     entities = conn.execute(
         "SELECT id, name, description FROM kb_graph_entities WHERE collection_id = %s",
         (collection_id,),
@@ -115,7 +115,7 @@ def load_graph(conn: psycopg.Connection[Any], collection_id: int) -> nx.Graph:
         " WHERE collection_id = %s GROUP BY 1, 2",
         (collection_id,),
     ).fetchall()
-    return build_graph(entities, edges)
+    return build_network(entities, edges)
 
 
 def update_dirty(
@@ -133,7 +133,7 @@ def update_dirty(
     conn.commit()  # no transaction stays open while Louvain and a summariser run
     done = {}
     for coll_id, version in rows:
-        found = communities(load_graph(conn, coll_id), summarizer=summarizer)
+        found = communities(load_network(conn, coll_id), summarizer=summarizer)
         conn.commit()
         with conn.transaction():
             conn.execute("DELETE FROM kb_graph_communities WHERE collection_id = %s", (coll_id,))

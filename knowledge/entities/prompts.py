@@ -1,4 +1,4 @@
-"""Prompts of the model-backed graph steps: entity extraction and community summaries."""
+"""Prompts of the model-backed entity steps: entity extraction and community summaries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Write extractions into the graph tables, and keep them consistent with the chunks.
+"""Write extractions into the entity tables, and keep them consistent with the chunks.
 
 `write_extractions` is one transaction for a set of chunks: it removes what
 those chunks said before (mentions, relationship evidence), writes what they
@@ -18,12 +18,12 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from arcana_loop.knowledge.graph.offline import CO_OCCURS
-from arcana_loop.knowledge.graph.schema import entity_vectors_table
-from arcana_loop.knowledge.graph.types import ChunkText, Extraction, normalize_name
+from arcana_loop.knowledge.entities.offline import CO_OCCURS
+from arcana_loop.knowledge.entities.schema import entity_vectors_table
+from arcana_loop.knowledge.entities.types import ChunkText, Extraction, normalize_name
 
 EmbedFn = Callable[[list[str]], np.ndarray[Any, Any]]
-_GRAPH_LOCK = 0x6B6772  # "kgr": with the collection id, serialises graph writes per collection
+_ENTITY_LOCK = 0x6B6772  # "kgr": with the collection id, serialises entity writes per collection
 UNDIRECTED_TYPES = frozenset({CO_OCCURS})
 """Relationship types whose direction means nothing: stored with the ends in a fixed order."""
 
@@ -201,16 +201,16 @@ def _insert_relationships(
 
 
 def lock(conn: psycopg.Connection[Any], collection_id: int) -> None:
-    """Take the collection's graph write lock until the transaction ends.
+    """Take the collection's entity write lock until the transaction ends.
 
     Without it, a prune could delete an entity another transaction is adding
     mentions to: the prune's NOT EXISTS reads its own snapshot.
     """
-    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_GRAPH_LOCK, collection_id % 2**31))
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_ENTITY_LOCK, collection_id % 2**31))
 
 
 def mark_dirty(conn: psycopg.Connection[Any], collection_id: int, extractor: str | None) -> None:
-    """Record that the collection's graph changed (its communities are stale)."""
+    """Record that the collection's entities changed (its communities are stale)."""
     if extractor is None:
         conn.execute(
             "UPDATE kb_graph_collections SET dirty = true, version = version + 1,"
@@ -238,7 +238,7 @@ def prune(conn: psycopg.Connection[Any], collection_id: int) -> int:
 
 
 def after_chunks_removed(conn: psycopg.Connection[Any], collection_ids: Sequence[int]) -> None:
-    """Keep graphs consistent after chunks of these collections were deleted or replaced.
+    """Keep entities consistent after chunks of these collections were deleted or replaced.
 
     Mentions and relationship evidence went with their chunks (cascade); what is
     left is entities nobody mentions, and communities that may have changed.
@@ -253,8 +253,8 @@ def after_chunks_removed(conn: psycopg.Connection[Any], collection_ids: Sequence
         mark_dirty(conn, coll_id, None)
 
 
-def has_graph(conn: psycopg.Connection[Any], collection_id: int) -> bool:
-    """Whether a graph was ever built for the collection."""
+def has_entities(conn: psycopg.Connection[Any], collection_id: int) -> bool:
+    """Whether entities were ever built for the collection."""
     row = conn.execute(
         "SELECT 1 FROM kb_graph_collections WHERE collection_id = %s", (collection_id,)
     ).fetchone()
@@ -279,7 +279,7 @@ def pending_chunks(
     return [ChunkText(r[0], r[1]) for r in rows]
 
 
-def graph_counts(conn: psycopg.Connection[Any], collection_id: int) -> dict[str, int]:
+def entity_counts(conn: psycopg.Connection[Any], collection_id: int) -> dict[str, int]:
     """Return entity, relationship, mention and community counts of a collection."""
     row = conn.execute(
         "SELECT (SELECT count(*) FROM kb_graph_entities WHERE collection_id = %(c)s),"

@@ -1,4 +1,4 @@
-"""``arcana-loop ingest --graph`` and ``arcana-loop graph build`` in a subprocess."""
+"""``arcana-loop ingest --entities`` and ``arcana-loop entities build`` in a subprocess."""
 
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ def counts(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [cell.strip() for cell in row.strip("│").split("│")][:3]
 
 
-def test_ingest_with_graph_then_build(pg_url: str, tmp_path: Path) -> None:
+def test_ingest_with_entities_then_build(pg_url: str, tmp_path: Path) -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}, "DATABASE_URL": pg_url}
     doc = tmp_path / "tasks.md"
     doc.write_text("# Tasks\n\nasyncio.wait_for raises TimeoutError; ThreadPoolExecutor runs blocking calls.\n")
-    ingested = cli("ingest", str(doc), "--collection", "graph-cli", "--graph", env=env)
+    ingested = cli("ingest", str(doc), "--collection", "entities-cli", "--entities", env=env)
     assert ingested.returncode == 0, ingested.stderr
-    assert counts(cli("graph", "build", "graph-cli", env=env)) == ["0", "0", "3"]  # ingest built it
-    assert counts(cli("graph", "build", "graph-cli", "--rebuild", env=env)) == ["1", "0", "3"]
-    missing = cli("graph", "build", "no-such-collection", env=env)
+    assert counts(cli("entities", "build", "entities-cli", env=env)) == ["0", "0", "3"]  # ingest built it
+    assert counts(cli("entities", "build", "entities-cli", "--rebuild", env=env)) == ["1", "0", "3"]
+    missing = cli("entities", "build", "no-such-collection", env=env)
     assert missing.returncode == 1
     assert "no collection named 'no-such-collection'" in missing.stderr and "Hint" in missing.stderr
-    cli("delete", "graph-cli", "--yes", env=env)
+    cli("delete", "entities-cli", "--yes", env=env)

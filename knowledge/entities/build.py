@@ -1,6 +1,6 @@
-"""Build a collection's graph from its chunks: extract, embed entities, write, find communities.
+"""Build a collection's entities from its chunks: extract, embed entities, write, find communities.
 
-Only chunks the graph has not used yet are extracted (every chunk with
+Only chunks not extracted yet are extracted (every chunk with
 `rebuild=True`), in batches of `batch_size`; each batch is extracted with no
 transaction open, then written in one (`store.write_extractions`). A failure
 leaves the batches already written complete and the rest pending, and says so.
@@ -18,21 +18,21 @@ from langchain_core.language_models import BaseChatModel
 from psycopg_pool import ConnectionPool
 
 from arcana_loop.knowledge.embeddings import embed_matrix
-from arcana_loop.knowledge.graph import communities as comm
-from arcana_loop.knowledge.graph import store
-from arcana_loop.knowledge.graph.offline import OfflineExtractor
-from arcana_loop.knowledge.graph.prompts import COMMUNITY_SUMMARY_PROMPT
-from arcana_loop.knowledge.graph.types import (
+from arcana_loop.knowledge.entities import communities as comm
+from arcana_loop.knowledge.entities import store
+from arcana_loop.knowledge.entities.offline import OfflineExtractor
+from arcana_loop.knowledge.entities.prompts import COMMUNITY_SUMMARY_PROMPT
+from arcana_loop.knowledge.entities.types import (
     ChunkText,
+    EntityBuildError,
+    EntityBuildResult,
     Extraction,
     Extractor,
-    GraphBuildError,
-    GraphBuildResult,
 )
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_GRAPH_BATCH = 2000
+DEFAULT_ENTITY_BATCH = 2000
 
 
 def resolve_extractor(extractor: Extractor | BaseChatModel | None) -> Extractor:
@@ -44,13 +44,13 @@ def resolve_extractor(extractor: Extractor | BaseChatModel | None) -> Extractor:
     if extractor is None:
         return OfflineExtractor()
     if isinstance(extractor, BaseChatModel):
-        from arcana_loop.knowledge.graph.llm import LLMExtractor
+        from arcana_loop.knowledge.entities.llm import LLMExtractor
 
         return LLMExtractor(extractor)
     if isinstance(extractor, Extractor):
         return extractor
     raise TypeError(
-        "graph_extractor must be None (offline), a chat model, or an object with"
+        "entity_extractor must be None (offline), a chat model, or an object with"
         f" a name and extract(chunks); got {type(extractor).__name__}"
     )
 
@@ -69,12 +69,12 @@ def llm_summarizer(model: BaseChatModel) -> comm.Summarizer:
 
 def _checked(batch: Sequence[ChunkText], extractions: Any, name: str) -> list[Extraction]:
     if not isinstance(extractions, list) or len(extractions) != len(batch):
-        raise GraphBuildError(
+        raise EntityBuildError(
             f"extractor {name!r} must return one Extraction per chunk, in order"
         )
     for chunk, ext in zip(batch, extractions, strict=True):
         if not isinstance(ext, Extraction) or ext.chunk_id != chunk.id:
-            raise GraphBuildError(
+            raise EntityBuildError(
                 f"extractor {name!r} returned {type(ext).__name__} for chunk {chunk.id},"
                 " expected an Extraction with that chunk_id"
             )
@@ -90,32 +90,32 @@ def build_collection(
     dimension: int,
     extractor: Extractor,
     rebuild: bool = False,
-    batch_size: int = DEFAULT_GRAPH_BATCH,
+    batch_size: int = DEFAULT_ENTITY_BATCH,
     communities: bool = True,
     summarizer: comm.Summarizer | None = None,
-) -> GraphBuildResult:
-    """Extract the pending chunks of one collection and write their graph.
+) -> EntityBuildResult:
+    """Extract the pending chunks of one collection and write their entities.
 
     Raises:
-        GraphBuildError: if the extractor raised or broke its contract; the
+        EntityBuildError: if the extractor raised or broke its contract; the
             message says how many chunks were done.
     """
-    result = GraphBuildResult()
+    result = EntityBuildResult()
     with pool.connection() as conn:
         pending = store.pending_chunks(conn, collection_id, rebuild=rebuild)
         if not pending:
-            store.mark_dirty(conn, collection_id, extractor.name)  # an empty graph is a graph
+            store.mark_dirty(conn, collection_id, extractor.name)  # built, if empty
     for start in range(0, len(pending), batch_size):
         batch = pending[start : start + batch_size]
         try:
             extractions = _checked(batch, extractor.extract(batch), extractor.name)
-        except GraphBuildError as exc:
-            raise GraphBuildError(f"{exc}; {start} of {len(pending)} chunks were done") from exc
+        except EntityBuildError as exc:
+            raise EntityBuildError(f"{exc}; {start} of {len(pending)} chunks were done") from exc
         except Exception as exc:
-            raise GraphBuildError(
-                f"graph extraction failed for collection {collection!r} after {start} of"
+            raise EntityBuildError(
+                f"entity extraction failed for collection {collection!r} after {start} of"
                 f" {len(pending)} chunks ({type(exc).__name__}: {exc}); the rest stay pending,"
-                " run build_graph to retry"
+                " run build_entities to retry"
             ) from exc
         prepared = store.prepare(extractions)
         texts = [store.entity_text(e.name, e.description) for e in prepared.entities.values()]
@@ -139,10 +139,10 @@ def build_collection(
     with pool.connection() as conn:
         if communities:
             comm.update_dirty(conn, [collection_id], summarizer=summarizer)
-        counts = store.graph_counts(conn, collection_id)
+        counts = store.entity_counts(conn, collection_id)
     result.entities = counts["entities"]
     result.relationships = counts["relationships"]
     result.mentions = counts["mentions"]
     result.communities = counts["communities"]
-    logger.info("graph of %r: %s", collection, counts)
+    logger.info("entities of %r: %s", collection, counts)
     return result

@@ -1,17 +1,17 @@
 """Knowledge-graph benchmark on the demo corpus: build time, search latency, retrieval quality.
 
-Run: `python -m bench.graph_bench` (the embedded server, or `DATABASE_URL`). It
+Run: `python -m bench.entity_bench` (the embedded server, or `DATABASE_URL`). It
 ingests the demo corpus (`knowledge.stdlib_docs`, collection `python-docs`) into
-its own schema `graph_bench`, then measures:
+its own schema `entity_bench`, then measures:
 
-* graph build time per 1,000 chunks with the offline extractor (extraction alone,
+* entity build time per 1,000 chunks with the offline extractor (extraction alone,
   and extraction + entity embedding + writing + communities);
-* search latency (hybrid, limit 5) with and without the graph, p50/p95 over the
+* search latency (hybrid, limit 5) with and without entities, p50/p95 over the
   labelled questions repeated `--rounds` times;
-* recall@5 and MRR with and without the graph on `evaluation/data/python_docs_eval.json`,
-  per question kind (single, multi), for a few graph settings.
+* recall@5 and MRR with and without entities on `evaluation/data/python_docs_eval.json`,
+  per question kind (single, multi), for a few entity search settings.
 
-Results go to `bench/results/graph.json`.
+Results go to `bench/results/entities.json`.
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ from arcana_loop.evaluation.cases import PYTHON_DOCS_EVAL, load_cases
 from arcana_loop.evaluation.metrics import quantile
 from arcana_loop.evaluation.retrieval import evaluate_retrieval
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.graph import GraphSearchOptions, OfflineExtractor
-from arcana_loop.knowledge.graph.store import pending_chunks
+from arcana_loop.knowledge.entities import EntitySearchOptions, OfflineExtractor
+from arcana_loop.knowledge.entities.store import pending_chunks
 from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
-RESULTS = Path(__file__).parent / "results" / "graph.json"
-SCHEMA = "graph_bench"
-SETTINGS: dict[str, GraphSearchOptions] = {
-    "default": GraphSearchOptions(),
-    "depth0": GraphSearchOptions(depth=0),
-    "depth2": GraphSearchOptions(depth=2),
-    "threshold0.5": GraphSearchOptions(entity_threshold=0.5),
-    "threshold0.7": GraphSearchOptions(entity_threshold=0.7),
-    "weight0.5": GraphSearchOptions(graph_weight=0.5),
+RESULTS = Path(__file__).parent / "results" / "entities.json"
+SCHEMA = "entity_bench"
+SETTINGS: dict[str, EntitySearchOptions] = {
+    "default": EntitySearchOptions(),
+    "depth0": EntitySearchOptions(depth=0),
+    "depth2": EntitySearchOptions(depth=2),
+    "threshold0.5": EntitySearchOptions(entity_threshold=0.5),
+    "threshold0.7": EntitySearchOptions(entity_threshold=0.7),
+    "weight0.5": EntitySearchOptions(entity_weight=0.5),
 }
 
 
@@ -58,7 +58,7 @@ def build_times(kb: KnowledgeBase) -> dict[str, Any]:
     OfflineExtractor().extract(chunks)
     extract_s = time.perf_counter() - started
     started = time.perf_counter()
-    result = kb.build_graph(COLLECTION, rebuild=True)
+    result = kb.build_entities(COLLECTION, rebuild=True)
     build_s = time.perf_counter() - started
     per_k = 1000 / len(chunks)
     return {
@@ -76,14 +76,14 @@ def build_times(kb: KnowledgeBase) -> dict[str, Any]:
 
 def latency(kb: KnowledgeBase, questions: list[str], rounds: int) -> dict[str, Any]:
     out = {}
-    for label, graph in (("without_graph", False), ("with_graph", None)):
+    for label, entities in (("without_entities", False), ("with_entities", None)):
         for q in questions[:5]:  # warm caches and plans
-            kb.search(q, collection=COLLECTION, graph=graph)
+            kb.search(q, collection=COLLECTION, entities=entities)
         times = []
         for _ in range(rounds):
             for q in questions:
                 started = time.perf_counter()
-                kb.search(q, collection=COLLECTION, graph=graph)
+                kb.search(q, collection=COLLECTION, entities=entities)
                 times.append((time.perf_counter() - started) * 1000)
         out[label] = {k: None if v is None else round(v, 2) for k, v in _ms(times).items()}
     return out
@@ -108,31 +108,31 @@ def _by_kind(report: dict[str, Any], mode: str) -> dict[str, dict[str, float]]:
 def quality(kb: KnowledgeBase, modes: tuple[str, ...]) -> dict[str, Any]:
     cases = load_cases(PYTHON_DOCS_EVAL)
 
-    def searcher(graph: bool | None) -> Callable[..., Any]:
-        return lambda query, **kw: kb.search(query, graph=graph, **kw)
+    def searcher(entities: bool | None) -> Callable[..., Any]:
+        return lambda query, **kw: kb.search(query, entities=entities, **kw)
 
-    out: dict[str, Any] = {"without_graph": {}, "settings": {k: asdict(v) for k, v in SETTINGS.items()}}
+    out: dict[str, Any] = {"without_entities": {}, "settings": {k: asdict(v) for k, v in SETTINGS.items()}}
     plain = evaluate_retrieval(cases, searcher(False), collection=COLLECTION, modes=modes, k=(5,))
     for mode in modes:
-        out["without_graph"][mode] = _by_kind(plain, mode)
-    saved = kb.graph_options
+        out["without_entities"][mode] = _by_kind(plain, mode)
+    saved = kb.entity_options
     for name, opts in SETTINGS.items():
-        kb.graph_options = opts
+        kb.entity_options = opts
         report = evaluate_retrieval(cases, searcher(None), collection=COLLECTION, modes=modes, k=(5,))
         out[name] = {mode: _by_kind(report, mode) for mode in modes}
-    kb.graph_options = replace(saved)
+    kb.entity_options = replace(saved)
     return out
 
 
-def graph_use(kb: KnowledgeBase, questions: list[str]) -> dict[str, Any]:
-    """How often a question matched entities, and how many results the graph contributed."""
+def entity_use(kb: KnowledgeBase, questions: list[str]) -> dict[str, Any]:
+    """How often a question matched entities, and how many results the entities contributed."""
     matched = contributed = 0
     for q in questions:
         hits = kb.search(q, collection=COLLECTION)
         if hits and "graph_matched_entities" in hits[0]["metadata"]:
             matched += 1
             contributed += sum(1 for h in hits if h["metadata"]["found_by"] == ["graph"])
-    return {"questions": len(questions), "matched_entities": matched, "graph_only_results": contributed}
+    return {"questions": len(questions), "matched_entities": matched, "entity_only_results": contributed}
 
 
 def main() -> None:
@@ -150,8 +150,8 @@ def main() -> None:
     print(json.dumps(results["build"], indent=2))
     results["latency_ms"] = latency(kb, questions, args.rounds)
     print(json.dumps(results["latency_ms"], indent=2))
-    results["graph_use"] = graph_use(kb, questions)
-    print(json.dumps(results["graph_use"], indent=2))
+    results["entity_use"] = entity_use(kb, questions)
+    print(json.dumps(results["entity_use"], indent=2))
     results["quality"] = quality(kb, tuple(args.modes))
     print(json.dumps({k: v for k, v in results["quality"].items() if k != "settings"}, indent=2))
     RESULTS.parent.mkdir(exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 
 from arcana_loop.graph import run
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.graph import GraphSearchOptions
+from arcana_loop.knowledge.entities import EntitySearchOptions
 from arcana_loop.tools.execute import graph_usage
 from tests.fakes import ScriptedChatModel, answer, search
 from tests.knowledge.helpers import HashEmbeddings
@@ -14,13 +14,13 @@ from tests.knowledge.helpers import HashEmbeddings
 pytestmark = pytest.mark.postgres
 
 
-def test_tool_history_records_graph_use(kb: KnowledgeBase) -> None:
+def test_tool_history_records_entity_use(kb: KnowledgeBase) -> None:
     hkb = KnowledgeBase(kb.url, embeddings=HashEmbeddings(), schema=kb.schema,
-                        graph_options=GraphSearchOptions(entity_limit=2, entity_threshold=0.3))
+                        entity_options=EntitySearchOptions(entity_limit=2, entity_threshold=0.3))
     try:
-        hkb.ingest("AlphaNode works with BetaNode.", collection="g", name="a", graph=True)
-        hkb.ingest("BetaNode works with GammaNode.", collection="g", name="b", graph=True)
-        hkb.ingest("AlphaNode in a collection without a graph.", collection="plain", name="p")
+        hkb.ingest("AlphaNode works with BetaNode.", collection="g", name="a", entities=True)
+        hkb.ingest("BetaNode works with GammaNode.", collection="g", name="b", entities=True)
+        hkb.ingest("AlphaNode in a collection without entities.", collection="plain", name="p")
         model = ScriptedChatModel(responses=[search("AlphaNode"), search("AlphaNode", collection="plain"), answer("x")])
         result = run("What works with AlphaNode?", controller_llm=model, search_fn=hkb.search, collection=["g", "plain"])
     finally:

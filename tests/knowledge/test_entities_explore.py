@@ -9,7 +9,7 @@ from langchain_core.messages import ToolMessage
 
 from arcana_loop.graph import run
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.graph import GraphSearchOptions
+from arcana_loop.knowledge.entities import EntitySearchOptions
 from tests.fakes import ScriptedChatModel, answer, calls, tool_call
 from tests.knowledge.helpers import HashEmbeddings
 
@@ -19,11 +19,11 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def hkb(kb: KnowledgeBase) -> Iterator[KnowledgeBase]:
     base = KnowledgeBase(kb.url, embeddings=HashEmbeddings(), schema=kb.schema,
-                         graph_options=GraphSearchOptions(entity_threshold=0.3))
-    base.ingest("asyncio.wait_for raises TimeoutError when the time is up.", collection="docs", name="a", graph=True)
-    base.ingest("TimeoutError is also raised by ThreadPoolExecutor futures. TimeoutError again, ThreadPoolExecutor again.", collection="docs", name="b", graph=True)
-    base.ingest("asyncio.wait_for lives elsewhere too.", collection="other", name="o", graph=True)
-    base.build_graph("docs")  # communities
+                         entity_options=EntitySearchOptions(entity_threshold=0.3))
+    base.ingest("asyncio.wait_for raises TimeoutError when the time is up.", collection="docs", name="a", entities=True)
+    base.ingest("TimeoutError is also raised by ThreadPoolExecutor futures. TimeoutError again, ThreadPoolExecutor again.", collection="docs", name="b", entities=True)
+    base.ingest("asyncio.wait_for lives elsewhere too.", collection="other", name="o", entities=True)
+    base.build_entities("docs")  # communities
     yield base
     base.close()
 

@@ -1,4 +1,7 @@
-"""Graph tables: entities, relationships, mentions, communities, per-collection graph state.
+"""Entity tables: entities, relationships, mentions, communities, per-collection state.
+
+The SQL names keep their `kb_graph_` prefix: renaming a table would break the
+databases already created with it.
 
 Design. Everything hangs off `kb_collections` and `kb_chunks` with `ON DELETE
 CASCADE`, so deleting a collection, a document or a chunk can never leave a
@@ -13,8 +16,8 @@ mention or a relationship pointing at nothing:
   so a relationship's strength is the sum over the chunks that still exist and
   a re-ingested chunk takes its evidence with it. Traversal sums by pair.
 * `kb_graph_chunks`: which chunks the extractor has seen (with a reason when it
-  skipped one), so `build_graph` only does the chunks still missing.
-* `kb_graph_collections`: a collection has a graph once it has a row here;
+  skipped one), so `build_entities` only does the chunks still missing.
+* `kb_graph_collections`: a collection has a knowledge graph once it has a row here;
   `dirty` says its communities are stale, `version` counts changes so a
   community job that raced with a write does not clear the flag.
 * `kb_graph_communities`: Louvain communities per level, with their members and summary.
@@ -32,7 +35,7 @@ from psycopg import sql
 
 from arcana_loop.knowledge.types import checked_dimension
 
-GRAPH_DDL = (
+ENTITY_DDL = (
     """
     CREATE TABLE IF NOT EXISTS kb_graph_collections (
         collection_id bigint PRIMARY KEY REFERENCES kb_collections (id) ON DELETE CASCADE,
@@ -107,9 +110,9 @@ def entity_vectors_table(dimension: int) -> sql.Identifier:
     return sql.Identifier(f"kb_graph_entity_vectors_{checked_dimension(dimension)}")
 
 
-def create_graph_tables(conn: psycopg.Connection[Any]) -> None:
-    """Create the dimension-free graph tables (called inside the schema transaction)."""
-    for statement in GRAPH_DDL:
+def create_entity_tables(conn: psycopg.Connection[Any]) -> None:
+    """Create the dimension-free entity tables (called inside the schema transaction)."""
+    for statement in ENTITY_DDL:
         conn.execute(statement)
 
 

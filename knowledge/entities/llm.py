@@ -22,8 +22,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field, ValidationError
 
-from arcana_loop.knowledge.graph.prompts import EXTRACTION_PROMPT
-from arcana_loop.knowledge.graph.types import (
+from arcana_loop.knowledge.entities.prompts import EXTRACTION_PROMPT
+from arcana_loop.knowledge.entities.types import (
     ChunkText,
     ExtractedEntity,
     ExtractedRelationship,
@@ -101,7 +101,7 @@ def to_extraction(chunk: ChunkText, reply: Any) -> Extraction:
 
 
 def _skipped(chunk: ChunkText, reason: str) -> Extraction:
-    logger.warning("graph extraction skipped chunk %s: %s", chunk.id, reason)
+    logger.warning("entity extraction skipped chunk %s: %s", chunk.id, reason)
     return Extraction(chunk.id, skipped=reason)
 
 

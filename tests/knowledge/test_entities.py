@@ -12,18 +12,18 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.runnables import RunnableLambda
 
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.graph import (
+from arcana_loop.knowledge.entities import (
     ChunkText,
+    EntityBuildError,
+    EntitySearchOptions,
     Extraction,
-    GraphBuildError,
-    GraphSearchOptions,
     OfflineExtractor,
     normalize_name,
 )
-from arcana_loop.knowledge.graph import communities as comm
-from arcana_loop.knowledge.graph import search as gs
-from arcana_loop.knowledge.graph.llm import ExtractionReply, LLMExtractor
-from arcana_loop.knowledge.graph.offline import extract_chunk
+from arcana_loop.knowledge.entities import communities as comm
+from arcana_loop.knowledge.entities import search as es
+from arcana_loop.knowledge.entities.llm import ExtractionReply, LLMExtractor
+from arcana_loop.knowledge.entities.offline import extract_chunk
 from arcana_loop.knowledge.types import Chunk
 from tests.knowledge.helpers import HashEmbeddings
 
@@ -44,15 +44,15 @@ def hkb(kb: KnowledgeBase) -> Iterator[KnowledgeBase]:
         kb.url,
         embeddings=HashEmbeddings(),
         schema=kb.schema,
-        graph_options=GraphSearchOptions(entity_limit=1, entity_threshold=0.3),
+        entity_options=EntitySearchOptions(entity_limit=1, entity_threshold=0.3),
     )
     yield base
     base.close()
 
 
-def _load_chain(kb: KnowledgeBase, collection: str = "chain", graph: bool = True) -> None:
+def _load_chain(kb: KnowledgeBase, collection: str = "chain", entities: bool = True) -> None:
     for name, text in CHAIN.items():
-        kb.ingest(text, collection=collection, name=name, graph=graph)
+        kb.ingest(text, collection=collection, name=name, entities=entities)
 
 
 def _query(kb: KnowledgeBase, sql_text: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -225,17 +225,17 @@ def test_llm_extractor_rejects_bad_settings() -> None:
         LLMExtractor(model, prompt="no slot")  # type: ignore[arg-type]
 
 
-def test_llm_graph_build_writes_nothing_for_a_skipped_chunk(hkb: KnowledgeBase) -> None:
+def test_llm_entity_build_writes_nothing_for_a_skipped_chunk(hkb: KnowledgeBase) -> None:
     hkb.ingest("first: asyncio.wait_for raises TimeoutError", collection="llm", name="good")
     hkb.ingest("second chunk about nothing", collection="llm", name="bad")
     model = ScriptedStructuredModel({"first": GOOD, "second": {"entities": "garbage"}})
-    result = hkb.build_graph("llm", LLMExtractor(model))  # type: ignore[arg-type]
+    result = hkb.build_entities("llm", LLMExtractor(model))  # type: ignore[arg-type]
     assert result.chunks_processed == 2 and result.chunks_skipped == 1
     assert _entities(hkb, "llm") == {"asyncio.wait_for", "timeouterror"}
     assert _query(hkb, "SELECT type, strength FROM kb_graph_relationships") == [("raises", 8.0)]
     # the skipped chunk stays pending: the next build retries only it
     model.replies["second"] = {"entities": [{"name": "chunk"}]}
-    again = hkb.build_graph("llm", LLMExtractor(model))  # type: ignore[arg-type]
+    again = hkb.build_entities("llm", LLMExtractor(model))  # type: ignore[arg-type]
     assert again.chunks_processed == 1 and again.chunks_skipped == 0
     assert _entities(hkb, "llm") == {"asyncio.wait_for", "timeouterror", "chunk"}
     _assert_consistent(hkb)
@@ -244,16 +244,16 @@ def test_llm_graph_build_writes_nothing_for_a_skipped_chunk(hkb: KnowledgeBase) 
 # -- storage consistency ---------------------------------------------------------
 
 
-def test_reingest_and_delete_keep_the_graph_consistent(hkb: KnowledgeBase) -> None:
-    hkb.ingest("OldWidget talks to SharedThing.", collection="c", name="doc", graph=True)
-    hkb.ingest("SharedThing is used by OtherDoc.", collection="c", name="other", graph=True)
+def test_reingest_and_delete_keep_the_entities_consistent(hkb: KnowledgeBase) -> None:
+    hkb.ingest("OldWidget talks to SharedThing.", collection="c", name="doc", entities=True)
+    hkb.ingest("SharedThing is used by OtherDoc.", collection="c", name="other", entities=True)
     assert _entities(hkb, "c") == {"oldwidget", "sharedthing", "otherdoc"}
-    # graph=None: the collection has a graph, so the replacement is extracted too
+    # entities=None: the collection has entities, so the replacement is extracted too
     hkb.ingest("NewWidget talks to SharedThing.", collection="c", name="doc")
     assert _entities(hkb, "c") == {"newwidget", "sharedthing", "otherdoc"}
     _assert_consistent(hkb)
-    # explicitly without the graph: what the old version said still goes away
-    hkb.ingest("Nothing named here at all.", collection="c", name="doc", graph=False)
+    # explicitly without entities: what the old version said still goes away
+    hkb.ingest("Nothing named here at all.", collection="c", name="doc", entities=False)
     assert _entities(hkb, "c") == {"sharedthing", "otherdoc"}
     hkb.delete_document(source="other", collection="c")
     assert _entities(hkb, "c") == set()
@@ -263,18 +263,18 @@ def test_reingest_and_delete_keep_the_graph_consistent(hkb: KnowledgeBase) -> No
     assert _query(hkb, "SELECT count(*) FROM kb_graph_collections") == [(0,)]
 
 
-def test_failing_extractor_leaves_chunks_stored_and_graph_pending(hkb: KnowledgeBase) -> None:
+def test_failing_extractor_leaves_chunks_stored_and_entities_pending(hkb: KnowledgeBase) -> None:
     class Boom:
         name = "boom"
 
         def extract(self, chunks: Any) -> list[Extraction]:
             raise RuntimeError("extractor down")
 
-    with pytest.raises(GraphBuildError, match="extractor down"):
-        hkb.ingest("AlphaNode and BetaNode.", collection="f", name="x", graph=True, graph_extractor=Boom())
+    with pytest.raises(EntityBuildError, match="extractor down"):
+        hkb.ingest("AlphaNode and BetaNode.", collection="f", name="x", entities=True, entity_extractor=Boom())
     assert [c.chunks for c in hkb.collections() if c.name == "f"] == [1]
     assert _query(hkb, "SELECT count(*) FROM kb_graph_entities") == [(0,)]
-    result = hkb.build_graph("f")
+    result = hkb.build_entities("f")
     assert result.chunks_processed == 1 and result.entities == 2
 
     class Liar:
@@ -283,11 +283,11 @@ def test_failing_extractor_leaves_chunks_stored_and_graph_pending(hkb: Knowledge
         def extract(self, chunks: Any) -> list[Extraction]:
             return []
 
-    with pytest.raises(GraphBuildError, match="one Extraction per chunk"):
-        hkb.build_graph("f", Liar(), rebuild=True)
+    with pytest.raises(EntityBuildError, match="one Extraction per chunk"):
+        hkb.build_entities("f", Liar(), rebuild=True)
     assert _entities(hkb, "f") == {"alphanode", "betanode"}  # untouched by the failed rebuild
-    with pytest.raises(TypeError, match="graph_extractor"):
-        hkb.build_graph("f", object())
+    with pytest.raises(TypeError, match="entity_extractor"):
+        hkb.build_entities("f", object())
 
 
 # -- traversal -------------------------------------------------------------------
@@ -295,32 +295,32 @@ def test_failing_extractor_leaves_chunks_stored_and_graph_pending(hkb: Knowledge
 
 def test_expand_step_decays_per_hop_and_respects_fanout() -> None:
     edges = [(1, 2, 4.0), (1, 3, 2.0), (2, 4, 1.0)]
-    weights, frontier = gs.expand_step({1: 1.0}, [1], edges, decay=0.5, fanout=10)
+    weights, frontier = es.expand_step({1: 1.0}, [1], edges, decay=0.5, fanout=10)
     assert weights == {1: 1.0, 2: 0.5, 3: 0.25} and frontier == [2, 3]
-    weights, frontier = gs.expand_step(weights, frontier, edges, decay=0.5, fanout=10)
+    weights, frontier = es.expand_step(weights, frontier, edges, decay=0.5, fanout=10)
     # node 2 passes 0.5 * 0.5 * (1 / 4): its strongest edge (back to 1) sets the scale
     assert weights[4] == pytest.approx(0.0625) and weights[1] == 1.0  # a seed keeps its weight
-    narrow, _ = gs.expand_step({1: 1.0}, [1], edges, decay=0.5, fanout=1)
+    narrow, _ = es.expand_step({1: 1.0}, [1], edges, decay=0.5, fanout=1)
     assert narrow == {1: 1.0, 2: 0.5}
 
 
 @pytest.mark.parametrize(
     ("depth", "expected"), [(0, {"d1"}), (1, {"d1", "d2"}), (2, {"d1", "d2", "d3"})]
 )
-def test_graph_depth_reaches_further_chunks(hkb: KnowledgeBase, depth: int, expected: set[str]) -> None:
+def test_entity_depth_reaches_further_chunks(hkb: KnowledgeBase, depth: int, expected: set[str]) -> None:
     _load_chain(hkb)
-    hits = hkb.search("AlphaNode", collection="chain", graph_depth=depth, limit=10)
-    by_graph = {h["metadata"]["source"] for h in hits if h["metadata"]["graph_enhanced"]}
-    assert by_graph == expected
-    assert {h["metadata"]["source"] for h in hkb.search("AlphaNode", collection="chain", graph=False)} == {"d1"}
+    hits = hkb.search("AlphaNode", collection="chain", entity_depth=depth, limit=10)
+    by_entities = {h["metadata"]["source"] for h in hits if h["metadata"]["graph_enhanced"]}
+    assert by_entities == expected
+    assert {h["metadata"]["source"] for h in hkb.search("AlphaNode", collection="chain", entities=False)} == {"d1"}
     assert all(h["metadata"]["graph_matched_entities"] == 1 for h in hits)
 
 
 async def test_async_search_matches_sync(hkb: KnowledgeBase) -> None:
     _load_chain(hkb)
     for mode in ("hybrid", "fulltext"):
-        sync = hkb.search("AlphaNode", collection="chain", graph_depth=2, limit=10, mode=mode)
-        asynced = await hkb.asearch("AlphaNode", collection="chain", graph_depth=2, limit=10, mode=mode)
+        sync = hkb.search("AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode)
+        asynced = await hkb.asearch("AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode)
         assert len([c for c in sync if c["metadata"]["graph_enhanced"]]) == 3
         assert [(c["id"], round(c["score"], 9), c["metadata"]) for c in asynced] == [
             (c["id"], round(c["score"], 9), c["metadata"]) for c in sync
@@ -337,9 +337,9 @@ def _chunk(chunk_id: str) -> Chunk:
 
 def test_fusion_orders_by_reciprocal_rank_and_marks_paths() -> None:
     text = [_chunk("t1"), _chunk("both"), _chunk("t3")]
-    plan = gs.GraphPlan(seeds={7: 0.9}, names={7: "Seven", 8: "Eight"})
+    plan = es.EntityPlan(seeds={7: 0.9}, names={7: "Seven", 8: "Eight"})
     plan.ranked = [("g1", 2.0, [7]), ("both", 1.0, [8, 7]), ("gone", 0.5, [7])]
-    out = gs.fuse(text, plan, {"g1": _chunk("g1")}, limit=4, graph_weight=1.0)
+    out = es.fuse(text, plan, {"g1": _chunk("g1")}, limit=4, entity_weight=1.0)
     # both: 1/62 + 1/62; t1 and g1 tie at 1/61 (broken by id); "gone" has no row
     assert [c["id"] for c in out] == ["both", "g1", "t1", "t3"]
     assert out[0]["score"] == pytest.approx(2 / 62)
@@ -352,13 +352,13 @@ def test_fusion_orders_by_reciprocal_rank_and_marks_paths() -> None:
         "graph_matched_entities": 1,
         "found_by": ["text"],
     }
-    light = gs.fuse(text, plan, {"g1": _chunk("g1")}, limit=2, graph_weight=0.0)
+    light = es.fuse(text, plan, {"g1": _chunk("g1")}, limit=2, entity_weight=0.0)
     assert [c["id"] for c in light] == ["t1", "both"]  # weight 0: the text order
 
 
 def test_rank_chunks_discounts_entities_named_everywhere() -> None:
     rows = [("a", 1, 3), ("b", 1, 3), ("c", 1, 3), ("c", 2, 1)]
-    ranked = gs.rank_chunks({1: 1.0, 2: 0.6}, rows, pool=2)
+    ranked = es.rank_chunks({1: 1.0, 2: 0.6}, rows, pool=2)
     assert [r[0] for r in ranked] == ["c", "a"]
     assert ranked[0][2] == [2, 1]  # the rarer entity contributes more
 
@@ -366,33 +366,33 @@ def test_rank_chunks_discounts_entities_named_everywhere() -> None:
 # -- scoping and fallbacks -------------------------------------------------------
 
 
-def test_graph_path_is_scoped_in_sql(hkb: KnowledgeBase) -> None:
+def test_entity_path_is_scoped_in_sql(hkb: KnowledgeBase) -> None:
     _load_chain(hkb, "chain")
-    hkb.ingest("AlphaNode also appears with EpsilonNode elsewhere.", collection="other", name="o1", graph=True)
-    one = hkb.search("AlphaNode", collection="chain", graph_depth=2, limit=10)
+    hkb.ingest("AlphaNode also appears with EpsilonNode elsewhere.", collection="other", name="o1", entities=True)
+    one = hkb.search("AlphaNode", collection="chain", entity_depth=2, limit=10)
     assert {h["collection"] for h in one} == {"chain"}
     assert all("EpsilonNode" not in h["metadata"]["graph_entities"] for h in one)
-    other = hkb.search("AlphaNode", collection="other", graph_depth=2, limit=10)
+    other = hkb.search("AlphaNode", collection="other", entity_depth=2, limit=10)
     assert {h["collection"] for h in other} == {"other"}
-    both = hkb.search("AlphaNode", collection=["chain", "other"], graph_depth=2, limit=10)
+    both = hkb.search("AlphaNode", collection=["chain", "other"], entity_depth=2, limit=10)
     assert {h["collection"] for h in both} == {"chain", "other"}
     assert hkb.search("AlphaNode", collection=[], limit=10) == []
     assert hkb.search("AlphaNode", collection="missing", limit=10) == []
 
 
 def _plain(kb: KnowledgeBase, query: str, **kwargs: Any) -> list[tuple[str, float]]:
-    return [(c["id"], c["score"]) for c in kb.search(query, graph=False, **kwargs)]
+    return [(c["id"], c["score"]) for c in kb.search(query, entities=False, **kwargs)]
 
 
-def test_without_graph_or_match_the_search_is_unchanged(hkb: KnowledgeBase, caplog: pytest.LogCaptureFixture) -> None:
-    _load_chain(hkb, "plain", graph=False)
+def test_without_entities_or_match_the_search_is_unchanged(hkb: KnowledgeBase, caplog: pytest.LogCaptureFixture) -> None:
+    _load_chain(hkb, "plain", entities=False)
     for mode in ("hybrid", "semantic", "fulltext"):
-        got = hkb.search("AlphaNode stage", collection="plain", mode=mode, graph=True)
+        got = hkb.search("AlphaNode stage", collection="plain", mode=mode, entities=True)
         assert [(c["id"], c["score"]) for c in got] == _plain(hkb, "AlphaNode stage", collection="plain", mode=mode)
         assert all("graph_enhanced" not in c["metadata"] for c in got)
     _load_chain(hkb, "chain")
     strict = KnowledgeBase(hkb.url, embeddings=hkb.embeddings, schema=hkb.schema,
-                           graph_options=GraphSearchOptions(entity_threshold=1.0))
+                           entity_options=EntitySearchOptions(entity_threshold=1.0))
     try:
         got = strict.search("yeast dough", collection="chain")
         assert [(c["id"], c["score"]) for c in got] == _plain(strict, "yeast dough", collection="chain")
@@ -406,29 +406,29 @@ def test_failing_matcher_falls_back_and_logs(hkb: KnowledgeBase, monkeypatch: py
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise psycopg.errors.UndefinedTable("entity vectors missing")
 
-    monkeypatch.setattr(gs, "match_statement", lambda *a, **k: ("SELECT * FROM no_such_table", {}))
-    with caplog.at_level(logging.WARNING, logger="arcana_loop.knowledge.graph.hooks"):
+    monkeypatch.setattr(es, "match_statement", lambda *a, **k: ("SELECT * FROM no_such_table", {}))
+    with caplog.at_level(logging.WARNING, logger="arcana_loop.knowledge.entities.hooks"):
         got = hkb.search("AlphaNode", collection="chain")
     assert [(c["id"], c["score"]) for c in got] == _plain(hkb, "AlphaNode", collection="chain")
-    assert "graph search failed" in caplog.text
-    monkeypatch.setattr(gs, "plan_sync", broken)
+    assert "entity search failed" in caplog.text
+    monkeypatch.setattr(es, "plan_steps", broken)
     assert [(c["id"], c["score"]) for c in hkb.search("AlphaNode", collection="chain")] == _plain(
         hkb, "AlphaNode", collection="chain"
     )
 
 
-def test_bad_graph_arguments_are_errors(hkb: KnowledgeBase) -> None:
+def test_bad_entity_arguments_are_errors(hkb: KnowledgeBase) -> None:
     _load_chain(hkb)
-    with pytest.raises(ValueError, match="graph_depth"):
-        hkb.search("AlphaNode", graph_depth=-1)
-    with pytest.raises(TypeError, match="graph must be"):
-        hkb.search("AlphaNode", graph="yes")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="graph must be"):
-        hkb.ingest("x y z", collection="chain", graph="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="entity_depth"):
+        hkb.search("AlphaNode", entity_depth=-1)
+    with pytest.raises(TypeError, match="entities must be"):
+        hkb.search("AlphaNode", entities="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="entities must be"):
+        hkb.ingest("x y z", collection="chain", entities="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="entity_threshold"):
-        GraphSearchOptions(entity_threshold=2)
+        EntitySearchOptions(entity_threshold=2)
     with pytest.raises(ValueError, match="fanout"):
-        GraphSearchOptions(fanout=0)
+        EntitySearchOptions(fanout=0)
 
 
 # -- communities -----------------------------------------------------------------
@@ -438,32 +438,32 @@ def test_louvain_finds_known_communities_deterministically() -> None:
     entities = [(i, f"n{i}", f"node {i}") for i in range(1, 9)]
     clique_a = [(a, b, 5.0) for a in range(1, 5) for b in range(a + 1, 5)]
     clique_b = [(a, b, 5.0) for a in range(5, 9) for b in range(a + 1, 9)]
-    graph = comm.build_graph(entities, [*clique_a, *clique_b, (4, 5, 0.5)])
-    found = comm.communities(graph)
+    network = comm.build_network(entities, [*clique_a, *clique_b, (4, 5, 0.5)])
+    found = comm.communities(network)
     top = [c for c in found if c.level == max(f.level for f in found)]
     assert sorted(sorted(c.members) for c in top) == [[1, 2, 3, 4], [5, 6, 7, 8]]
-    assert comm.communities(graph) == found  # the fixed seed
+    assert comm.communities(network) == found  # the fixed seed
     assert top[0].summary.startswith("4 entities: ")
-    assert comm.communities(comm.build_graph(entities, [])) == []
+    assert comm.communities(comm.build_network(entities, [])) == []
 
 
 def test_communities_use_a_summariser_and_fall_back_when_it_fails() -> None:
-    graph = comm.build_graph([(1, "a", ""), (2, "b", "about b")], [(1, 2, 1.0)])
-    assert comm.communities(graph, summarizer=lambda members: "Both letters.")[0].summary == "Both letters."
+    network = comm.build_network([(1, "a", ""), (2, "b", "about b")], [(1, 2, 1.0)])
+    assert comm.communities(network, summarizer=lambda members: "Both letters.")[0].summary == "Both letters."
 
     def boom(members: Any) -> str:
         raise RuntimeError("model down")
 
-    assert comm.communities(graph, summarizer=boom)[0].summary.startswith("2 entities: ")
+    assert comm.communities(network, summarizer=boom)[0].summary.startswith("2 entities: ")
 
 
 def test_only_dirty_collections_are_recomputed(hkb: KnowledgeBase) -> None:
     _load_chain(hkb, "chain")
-    hkb.ingest("OneThing with TwoThing.", collection="side", name="s", graph=True)
+    hkb.ingest("OneThing with TwoThing.", collection="side", name="s", entities=True)
     assert _query(hkb, "SELECT count(*) FROM kb_graph_collections WHERE dirty") == [(2,)]
     assert hkb.update_communities() == {"chain": 2, "side": 1}  # the path A-B-C-D splits in two
     before = _query(hkb, "SELECT id, collection_id FROM kb_graph_communities ORDER BY id")
-    hkb.ingest("TwoThing with ThreeThing.", collection="side", name="s2")  # graph=None: extended
+    hkb.ingest("TwoThing with ThreeThing.", collection="side", name="s2")  # entities=None: extended
     assert hkb.update_communities() == {"side": 1}
     after = _query(hkb, "SELECT id, collection_id FROM kb_graph_communities ORDER BY id")
     chain_id = _query(hkb, "SELECT id FROM kb_collections WHERE name = 'chain'")[0][0]
@@ -475,6 +475,6 @@ def test_only_dirty_collections_are_recomputed(hkb: KnowledgeBase) -> None:
 
 
 def test_offline_extractor_satisfies_the_protocol() -> None:
-    from arcana_loop.knowledge.graph import Extractor
+    from arcana_loop.knowledge.entities import Extractor
 
     assert isinstance(OfflineExtractor(), Extractor)

@@ -1,4 +1,4 @@
-"""Graph-enhanced retrieval: query -> entities -> neighbours -> chunks, fused with text search.
+"""Entity-enhanced retrieval: query -> entities -> neighbours -> chunks, fused with text search.
 
 1. **Match.** The query vector is compared with the entity vectors of the
    searched collections (HNSW, cosine); the best `entity_limit` entities at or
@@ -13,14 +13,14 @@
    that mention the entity and `N` the number that mention any of them: an
    entity named everywhere says little about any one chunk.
 4. **Fuse.** The text ranking (the search's own mode, widened to the candidate
-   pool) and the graph ranking are combined by reciprocal-rank fusion,
-   `1 / (k + rank_text) + graph_weight / (k + rank_graph)`, k = 60, and cut to
+   pool) and the entity ranking are combined by reciprocal-rank fusion,
+   `1 / (k + rank_text) + entity_weight / (k + rank_entities)`, k = 60, and cut to
    `limit`. The fused value becomes each chunk's `score`.
 
 Every statement filters on the scope's collection ids, so `[]`, one collection
 or a list is enforced in SQL on this path as on the text path. When the scope
-has no graph or no entity reaches the threshold, the caller runs the plain
-search exactly as without a graph.
+has no entities or no entity reaches the threshold, the caller runs the plain
+search exactly as without entities.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from typing import Any
 
 from psycopg import sql
 
-from arcana_loop.knowledge.graph.schema import entity_vectors_table
+from arcana_loop.knowledge.entities.schema import entity_vectors_table
+from arcana_loop.knowledge.steps import Steps
 from arcana_loop.knowledge.types import Chunk
 
 Statement = tuple[sql.Composable, dict[str, Any]]
@@ -41,8 +42,8 @@ MAX_CHUNK_ENTITIES_SHOWN = 5
 
 
 @dataclass(frozen=True)
-class GraphSearchOptions:
-    """How graph-enhanced search matches, expands and fuses (defaults measured on python-docs)."""
+class EntitySearchOptions:
+    """How entity-enhanced search matches, expands and fuses (defaults measured on python-docs)."""
 
     entity_threshold: float = 0.6
     """Lowest cosine similarity between the query and an entity for it to be a seed."""
@@ -56,11 +57,11 @@ class GraphSearchOptions:
     """Most neighbours an entity passes weight to per hop (its strongest)."""
     pool: int = 40
     """Chunks each side ranks before fusion."""
-    graph_weight: float = 1.0
-    """Weight of the graph ranking in the fusion (1.0: equal to the text ranking)."""
+    entity_weight: float = 1.0
+    """Weight of the entity ranking in the fusion (1.0: equal to the text ranking)."""
 
     def __post_init__(self) -> None:
-        """Reject values that would make the graph path meaningless."""
+        """Reject values that would make the entity path meaningless."""
         _check_unit("entity_threshold", self.entity_threshold, low=-1.0)
         _check_unit("decay", self.decay, low=0.0)
         for name in ("entity_limit", "fanout", "pool"):
@@ -68,9 +69,9 @@ class GraphSearchOptions:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         check_depth(self.depth)
-        weight: object = self.graph_weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or self.graph_weight < 0:
-            raise ValueError(f"graph_weight must be a number >= 0, got {self.graph_weight!r}")
+        weight: object = self.entity_weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or self.entity_weight < 0:
+            raise ValueError(f"entity_weight must be a number >= 0, got {self.entity_weight!r}")
 
 
 MAX_DEPTH = 4
@@ -79,7 +80,7 @@ MAX_DEPTH = 4
 def check_depth(depth: object) -> int:
     """Return `depth` if it is an int in 0..MAX_DEPTH, else raise `ValueError`."""
     if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
-        raise ValueError(f"graph_depth must be an int in 0..{MAX_DEPTH}, got {depth!r}")
+        raise ValueError(f"entity_depth must be an int in 0..{MAX_DEPTH}, got {depth!r}")
     return depth
 
 
@@ -89,8 +90,8 @@ def _check_unit(name: str, value: object, *, low: float) -> None:
 
 
 @dataclass
-class GraphPlan:
-    """What the graph side found for one query, before fusion."""
+class EntityPlan:
+    """What the entity side found for one query, before fusion."""
 
     seeds: dict[int, float]
     """Matched entity id -> similarity."""
@@ -98,13 +99,13 @@ class GraphPlan:
     weights: dict[int, float] = field(default_factory=dict)
     """Every reached entity id -> weight (seeds included)."""
     ranked: list[tuple[str, float, list[int]]] = field(default_factory=list)
-    """`(chunk_id, graph score, entity ids it mentions, heaviest first)`, best first."""
+    """`(chunk_id, entity score, entity ids it mentions, heaviest first)`, best first."""
 
 
 # -- statements ------------------------------------------------------------------
 
 
-def has_graph_statement(ids: Sequence[int]) -> Statement:
+def has_entities_statement(ids: Sequence[int]) -> Statement:
     """Whether any collection of the scope has entities."""
     return (
         sql.SQL(
@@ -114,7 +115,7 @@ def has_graph_statement(ids: Sequence[int]) -> Statement:
     )
 
 
-def settings_statement(opts: GraphSearchOptions) -> Statement:
+def settings_statement(opts: EntitySearchOptions) -> Statement:
     """Transaction-local HNSW settings so the collection filter still yields `entity_limit` rows."""
     return (
         sql.SQL(
@@ -126,7 +127,7 @@ def settings_statement(opts: GraphSearchOptions) -> Statement:
 
 
 def match_statement(
-    ids: Sequence[int], dimension: int, vector: Any, opts: GraphSearchOptions
+    ids: Sequence[int], dimension: int, vector: Any, opts: EntitySearchOptions
 ) -> Statement:
     """The entities nearest to the query vector, at or above the threshold."""
     query = sql.SQL(
@@ -175,7 +176,7 @@ def names_statement(entity_ids: Sequence[int]) -> Statement:
 
 
 def chunks_statement(ids: Sequence[int], chunk_ids: Sequence[str]) -> Statement:
-    """The rows of graph-found chunks, shaped like the text search's rows (score 0)."""
+    """The rows of entity-found chunks, shaped like the text search's rows (score 0)."""
     query = sql.SQL(
         "SELECT c.id, c.text, 0::float8, k.name, c.document_id, c.position, c.metadata"
         " FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id"
@@ -184,7 +185,7 @@ def chunks_statement(ids: Sequence[int], chunk_ids: Sequence[str]) -> Statement:
     return query, {"ids": list(ids), "c": list(chunk_ids)}
 
 
-# -- pure steps ------------------------------------------------------------------
+# -- pure functions --------------------------------------------------------------
 
 
 def expand_step(
@@ -239,37 +240,37 @@ def rank_chunks(
 
 def fuse(
     text: Sequence[Chunk],
-    plan: GraphPlan,
-    graph_chunks: Mapping[str, Chunk],
+    plan: EntityPlan,
+    entity_chunks: Mapping[str, Chunk],
     *,
     limit: int,
-    graph_weight: float,
+    entity_weight: float,
 ) -> list[Chunk]:
-    """Reciprocal-rank fusion of the text and graph rankings, marked with the path that found each."""
+    """Reciprocal-rank fusion of the text and entity rankings, marked with the path that found each."""
     fused: dict[str, float] = {}
     by_id: dict[str, Chunk] = {}
     for rank, chunk in enumerate(text, start=1):
         fused[chunk["id"]] = 1.0 / (RRF_K + rank)
         by_id[chunk["id"]] = chunk
-    graph_rank: dict[str, tuple[int, list[int]]] = {}
+    entity_rank: dict[str, tuple[int, list[int]]] = {}
     for rank, (chunk_id, _, ents) in enumerate(plan.ranked, start=1):
-        if chunk_id not in by_id and chunk_id not in graph_chunks:
+        if chunk_id not in by_id and chunk_id not in entity_chunks:
             continue  # outside the scope, or deleted since the mentions were read
-        graph_rank[chunk_id] = (rank, ents)
-        fused[chunk_id] = fused.get(chunk_id, 0.0) + graph_weight / (RRF_K + rank)
-        by_id.setdefault(chunk_id, graph_chunks.get(chunk_id) or by_id.get(chunk_id))  # type: ignore[arg-type]
+        entity_rank[chunk_id] = (rank, ents)
+        fused[chunk_id] = fused.get(chunk_id, 0.0) + entity_weight / (RRF_K + rank)
+        by_id.setdefault(chunk_id, entity_chunks.get(chunk_id) or by_id.get(chunk_id))  # type: ignore[arg-type]
     text_ids = {c["id"] for c in text}
     order = sorted(fused, key=lambda cid: (-fused[cid], cid))[:limit]
     out = []
     for chunk_id in order:
         chunk = by_id[chunk_id]
         found_by = (["text"] if chunk_id in text_ids else []) + (
-            ["graph"] if chunk_id in graph_rank else []
+            ["graph"] if chunk_id in entity_rank else []
         )
-        ents = graph_rank.get(chunk_id, (0, []))[1][:MAX_CHUNK_ENTITIES_SHOWN]
+        ents = entity_rank.get(chunk_id, (0, []))[1][:MAX_CHUNK_ENTITIES_SHOWN]
         metadata = {
             **chunk["metadata"],
-            "graph_enhanced": chunk_id in graph_rank,
+            "graph_enhanced": chunk_id in entity_rank,
             "graph_entities": [plan.names.get(e, str(e)) for e in ents],
             "graph_matched_entities": len(plan.seeds),
             "found_by": found_by,
@@ -278,69 +279,42 @@ def fuse(
     return out
 
 
-# -- runners (the same steps on a sync or an async connection) -------------------
+# -- steps (run on a sync or an async connection by `knowledge.steps`) ----------
 
 
-def _seed_plan(rows: Sequence[tuple[Any, ...]]) -> GraphPlan | None:
+def _seed_plan(rows: Sequence[tuple[Any, ...]]) -> EntityPlan | None:
     if not rows:
         return None
     seeds = {int(r[0]): float(r[2]) for r in rows}
-    return GraphPlan(seeds=seeds, names={int(r[0]): r[1] for r in rows}, weights=dict(seeds))
+    return EntityPlan(seeds=seeds, names={int(r[0]): r[1] for r in rows}, weights=dict(seeds))
 
 
-def plan_sync(
-    conn: Any, ids: Sequence[int], dimension: int, vector: Any, opts: GraphSearchOptions, depth: int
-) -> GraphPlan | None:
-    """Run match, expand and score on a sync connection; `None` when no entity matches."""
-    conn.execute(*settings_statement(opts))
-    plan = _seed_plan(conn.execute(*match_statement(ids, dimension, vector, opts)).fetchall())
+def plan_steps(
+    ids: Sequence[int], dimension: int, vector: Any, opts: EntitySearchOptions, depth: int
+) -> Steps[EntityPlan | None]:
+    """Match, expand and score (steps for `knowledge.steps`); `None` when no entity matches."""
+    yield settings_statement(opts)
+    plan = _seed_plan((yield match_statement(ids, dimension, vector, opts)))
     if plan is None:
         return None
     frontier = list(plan.seeds)
     for _ in range(depth):
         if not frontier:
             break
-        edges = conn.execute(*edges_statement(ids, frontier)).fetchall()
+        edges = yield edges_statement(ids, frontier)
         plan.weights, frontier = expand_step(
             plan.weights, frontier, edges, decay=opts.decay, fanout=opts.fanout
         )
-    rows = conn.execute(*mentions_statement(ids, list(plan.weights))).fetchall()
+    rows = yield mentions_statement(ids, list(plan.weights))
     plan.ranked = rank_chunks(plan.weights, rows, opts.pool)
     missing = {e for _, _, ents in plan.ranked for e in ents[:MAX_CHUNK_ENTITIES_SHOWN]}
     missing -= set(plan.names)
     if missing:
-        plan.names.update(dict(conn.execute(*names_statement(sorted(missing))).fetchall()))
+        plan.names.update(dict((yield names_statement(sorted(missing)))))
     return plan
 
 
-async def plan_async(
-    conn: Any, ids: Sequence[int], dimension: int, vector: Any, opts: GraphSearchOptions, depth: int
-) -> GraphPlan | None:
-    """`plan_sync` on an async connection."""
-    await conn.execute(*settings_statement(opts))
-    cur = await conn.execute(*match_statement(ids, dimension, vector, opts))
-    plan = _seed_plan(await cur.fetchall())
-    if plan is None:
-        return None
-    frontier = list(plan.seeds)
-    for _ in range(depth):
-        if not frontier:
-            break
-        cur = await conn.execute(*edges_statement(ids, frontier))
-        plan.weights, frontier = expand_step(
-            plan.weights, frontier, await cur.fetchall(), decay=opts.decay, fanout=opts.fanout
-        )
-    cur = await conn.execute(*mentions_statement(ids, list(plan.weights)))
-    plan.ranked = rank_chunks(plan.weights, await cur.fetchall(), opts.pool)
-    missing = {e for _, _, ents in plan.ranked for e in ents[:MAX_CHUNK_ENTITIES_SHOWN]}
-    missing -= set(plan.names)
-    if missing:
-        cur = await conn.execute(*names_statement(sorted(missing)))
-        plan.names.update(dict(await cur.fetchall()))
-    return plan
-
-
-def graph_only_ids(text: Sequence[Chunk], plan: GraphPlan) -> list[str]:
-    """Ids the graph ranked that the text ranking did not return (their rows must be read)."""
+def entity_only_ids(text: Sequence[Chunk], plan: EntityPlan) -> list[str]:
+    """Ids the entity side ranked that the text ranking did not return (their rows must be read)."""
     have = {c["id"] for c in text}
     return [cid for cid, _, _ in plan.ranked if cid not in have]

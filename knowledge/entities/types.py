@@ -73,7 +73,7 @@ class Extractor(Protocol):
     """Turns chunks into entities and relationships, one `Extraction` per chunk, in order."""
 
     name: str
-    """Recorded per collection, so a graph says what built it."""
+    """Recorded per collection, so a knowledge graph says what built it."""
 
     def extract(self, chunks: Sequence[ChunkText]) -> list[Extraction]:
         """Extract entities and relationships from `chunks`."""
@@ -81,8 +81,8 @@ class Extractor(Protocol):
 
 
 @dataclass
-class GraphBuildResult:
-    """Counts from one graph build."""
+class EntityBuildResult:
+    """Counts from one entity build."""
 
     chunks_processed: int = 0
     chunks_skipped: int = 0
@@ -94,9 +94,9 @@ class GraphBuildResult:
     """`(chunk_id, reason)` for chunks the extractor skipped."""
 
 
-class GraphBuildError(KnowledgeBaseError):
-    """A graph could not be built (the extractor failed or broke its contract).
+class EntityBuildError(KnowledgeBaseError):
+    """Entities could not be built (the extractor failed or broke its contract).
 
-    Whatever chunks were written before the failure keep a complete graph; the
-    rest stay pending, and `KnowledgeBase.build_graph` picks them up.
+    Whatever chunks were written before the failure keep complete entities; the
+    rest stay pending, and `KnowledgeBase.build_entities` picks them up.
     """

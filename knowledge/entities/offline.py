@@ -1,6 +1,6 @@
 """The offline extractor: identifiers and capitalised terms by pattern, related by co-occurrence.
 
-This is the "fast, NLP-based" way to build a graph: no model, deterministic,
+This is the "fast, NLP-based" way to build a knowledge graph: no model, deterministic,
 thousands of chunks a second. It finds what technical text names explicitly:
 
 * dotted code names (`asyncio.wait_for`, `os.path.join()`),
@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from arcana_loop.knowledge.graph.types import (
+from arcana_loop.knowledge.entities.types import (
     ChunkText,
     ExtractedEntity,
     ExtractedRelationship,
