@@ -129,9 +129,9 @@ def entity_use(kb: KnowledgeBase, questions: list[str]) -> dict[str, Any]:
     matched = contributed = 0
     for q in questions:
         hits = kb.search(q, collection=COLLECTION)
-        if hits and "graph_matched_entities" in hits[0]["metadata"]:
+        if hits and "matched_entities" in hits[0]["metadata"]:
             matched += 1
-            contributed += sum(1 for h in hits if h["metadata"]["found_by"] == ["graph"])
+            contributed += sum(1 for h in hits if h["metadata"]["found_by"] == ["entities"])
     return {"questions": len(questions), "matched_entities": matched, "entity_only_results": contributed}
 
 

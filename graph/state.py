@@ -56,8 +56,8 @@ class ToolEvent(TypedDict):
     """Ids a search returned, in order; empty for every other tool."""
     duplicate_of: NotRequired[int]
     """For a search not sent again because it repeated one: the iteration of the earlier search."""
-    graph: NotRequired[dict[str, Any]]
-    """For a knowledge-graph-enhanced search: ``used``, ``matched_entities``, ``graph_chunks`` (returned chunks the graph found)."""
+    entities: NotRequired[dict[str, Any]]
+    """For a search the knowledge graph took part in: ``used``, ``matched_entities``, ``entity_chunks`` (returned chunks it found)."""
     ignored_args: NotRequired[list[str]]
     """Arguments the call sent that the tool's offered schema does not have; they were not used."""
 

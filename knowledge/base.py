@@ -668,8 +668,8 @@ class KnowledgeBase:
 
         Returns:
             Chunks, best first. Entity-fused results carry an RRF score and, in
-            their metadata, `graph_enhanced`, `graph_entities`,
-            `graph_matched_entities` and `found_by` (`"text"`, `"graph"`).
+            their metadata, `entity_enhanced`, `entity_names`,
+            `matched_entities` and `found_by` (`"text"`, `"entities"`).
 
         Raises:
             ValueError: for a blank query, an unknown mode, a limit outside

@@ -94,7 +94,7 @@ class _Batch:
 
 
 RESERVED_METADATA_KEYS = frozenset(
-    {"start_index", "graph_enhanced", "graph_entities", "graph_matched_entities", "found_by"}
+    {"start_index", "entity_enhanced", "entity_names", "matched_entities", "found_by"}
 )
 """Keys the knowledge base writes into chunk metadata itself (at ingest or in entity search).
 

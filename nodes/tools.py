@@ -57,8 +57,8 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
     }
     if outcome.duplicate is not None:
         entry["duplicate_of"] = outcome.duplicate.iteration
-    if outcome.graph is not None:
-        entry["graph"] = outcome.graph
+    if outcome.entities is not None:
+        entry["entities"] = outcome.entities
     if outcome.ignored_args:
         entry["ignored_args"] = list(outcome.ignored_args)
     return entry

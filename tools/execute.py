@@ -83,8 +83,8 @@ class CallOutcome:
     """For a search not sent because it repeats this earlier one."""
     rendered: bool = True
     """False for search results whose text `render_turn` writes (it depends on what was shown before)."""
-    graph: dict[str, Any] | None = None
-    """For a graph-enhanced search: ``{"used": True, "matched_entities": n, "graph_chunks": m}``."""
+    entities: dict[str, Any] | None = None
+    """For a search the knowledge graph took part in: ``{"used": True, "matched_entities": n, "entity_chunks": m}``."""
     ignored_args: tuple[str, ...] = ()
     """Arguments of a default tool's call that its offered schema does not have: never used."""
     sent_back: bool = False
@@ -288,7 +288,7 @@ def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
     found = to_chunks(results, call.limit)  # bounded: a search may return far more than it was asked for
     ids = [c["id"] for c in found]
     return CallOutcome(
-        call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, graph=graph_usage(found),
+        call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, entities=entity_usage(found),
         ignored_args=call.ignored_args,
     )
 
@@ -297,15 +297,15 @@ def _failed_search(call: SearchCall, reason: str) -> CallOutcome:
     return replace(_search_error(call.call_id, call.args, reason), ignored_args=call.ignored_args)
 
 
-def graph_usage(found: Sequence[Chunk]) -> dict[str, Any] | None:
+def entity_usage(found: Sequence[Chunk]) -> dict[str, Any] | None:
     """Read from the chunks' metadata whether the knowledge graph took part in a search."""
-    marks = [c["metadata"] for c in found if isinstance(c.get("metadata", {}).get("graph_matched_entities"), int)]
+    marks = [c["metadata"] for c in found if isinstance(c.get("metadata", {}).get("matched_entities"), int)]
     if not marks:
         return None
     return {
         "used": True,
-        "matched_entities": marks[0]["graph_matched_entities"],
-        "graph_chunks": sum(1 for m in marks if m.get("graph_enhanced") is True),
+        "matched_entities": marks[0]["matched_entities"],
+        "entity_chunks": sum(1 for m in marks if m.get("entity_enhanced") is True),
     }
 
 

@@ -265,14 +265,14 @@ def fuse(
     for chunk_id in order:
         chunk = by_id[chunk_id]
         found_by = (["text"] if chunk_id in text_ids else []) + (
-            ["graph"] if chunk_id in entity_rank else []
+            ["entities"] if chunk_id in entity_rank else []
         )
         ents = entity_rank.get(chunk_id, (0, []))[1][:MAX_CHUNK_ENTITIES_SHOWN]
         metadata = {
             **chunk["metadata"],
-            "graph_enhanced": chunk_id in entity_rank,
-            "graph_entities": [plan.names.get(e, str(e)) for e in ents],
-            "graph_matched_entities": len(plan.seeds),
+            "entity_enhanced": chunk_id in entity_rank,
+            "entity_names": [plan.names.get(e, str(e)) for e in ents],
+            "matched_entities": len(plan.seeds),
             "found_by": found_by,
         }
         out.append(Chunk(**{**chunk, "score": fused[chunk_id], "metadata": metadata}))

@@ -310,10 +310,10 @@ def test_expand_step_decays_per_hop_and_respects_fanout() -> None:
 def test_entity_depth_reaches_further_chunks(hkb: KnowledgeBase, depth: int, expected: set[str]) -> None:
     _load_chain(hkb)
     hits = hkb.search("AlphaNode", collection="chain", entity_depth=depth, limit=10)
-    by_entities = {h["metadata"]["source"] for h in hits if h["metadata"]["graph_enhanced"]}
+    by_entities = {h["metadata"]["source"] for h in hits if h["metadata"]["entity_enhanced"]}
     assert by_entities == expected
     assert {h["metadata"]["source"] for h in hkb.search("AlphaNode", collection="chain", entities=False)} == {"d1"}
-    assert all(h["metadata"]["graph_matched_entities"] == 1 for h in hits)
+    assert all(h["metadata"]["matched_entities"] == 1 for h in hits)
 
 
 async def test_async_search_matches_sync(hkb: KnowledgeBase) -> None:
@@ -321,7 +321,7 @@ async def test_async_search_matches_sync(hkb: KnowledgeBase) -> None:
     for mode in ("hybrid", "fulltext"):
         sync = hkb.search("AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode)
         asynced = await hkb.asearch("AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode)
-        assert len([c for c in sync if c["metadata"]["graph_enhanced"]]) == 3
+        assert len([c for c in sync if c["metadata"]["entity_enhanced"]]) == 3
         assert [(c["id"], round(c["score"], 9), c["metadata"]) for c in asynced] == [
             (c["id"], round(c["score"], 9), c["metadata"]) for c in sync
         ]
@@ -343,13 +343,13 @@ def test_fusion_orders_by_reciprocal_rank_and_marks_paths() -> None:
     # both: 1/62 + 1/62; t1 and g1 tie at 1/61 (broken by id); "gone" has no row
     assert [c["id"] for c in out] == ["both", "g1", "t1", "t3"]
     assert out[0]["score"] == pytest.approx(2 / 62)
-    assert out[0]["metadata"]["found_by"] == ["text", "graph"]
-    assert out[0]["metadata"]["graph_entities"] == ["Eight", "Seven"]
-    assert out[1]["metadata"]["found_by"] == ["graph"] and out[1]["metadata"]["graph_enhanced"]
+    assert out[0]["metadata"]["found_by"] == ["text", "entities"]
+    assert out[0]["metadata"]["entity_names"] == ["Eight", "Seven"]
+    assert out[1]["metadata"]["found_by"] == ["entities"] and out[1]["metadata"]["entity_enhanced"]
     assert out[2]["metadata"] == {
-        "graph_enhanced": False,
-        "graph_entities": [],
-        "graph_matched_entities": 1,
+        "entity_enhanced": False,
+        "entity_names": [],
+        "matched_entities": 1,
         "found_by": ["text"],
     }
     light = es.fuse(text, plan, {"g1": _chunk("g1")}, limit=2, entity_weight=0.0)
@@ -371,7 +371,7 @@ def test_entity_path_is_scoped_in_sql(hkb: KnowledgeBase) -> None:
     hkb.ingest("AlphaNode also appears with EpsilonNode elsewhere.", collection="other", name="o1", entities=True)
     one = hkb.search("AlphaNode", collection="chain", entity_depth=2, limit=10)
     assert {h["collection"] for h in one} == {"chain"}
-    assert all("EpsilonNode" not in h["metadata"]["graph_entities"] for h in one)
+    assert all("EpsilonNode" not in h["metadata"]["entity_names"] for h in one)
     other = hkb.search("AlphaNode", collection="other", entity_depth=2, limit=10)
     assert {h["collection"] for h in other} == {"other"}
     both = hkb.search("AlphaNode", collection=["chain", "other"], entity_depth=2, limit=10)
@@ -389,7 +389,7 @@ def test_without_entities_or_match_the_search_is_unchanged(hkb: KnowledgeBase, c
     for mode in ("hybrid", "semantic", "fulltext"):
         got = hkb.search("AlphaNode stage", collection="plain", mode=mode, entities=True)
         assert [(c["id"], c["score"]) for c in got] == _plain(hkb, "AlphaNode stage", collection="plain", mode=mode)
-        assert all("graph_enhanced" not in c["metadata"] for c in got)
+        assert all("entity_enhanced" not in c["metadata"] for c in got)
     _load_chain(hkb, "chain")
     strict = KnowledgeBase(hkb.url, embeddings=hkb.embeddings, schema=hkb.schema,
                            entity_options=EntitySearchOptions(entity_threshold=1.0))

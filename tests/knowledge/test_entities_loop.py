@@ -7,7 +7,7 @@ import pytest
 from arcana_loop.graph import run
 from arcana_loop.knowledge import KnowledgeBase
 from arcana_loop.knowledge.entities import EntitySearchOptions
-from arcana_loop.tools.execute import graph_usage
+from arcana_loop.tools.execute import entity_usage
 from tests.fakes import ScriptedChatModel, answer, search
 from tests.knowledge.helpers import HashEmbeddings
 
@@ -26,15 +26,15 @@ def test_tool_history_records_entity_use(kb: KnowledgeBase) -> None:
     finally:
         hkb.close()
     graphed, plain = [e for e in result.tool_history if e["tool"] == "search"]
-    assert graphed["graph"]["used"] is True
-    assert graphed["graph"]["matched_entities"] == 2
-    assert graphed["graph"]["graph_chunks"] >= 1
-    assert "graph" not in plain
+    assert graphed["entities"]["used"] is True
+    assert graphed["entities"]["matched_entities"] == 2
+    assert graphed["entities"]["entity_chunks"] >= 1
+    assert "entities" not in plain
 
 
-def test_graph_usage_reads_chunk_metadata() -> None:
-    assert graph_usage([{"id": "a", "text": "", "score": 1.0}]) is None
-    marked = {"graph_matched_entities": 3, "graph_enhanced": True}
-    assert graph_usage([{"id": "a", "text": "", "score": 1.0, "metadata": marked},
-                        {"id": "b", "text": "", "score": 0.5, "metadata": {**marked, "graph_enhanced": False}}]) == {
-        "used": True, "matched_entities": 3, "graph_chunks": 1}
+def test_entity_usage_reads_chunk_metadata() -> None:
+    assert entity_usage([{"id": "a", "text": "", "score": 1.0}]) is None
+    marked = {"matched_entities": 3, "entity_enhanced": True}
+    assert entity_usage([{"id": "a", "text": "", "score": 1.0, "metadata": marked},
+                        {"id": "b", "text": "", "score": 0.5, "metadata": {**marked, "entity_enhanced": False}}]) == {
+        "used": True, "matched_entities": 3, "entity_chunks": 1}

@@ -104,7 +104,7 @@ BAD_METADATA = {
     "NUL in a nested value": {"a": {"b": ["ok", "v\x00"]}},
     "lone surrogate in a value": {"a": "\ud800"},
     "lone surrogate in a nested key": {"a": {"\udfff": 1}},
-    "reserved graph_enhanced": {"graph_enhanced": True},
+    "reserved entity_enhanced": {"entity_enhanced": True},
     "reserved start_index": {"start_index": 0},
     "non-string key": {1: "one"},
 }
