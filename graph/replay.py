@@ -29,7 +29,8 @@ from arcana_loop.graph.build import build_graph, make_deps
 from arcana_loop.graph.checkpoints import resolve_checkpointer
 from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
 from arcana_loop.graph.conversation import is_closing, is_instruction, opening_index
-from arcana_loop.graph.run import _RESULT_KEYS, LoopResult, recursion_limit, run
+from arcana_loop.graph.run import LoopResult, recursion_limit, run
+from arcana_loop.graph.state import RESULT_KEYS
 from arcana_loop.graph.trace import history
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.tools.execute import SEARCH_ERROR
@@ -95,7 +96,7 @@ def fork(
         compiled.update_state(config, dict(snapshot.values), as_node=as_node)
         compiled.update_state(config, {**dict(values or {}), "options": asdict(context)}, as_node=as_node)
         inputs = None
-    state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS))
+    state = compiled.invoke(inputs, config, context=context, output_keys=list(RESULT_KEYS))
     return LoopResult.from_state(state, target)
 
 
@@ -123,7 +124,7 @@ def resume(
     compiled = _compiled(saver, controller_llm, answer_llm, search_fn, grounder)
     if not snapshots[-1].next:
         return LoopResult.from_state(snapshots[-1].values, thread_id)
-    state = compiled.invoke(None, config, context=context, output_keys=list(_RESULT_KEYS))
+    state = compiled.invoke(None, config, context=context, output_keys=list(RESULT_KEYS))
     return LoopResult.from_state(state, thread_id)
 
 

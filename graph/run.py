@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
@@ -24,21 +24,22 @@ from arcana_loop.graph.checkpoints import (
     resolve_checkpointer_spec,
 )
 from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
-from arcana_loop.graph.deps import ConfigurationError, SynthesizerFn
-from arcana_loop.graph.models import ModelSpec
-from arcana_loop.graph.state import BudgetStop, CollectionSpec, Coverage, TerminatedBy, ToolEvent
+from arcana_loop.graph.deps import ConfigurationError
+from arcana_loop.graph.state import (
+    RESULT_KEYS,
+    BudgetStop,
+    CollectionSpec,
+    Coverage,
+    TerminatedBy,
+    ToolEvent,
+)
 from arcana_loop.graph.text import check_question, check_text
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.lifecycle import exception_event
-from arcana_loop.tools.execute import SearchFn
 from arcana_loop.tools.scoping import normalize_scope
 
 """Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
-_RESULT_KEYS = (
-    "question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding",
-    "messages", "usage", "coverage", "repair", "budget_stop", "thread_usage", "question_index",
-)
 
 
 @dataclass
@@ -181,182 +182,172 @@ def recursion_limit(context: LoopContext) -> int:
     return 4 * context.max_iterations + 20
 
 
-def _checked_context(question: Any, collection: Any, controller_llm: Any, deps_kwargs: dict[str, Any], options: dict[str, Any]) -> LoopContext:
+Durability = Literal["sync", "async", "exit"]
+DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
+DEPS_OPTIONS = frozenset(inspect.signature(make_deps).parameters)
+"""The run options that are objects a graph is built with (`make_deps`'s keywords)."""
+RUN_OPTIONS = DEPS_OPTIONS | CONTEXT_FIELDS
+"""Every keyword option of `run` and `arun`: `make_deps`'s keywords and `LoopContext`'s fields."""
+_NAMED_IN_CONTEXT = {"controller_llm": "controller_model", "grounder": "grounder", "system_prompt": "system_prompt", "answer_prompt": "answer_prompt", "synthesis_prompt": "synthesis_prompt"}
+"""Dependencies that may be given as a string: the string travels in the context, under this field."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One run, checked and ready to invoke."""
+
+    compiled: Pregel[Any, Any, Any, Any]
+    inputs: dict[str, Any]
+    config: RunnableConfig
+    context: LoopContext
+    thread_id: str | None
+    durability: Durability | None
+
+    def invoke_kwargs(self) -> dict[str, Any]:
+        # version="v2" streams only the values; v1 also maps every step's updates, to find interrupts
+        return {"context": self.context, "output_keys": list(RESULT_KEYS), "durability": self.durability, "version": "v2"}
+
+    def stream_kwargs(self) -> dict[str, Any]:
+        return {"context": self.context, "stream_mode": ["custom", "values"], "durability": self.durability}
+
+
+def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split run options into `make_deps` keywords (objects) and `LoopContext` fields (JSON).
+
+    A model, grounder or prompt given as a string is a context field (a grounder name is
+    checked now); ``None`` means "not given", so the context's environment fallback applies.
+
+    Raises:
+        TypeError: for an unknown option or a ``search_opts`` that is no mapping.
+    """
+    unknown = set(options) - RUN_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(RUN_OPTIONS))}")
+    deps = {name: options.get(name) for name in DEPS_OPTIONS}
+    context = {name: value for name, value in options.items() if name not in DEPS_OPTIONS and value is not None}
+    for name, field_name in _NAMED_IN_CONTEXT.items():
+        if isinstance(deps[name], str):
+            context[field_name] = deps[name]
+    if isinstance(deps["grounder"], str):
+        from arcana_loop.grounding.resolve import resolve_grounder
+
+        resolve_grounder(deps["grounder"])  # an unknown name fails now, with the known names
+        deps["grounder"] = None  # named grounders are resolved per run from the context
+    if deps["tools"] is not None:
+        deps["tools"] = tuple(deps["tools"])
+    if "search_opts" in context:
+        if not isinstance(context["search_opts"], Mapping):
+            raise TypeError("search_opts must be a mapping of keyword options")
+        context["search_opts"] = dict(context["search_opts"])
+    return deps, context
+
+
+def _checked_context(question: Any, collection: Any, deps: dict[str, Any], options: dict[str, Any]) -> LoopContext:
     """Check everything a run is given and return its context; raises before anything runs."""
     check_question(question)
     normalize_scope(collection)  # raises on a malformed collection before anything runs
-    unknown = set(options) - CONTEXT_FIELDS
-    if unknown:
-        raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(CONTEXT_FIELDS))}")
-    context = LoopContext(**{k: v for k, v in options.items() if v is not None})
+    context = LoopContext(**options)
     _check_texts(collection, context)
     if context.grounder is not None:
         from arcana_loop.grounding.resolve import resolve_grounder
 
         resolve_grounder(context.grounder)  # a name from the environment is checked like an argument
-    if controller_llm is None and context.controller_model is None:
+    if deps["controller_llm"] is None and context.controller_model is None:
         raise ConfigurationError(
             "run() needs a controller: pass controller_llm= (a 'provider:model' string, a chat model or a "
             "function) or set ARCANA_LOOP_CONTROLLER_MODEL"
         )
-    if context.min_support is not None and deps_kwargs.get("grounder") is None and context.grounder is None:
+    if context.min_support is not None and deps["grounder"] is None and context.grounder is None:
         raise ConfigurationError("min_support needs a grounder (grounder='local', 'llm_judge' or an object)")
     return context
 
 
-def _prepare(
-    question: Any, collection: Any, controller_llm: Any, checkpointer: Any, thread_id: str | None, deps_kwargs: dict[str, Any], options: dict[str, Any],
-    context: LoopContext | None = None,
-) -> tuple[Pregel[Any, Any, Any, Any], dict[str, Any], RunnableConfig, LoopContext, str | None]:
-    if context is None:
-        context = _checked_context(question, collection, controller_llm, deps_kwargs, options)
+def _checked_call(question: Any, collection: Any, thread_id: str | None, on_event: Any, durability: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any], LoopContext]:
+    """Check a run's arguments; return its dependencies and context."""
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
+    if durability is not None and durability not in DURABILITIES:
+        raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
     check_text("thread_id", thread_id)
-    saver = resolve_checkpointer(checkpointer)
-    compiled = _graphs.get({"controller_llm": controller_llm, **deps_kwargs}, saver)
+    deps, context_options = split_options(options)
+    return deps, _checked_context(question, collection, deps, context_options)
+
+
+def _call(question: str, collection: Any, deps: dict[str, Any], context: LoopContext, saver: Any, thread_id: str | None, durability: Durability | None) -> _Call:
+    compiled = _graphs.get(deps, saver)
     config: RunnableConfig = {"recursion_limit": recursion_limit(context)}
     if saver is not None:
         thread_id = thread_id or str(uuid.uuid4())
         config["configurable"] = {"thread_id": thread_id}
     else:
-        thread_id = None
+        thread_id = durability = None  # LangGraph warns of a durability without a checkpointer
     # the options travel with the input, so the input checkpoint holds them before any model call:
     # a process that dies during the first turn resumes with them, not with the defaults
     inputs = {"question": question, "collection": collection, "options": context.as_options()}
-    return compiled, inputs, config, context, thread_id
+    return _Call(compiled, inputs, config, context, thread_id, durability or ("sync" if saver is not None else None))
 
 
 def run(
-    question: str,
-    *,
-    collection: CollectionSpec = "all",
-    controller_llm: ModelSpec | None = None,
-    answer_llm: ModelSpec | None = None,
-    max_iterations: int | None = None,
-    chunk_cap: int | None = None,
-    tools: Sequence[BaseTool] | None = None,
-    system_prompt: str | Callable[..., str] | None = None,
-    answer_prompt: str | Callable[..., str] | None = None,
-    synthesis_prompt: str | Callable[..., str] | None = None,
-    fallback_synthesis: bool | None = None,
-    synthesizer: SynthesizerFn | None = None,
-    search_fn: SearchFn | None = None,
-    search_opts: Mapping[str, Any] | None = None,
-    temperature: float | None = None,
-    controller_temperature: float | None = None,
-    answer_temperature: float | None = None,
-    fallback_temperature: float | None = None,
-    grounder: Any = None,
-    checkpointer: Any = None,
-    thread_id: str | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    durability: Durability | None = None,
-    **options: Any,
+    question: str, *, collection: CollectionSpec = "all", checkpointer: Any = None, thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None, durability: Durability | None = None, **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop.
 
-    Options left as ``None`` take their ``ARCANA_LOOP_*`` environment value, else their
-    default (``max_iterations`` 10, ``chunk_cap`` 30, ``fallback_synthesis`` True; see
-    the README for every option). Extra keyword options are `LoopContext` fields.
-    ``durability`` is when checkpoints are written: ``"sync"`` (the default with a
-    checkpointer: each step is stored before the next starts, so a killed process loses
-    at most the step under way), ``"async"`` (stored while the next step runs) or
-    ``"exit"`` (only the final state). ``on_event`` receives each live event as it happens (``loop_start``, one ``tool_call``
-    per history entry, ``ground_start``/``ground_stop``, ``loop_stop``; ``loop_exception``, with
-    ``error_type`` and ``error``, when the run raises instead of stopping).
+    ``options`` are `make_deps`'s keywords (``controller_llm``, ``answer_llm``, ``search_fn``,
+    ``tools``, ``synthesizer``, ``grounder``, the prompts) and `LoopContext`'s fields
+    (``max_iterations``, ``chunk_cap``, temperatures...; ``RUN_OPTIONS`` lists them all). One
+    left out or ``None`` takes its ``ARCANA_LOOP_*`` environment value, else its default (see
+    the README). ``durability`` is when checkpoints are written: ``"sync"`` (the default with a
+    checkpointer: each step is stored before the next starts, so a killed process loses at most
+    the step under way), ``"async"`` (stored while the next step runs) or ``"exit"`` (only the
+    final state). ``on_event`` receives each live event as it happens (``loop_start``, one
+    ``tool_call`` per history entry, ``ground_start``/``ground_stop``, ``loop_stop``;
+    ``loop_exception``, with ``error_type`` and ``error``, when the run raises instead of stopping).
 
     Raises:
         TypeError, ValueError: for a bad question, collection or option, before anything runs.
         ConfigurationError: when no controller is configured.
     """
-    _check_on_event(on_event)
-    compiled, inputs, config, context, thread = _prepare(
-        question, collection, controller_llm, checkpointer, thread_id,
-        _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt),
-        _context_kwargs(locals(), options),
-    )
+    deps, context = _checked_call(question, collection, thread_id, on_event, durability, options)
+    call = _call(question, collection, deps, context, resolve_checkpointer(checkpointer), thread_id, durability)
     if on_event is None:
-        # version="v2" streams only the values; v1 also maps every step's updates, to find interrupts
-        state = compiled.invoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread), version="v2").value
-    else:
-        state = {}
-        try:
-            for mode, chunk in compiled.stream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
-                state = _take(mode, chunk, on_event, state)
-        except BaseException as exc:  # re-raised: the event only closes the run's span
-            _emit_exception(on_event, context, question, state, exc)
-            raise
-    return LoopResult.from_state(state, thread)
+        return LoopResult.from_state(call.compiled.invoke(call.inputs, call.config, **call.invoke_kwargs()).value, call.thread_id)
+    state: Any = {}
+    try:
+        for mode, chunk in call.compiled.stream(call.inputs, call.config, **call.stream_kwargs()):
+            state = _take(mode, chunk, on_event, state)
+    except BaseException as exc:  # re-raised: the event only closes the run's span
+        _emit_exception(on_event, context, question, state, exc)
+        raise
+    return LoopResult.from_state(state, call.thread_id)
 
 
 async def arun(
-    question: str,
-    *,
-    collection: CollectionSpec = "all",
-    controller_llm: ModelSpec | None = None,
-    answer_llm: ModelSpec | None = None,
-    max_iterations: int | None = None,
-    chunk_cap: int | None = None,
-    tools: Sequence[BaseTool] | None = None,
-    system_prompt: str | Callable[..., str] | None = None,
-    answer_prompt: str | Callable[..., str] | None = None,
-    synthesis_prompt: str | Callable[..., str] | None = None,
-    fallback_synthesis: bool | None = None,
-    synthesizer: SynthesizerFn | None = None,
-    search_fn: SearchFn | None = None,
-    search_opts: Mapping[str, Any] | None = None,
-    temperature: float | None = None,
-    controller_temperature: float | None = None,
-    answer_temperature: float | None = None,
-    fallback_temperature: float | None = None,
-    grounder: Any = None,
-    checkpointer: Any = None,
-    thread_id: str | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    durability: Durability | None = None,
-    **options: Any,
+    question: str, *, collection: CollectionSpec = "all", checkpointer: Any = None, thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None, durability: Durability | None = None, **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop, on the running event loop (see `run`).
 
     A checkpointer spec gets an async saver opened for this call (see ``graph.checkpoints``).
     """
-    _check_on_event(on_event)
-    deps_kwargs = _deps_kwargs(answer_llm, search_fn, tools, synthesizer, grounder, system_prompt, answer_prompt, synthesis_prompt)
-    context_kwargs = _context_kwargs(locals(), options)
+    deps, context = _checked_call(question, collection, thread_id, on_event, durability, options)
     if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
-        resolve_checkpointer_spec(checkpointer)
-    checked = _checked_context(question, collection, controller_llm, deps_kwargs, context_kwargs)  # before a connection opens
+        resolve_checkpointer_spec(checkpointer)  # a bad spec fails before a connection opens
     async with async_checkpointer(checkpointer) as saver:
-        compiled, inputs, config, context, thread = _prepare(question, collection, controller_llm, saver, thread_id, deps_kwargs, context_kwargs, checked)
+        call = _call(question, collection, deps, context, saver, thread_id, durability)
         if on_event is None:
-            output = await compiled.ainvoke(inputs, config, context=context, output_keys=list(_RESULT_KEYS), durability=_durability(durability, thread), version="v2")
-            state = output.value
-        else:
-            state = {}
-            try:
-                async for mode, chunk in compiled.astream(inputs, config, context=context, stream_mode=["custom", "values"], durability=_durability(durability, thread)):
-                    state = _take(mode, chunk, on_event, state)
-            except BaseException as exc:  # cancellation included; re-raised, as in run
-                _emit_exception(on_event, context, question, state, exc)
-                raise
-    return LoopResult.from_state(state, thread)
+            output = await call.compiled.ainvoke(call.inputs, call.config, **call.invoke_kwargs())
+            return LoopResult.from_state(output.value, call.thread_id)
+        state: Any = {}
+        try:
+            async for mode, chunk in call.compiled.astream(call.inputs, call.config, **call.stream_kwargs()):
+                state = _take(mode, chunk, on_event, state)
+        except BaseException as exc:  # cancellation included; re-raised, as in run
+            _emit_exception(on_event, context, question, state, exc)
+            raise
+    return LoopResult.from_state(state, call.thread_id)
 
 
-Durability = Literal["sync", "async", "exit"]
-DURABILITIES: tuple[Durability, ...] = ("sync", "async", "exit")
-
-
-def _durability(value: Any, thread: str | None) -> Durability | None:
-    """The checkpoint durability of a run; ``None`` without a checkpointer (LangGraph warns otherwise)."""
-    if value is not None and value not in DURABILITIES:
-        raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {value!r}")
-    if thread is None:
-        return None
-    return value or "sync"
-
-
-def _check_on_event(on_event: Any) -> None:
-    if on_event is not None and not callable(on_event):
-        raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
 
 
 def _emit_exception(on_event: Callable[[dict[str, Any]], None], context: LoopContext, question: str, state: Any, exc: BaseException) -> None:
@@ -372,48 +363,6 @@ def _take(mode: Any, chunk: Any, on_event: Callable[[dict[str, Any]], None], sta
         on_event(chunk)
         return state
     return chunk
-
-
-_CONTEXT_ARGS = (
-    "max_iterations", "chunk_cap", "fallback_synthesis", "temperature", "controller_temperature",
-    "answer_temperature", "fallback_temperature",
-)
-
-
-def _context_kwargs(args: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
-    out = {name: args[name] for name in _CONTEXT_ARGS}
-    for name in ("system_prompt", "answer_prompt", "synthesis_prompt"):
-        if isinstance(args[name], str):
-            out[name] = args[name]
-    if args["search_opts"] is not None:
-        if not isinstance(args["search_opts"], Mapping):
-            raise TypeError("search_opts must be a mapping of keyword options")
-        out["search_opts"] = dict(args["search_opts"])
-    if isinstance(args["grounder"], str):
-        out["grounder"] = args["grounder"]
-    if isinstance(args["controller_llm"], str):
-        out["controller_model"] = args["controller_llm"]
-    return {**out, **options}
-
-
-def _deps_kwargs(
-    answer_llm: Any, search_fn: Any, tools: Any, synthesizer: Any, grounder: Any, system_prompt: Any, answer_prompt: Any, synthesis_prompt: Any
-) -> dict[str, Any]:
-    if isinstance(grounder, str):
-        from arcana_loop.grounding.resolve import resolve_grounder
-
-        resolve_grounder(grounder)  # an unknown name fails now, with the known names
-        grounder = None  # named grounders are resolved per run from the context
-    return {
-        "answer_llm": answer_llm,
-        "search_fn": search_fn,
-        "tools": tuple(tools) if tools is not None else None,
-        "synthesizer": synthesizer,
-        "grounder": grounder,
-        "system_prompt": system_prompt,
-        "answer_prompt": answer_prompt,
-        "synthesis_prompt": synthesis_prompt,
-    }
 
 
 def ground(
@@ -441,7 +390,8 @@ def ground(
     from arcana_loop.grounding.apply import ground_answer
     from arcana_loop.grounding.resolve import resolve_grounder
 
-    _check_on_event(on_event)
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
     timeout = opts.pop("timeout", None)
     resolved = resolve_grounder(grounder, **opts) if isinstance(grounder, str) else resolve_grounder(grounder)
     state = result.to_dict() if isinstance(result, LoopResult) else dict(result)

@@ -112,9 +112,14 @@ class LoopOutput(TypedDict):
     usage: dict[str, Any]
     thread_usage: dict[str, Any]
     question_index: int
+    budget_stop: BudgetStop | None
     tool_history: list[ToolEvent]
     chunks: list[Chunk]
     messages: list[AnyMessage]
+
+
+RESULT_KEYS = tuple(LoopOutput.__annotations__)
+"""The state keys of a run's result, in `LoopOutput`'s order (`graph.run.LoopResult` adds ``thread_id`` and ``grounded_in_chunks``)."""
 
 
 class LoopState(LoopInput):
