@@ -22,13 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messages_to_dict
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
+from arcana_loop.graph.replay import ReplyingChatModel
 from bench.loop_bench import ANSWER_TEXT, instant_search, minimal_stategraph
 from bench.scripted import TurnScriptedModel
 
@@ -52,16 +51,14 @@ def TurnsModel(turns: int) -> BaseChatModel:  # reads as the class it stands for
     return TurnScriptedModel(script=reply)
 
 
-class ConversationModel(TurnScriptedModel):
+class ConversationModel(ReplyingChatModel):
     """Each question of a conversation: one search (distinct per question), then an answer."""
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    @property
+    def _llm_type(self) -> str:
+        return "conversation-scripted"
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> BaseMessage:
         asked = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
         question = len(asked)
         turn = sum(isinstance(m, AIMessage) for m in messages[asked[-1]:]) if asked else 0
@@ -70,11 +67,7 @@ class ConversationModel(TurnScriptedModel):
             if turn == 0
             else {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": f"call_{question}_a", "type": "tool_call"}
         )
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=[call]))])
-
-
-def _no_script(turn: int) -> AIMessage:
-    raise AssertionError("ConversationModel replies from the messages")
+        return AIMessage(content="", tool_calls=[call])
 
 
 def state_json_bytes(values: dict[str, Any]) -> int:
@@ -151,7 +144,7 @@ def run_conversation(saver: BaseCheckpointSaver[Any], questions: int) -> tuple[s
     """Ask ``questions`` questions on one thread; return the thread and its final state."""
     from arcana_loop import graph
 
-    model, thread_id = ConversationModel(script=_no_script), str(uuid.uuid4())
+    model, thread_id = ConversationModel(), str(uuid.uuid4())
     for number in range(questions):
         result = graph.run(f"Question {number}: how do checkpoints grow?", controller_llm=model, search_fn=instant_search, checkpointer=saver, thread_id=thread_id)
         assert result.terminated_by == "answered" and result.question_index == number, (result.terminated_by, result.question_index)

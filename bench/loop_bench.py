@@ -27,7 +27,6 @@ import contextlib
 import cProfile
 import gc
 import io
-import json
 import platform
 import pstats
 import random
@@ -51,6 +50,7 @@ from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
+from bench.report import write_results
 from bench.scripted import TurnScriptedModel
 
 RESULTS = Path(__file__).parent / "results" / "loop.json"
@@ -457,9 +457,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.profile:
             print(profile(runners["arcana_compiled/none"]))
     result = {"benchmark": "loop", "rounds": max(args.rounds, 30), "turns": TURNS, "environment": environment(), **summary}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {args.output}")
+    write_results(args.output, result)
     return result
 
 

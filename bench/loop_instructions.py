@@ -15,7 +15,6 @@ Results go to `bench/results/loop_instructions.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -23,6 +22,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bench.report import write_results
 
 RESULTS = Path(__file__).parent / "results" / "loop_instructions.json"
 VARIANTS = ("floor", "stategraph", "react_agent", "create_agent", "arcana_compiled", "arcana_run")
@@ -84,9 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for label, ratio in ratios.items():
         print(f"{label:<36}{ratio:>8.3f}")
     result = {"benchmark": "loop_instructions", "loops": HIGH - LOW, "instructions_per_loop": counts, "ratios": ratios}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {args.output}")
+    write_results(args.output, result)
     return result
 
 

@@ -14,6 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from arcana_loop.evaluation.report import format_metric
+
 eval_app = typer.Typer(help="Evaluate retrieval and the loop on a labelled case set.", no_args_is_help=True, add_completion=False)
 
 CasesOption = Annotated[Path | None, typer.Option("--cases", help="Case file (default: the shipped set named by --set).")]
@@ -83,14 +85,6 @@ def _emit(report: dict[str, Any], as_json: bool, out_path: Path | None, table: T
         main.err.print(f"[dim]Report written to {out_path}[/]")
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}"
-    return str(value)
-
-
 @eval_app.command("retrieval")
 def retrieval(
     cases_path: CasesOption = None,
@@ -117,8 +111,8 @@ def retrieval(
     table = Table("metric", *modes, title=f"Retrieval over {report['cases']} labelled cases")
     metrics = [f"{name}@{n}" for name in ("recall", "precision", "hit") for n in report["ks"]] + ["mrr"]
     for metric in metrics:
-        table.add_row(metric, *(_fmt(result["summary"].get(metric)) for result in modes.values()))
-    table.add_row("latency p50 (ms)", *(_fmt(result["latency_ms"]["p50"]) for result in modes.values()))
+        table.add_row(metric, *(format_metric(result["summary"].get(metric)) for result in modes.values()))
+    table.add_row("latency p50 (ms)", *(format_metric(result["latency_ms"]["p50"]) for result in modes.values()))
     _emit(report, as_json, out_path, table)
 
 
@@ -156,7 +150,7 @@ def _loop_table(report: dict[str, Any]) -> Table:
         ("terminated by", ", ".join(f"{k} {v}" for k, v in sorted(summary["terminated_by"].items()))),
     ]
     for name, value in rows:
-        table.add_row(name, _fmt(value))
+        table.add_row(name, format_metric(value))
     return table
 
 
@@ -166,7 +160,7 @@ def _options_table(report: dict[str, Any]) -> Table:
     estimated = " (tokens estimated)" if report.get("tokens_estimated") else ""
     table = Table("option", "setting", *(title for _, title in COLUMNS), title=f"Options on and off, controller {report['controller']}{estimated}")
     for row in report["rows"]:
-        table.add_row(row["option"], row["setting"], *(_fmt(row.get(name)) for name, _ in COLUMNS))
+        table.add_row(row["option"], row["setting"], *(format_metric(row.get(name)) for name, _ in COLUMNS))
     return table
 
 
@@ -277,5 +271,5 @@ def diff(
     table = Table("metric", "before", "after", "delta", title=f"{result['before']}  →  {result['after']}")
     for row in rows:
         delta = row["delta"]
-        table.add_row(row["name"], _fmt(row["before"]), _fmt(row["after"]), f"[bold]{delta:+.3f}[/]" if delta else _fmt(delta))
+        table.add_row(row["name"], format_metric(row["before"]), format_metric(row["after"]), f"[bold]{delta:+.3f}[/]" if delta else format_metric(delta))
     main.out.print(table)

@@ -15,6 +15,7 @@ from typing import Any
 
 from arcana_loop.evaluation.cases import CaseSet, EvalCase
 from arcana_loop.evaluation.loop import aevaluate_loop
+from arcana_loop.evaluation.report import format_metric
 from arcana_loop.graph.models import OFFLINE, ModelSpec
 
 MIN_SUPPORT = 0.7
@@ -107,20 +108,12 @@ def compare_options(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **k
     return asyncio.run(acompare_options(cases, **kwargs))
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}"
-    return str(value)
-
-
 def options_table_markdown(report: Mapping[str, Any]) -> str:
     """The comparison as a Markdown table, one row per option setting."""
     header = ["option", "setting", *(title for _, title in COLUMNS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in report["rows"]:
-        lines.append("| " + " | ".join([row["option"], row["setting"], *(_cell(row.get(name)) for name, _ in COLUMNS)]) + " |")
+        lines.append("| " + " | ".join([row["option"], row["setting"], *(format_metric(row.get(name)) for name, _ in COLUMNS)]) + " |")
     return "\n".join(lines)
 
 

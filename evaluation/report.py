@@ -84,6 +84,15 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[st
     return {"kind": before["kind"], "before": _label(before), "after": _label(after), "metrics": rows}
 
 
+def format_metric(value: Any) -> str:
+    """A metric as the report tables show it: a dash for none, 3 decimals below 10, whole thousands above."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}"
+    return str(value)
+
+
 def _label(report: Mapping[str, Any]) -> str:
     parts = [str(report.get(k)) for k in ("name", "controller", "created_at") if report.get(k)]
     return " / ".join(parts) or str(report["kind"])

@@ -302,7 +302,33 @@ def _exception(description: str) -> Exception:
     return _ReplayedError(description)
 
 
-class RecordedChatModel(BaseChatModel):
+class ReplyingChatModel(BaseChatModel):
+    """A chat model that answers each call with one message of its own making, no provider.
+
+    Subclasses write `_reply`. `bind_tools` returns the model itself: a recorded or
+    scripted reply does not depend on the tools offered. The replay's model is one; the
+    scripted models of tests and benchmarks build on it too.
+    """
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        """Return the model itself: the tools do not change its replies."""
+        return self
+
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> BaseMessage:
+        """The reply to one call, given its messages and the call's keyword arguments."""
+        raise NotImplementedError
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages, **kwargs))])
+
+
+class RecordedChatModel(ReplyingChatModel):
     """Replies from a record, one per call, in order."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -313,25 +339,14 @@ class RecordedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "recorded"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        """Return the model itself: replies are recorded, the tools do not change them."""
-        return self
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> BaseMessage:
         if self.calls >= len(self.replies):
             raise ReplayError(f"the record holds {len(self.replies)} replies; the replay asked for more")
         reply = self.replies[self.calls]
         self.calls += 1
         if "error" in reply:
             raise _exception(str(reply["error"]))
-        message = messages_from_dict([reply])[0]
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return messages_from_dict([reply])[0]
 
 
 class RecordedSearch:

@@ -6,11 +6,10 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, Field
+
+from arcana_loop.graph.replay import ReplyingChatModel
 
 _ids = itertools.count()
 
@@ -37,7 +36,7 @@ def give_up(reason: str) -> AIMessage:
     return calls(tool_call("give_up", reason=reason))
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(ReplyingChatModel):
     """A chat model that replies from a script, one response per call.
 
     A response may be an `AIMessage`, a string (a plain text reply), an exception
@@ -59,8 +58,9 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:  # type: ignore[override]
         return _Bound(self, list(tools))
 
-    def _respond(self, messages: list[BaseMessage], tools: list[Any], kwargs: dict[str, Any]) -> AIMessage:
-        self.calls.append({"messages": list(messages), "tools": tools, "kwargs": dict(kwargs)})
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        tools = kwargs.pop("tools", [])
+        self.calls.append({"messages": list(messages), "tools": tools, "kwargs": kwargs})
         if not self.responses:
             raise AssertionError("the scripted model ran out of responses")
         response = self.responses[0] if (self.repeat_last and len(self.responses) == 1) else self.responses.pop(0)
@@ -72,15 +72,10 @@ class ScriptedChatModel(BaseChatModel):
             return AIMessage(content=response)
         return response.model_copy()
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        tools = kwargs.pop("tools", [])
-        return ChatResult(generations=[ChatGeneration(message=self._respond(messages, tools, kwargs))])
+
+def scripted(*responses: Any) -> ScriptedChatModel:
+    """A scripted model replying with `responses`, one per call, in order."""
+    return ScriptedChatModel(responses=list(responses))
 
 
 class _Bound:

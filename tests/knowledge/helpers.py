@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
@@ -31,19 +32,21 @@ class HashEmbeddings(Embeddings):
         return self._vector(text)
 
 
-def load_topics(kb: KnowledgeBase, collection: str = "default", **kwargs: object) -> IngestResult:
+CHUNK_SIZE = 300
+"""The topics' chunking: small chunks, so that each topic makes several."""
+CHUNK_OVERLAP = 40
+
+
+def ingest_topic(kb: KnowledgeBase, topic: str, **kwargs: Any) -> IngestResult:
+    """Ingest one topic's text in chunks of at most `CHUNK_SIZE` characters."""
+    return kb.ingest(TOPICS[topic], chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, **kwargs)
+
+
+def load_topics(kb: KnowledgeBase, collection: str = "default", **kwargs: Any) -> IngestResult:
     """Ingest every topic as a named text document; return the summed counts."""
     total = IngestResult()
-    for topic, text in TOPICS.items():
-        res = kb.ingest(
-            text,
-            collection=collection,
-            name=topic,
-            metadata={"topic": topic},
-            chunk_size=300,
-            chunk_overlap=40,
-            **kwargs,  # type: ignore[arg-type]
-        )
+    for topic in TOPICS:
+        res = ingest_topic(kb, topic, collection=collection, name=topic, metadata={"topic": topic}, **kwargs)
         total.documents_added += res.documents_added
         total.chunks_added += res.chunks_added
     return total

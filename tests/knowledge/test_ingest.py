@@ -15,7 +15,13 @@ from arcana_loop.knowledge import (
     KnowledgeBaseError,
 )
 from tests.knowledge.corpus import TOPICS
-from tests.knowledge.helpers import HashEmbeddings, load_topics
+from tests.knowledge.helpers import (
+    CHUNK_OVERLAP,
+    CHUNK_SIZE,
+    HashEmbeddings,
+    ingest_topic,
+    load_topics,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -39,18 +45,11 @@ def _chunk_ids(kb: KnowledgeBase, source: str) -> list[str]:
 
 
 def test_text_ingest_counts_and_metadata(kb: KnowledgeBase) -> None:
-    res = kb.ingest(
-        TOPICS["tcp"],
-        collection="net",
-        name="tcp",
-        metadata={"lang": "en"},
-        chunk_size=300,
-        chunk_overlap=40,
-    )
+    res = ingest_topic(kb, "tcp", collection="net", name="tcp", metadata={"lang": "en"})
     assert res.documents_added == 1 and res.chunks_added >= 3
     rows = _rows(kb, "SELECT text, metadata, position FROM kb_chunks ORDER BY position")
     assert len(rows) == res.chunks_added
-    assert all(len(text) <= 300 for text, _, _ in rows)
+    assert all(len(text) <= CHUNK_SIZE for text, _, _ in rows)
     for text, meta, _ in rows:
         assert meta["lang"] == "en" and meta["source"] == "tcp"
         assert TOPICS["tcp"][meta["start_index"] :].startswith(text)
@@ -70,13 +69,13 @@ def test_unnamed_text_is_idempotent_by_content(kb: KnowledgeBase) -> None:
 
 
 def test_reingest_unchanged_skips_and_changed_replaces(kb: KnowledgeBase) -> None:
-    kb.ingest(TOPICS["chess"], name="doc", chunk_size=300, chunk_overlap=40)
+    ingest_topic(kb, "chess", name="doc")
     before = _chunk_ids(kb, "doc")
-    same = kb.ingest(TOPICS["chess"], name="doc", chunk_size=300, chunk_overlap=40)
+    same = ingest_topic(kb, "chess", name="doc")
     assert same.documents_skipped == 1 and same.chunks_added == 0
     assert _chunk_ids(kb, "doc") == before
 
-    changed = kb.ingest(TOPICS["bread"], name="doc", chunk_size=300, chunk_overlap=40)
+    changed = ingest_topic(kb, "bread", name="doc")
     after = _chunk_ids(kb, "doc")
     assert changed.documents_replaced == 1 and changed.documents_added == 0
     assert changed.chunks_removed == len(before) and changed.chunks_added == len(after)
@@ -88,7 +87,7 @@ def test_reingest_unchanged_skips_and_changed_replaces(kb: KnowledgeBase) -> Non
 def test_failed_replace_leaves_old_document_intact(
     kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kb.ingest(TOPICS["chess"], name="doc", chunk_size=300, chunk_overlap=40)
+    ingest_topic(kb, "chess", name="doc")
     before = _chunk_ids(kb, "doc")
     real = ingest_mod._copy_chunks
 
@@ -98,7 +97,7 @@ def test_failed_replace_leaves_old_document_intact(
 
     monkeypatch.setattr(ingest_mod, "_copy_chunks", copy_then_fail)
     with pytest.raises(RuntimeError, match="injected"):
-        kb.ingest(TOPICS["bread"], name="doc", chunk_size=300, chunk_overlap=40)
+        ingest_topic(kb, "bread", name="doc")
     assert _chunk_ids(kb, "doc") == before
     assert _rows(kb, "SELECT count(*) FROM kb_embeddings_256")[0][0] == len(before)
 
@@ -119,7 +118,7 @@ def test_failure_mid_ingest_never_half_writes_a_document(
 
     monkeypatch.setattr(ingest_mod, "_copy_chunks", fail_second)
     with pytest.raises(RuntimeError):
-        kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
+        kb.ingest(tmp_path, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, batch_size=4)
     monkeypatch.undo()
     stored = _rows(
         kb,
@@ -133,12 +132,12 @@ def test_failure_mid_ingest_never_half_writes_a_document(
             Path(source).read_text(),
             name="probe-" + Path(source).stem,
             collection="probe",
-            chunk_size=300,
-            chunk_overlap=40,
+            chunk_size=CHUNK_SIZE,
+            chunk_overlap=CHUNK_OVERLAP,
         )
         assert count == full.chunks_added
     # resuming completes the rest and skips what was committed
-    res = kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
+    res = kb.ingest(tmp_path, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, batch_size=4)
     assert res.documents_skipped == len(stored)
     assert res.documents_added == len(TOPICS) - len(stored)
 
@@ -314,7 +313,7 @@ def test_concurrent_schema_users_share_tables(kb: KnowledgeBase, pg_url: str) ->
 def test_stored_vectors_are_the_embedder_output(kb: KnowledgeBase) -> None:
     import numpy as np
 
-    kb.ingest(TOPICS["tcp"], name="tcp", chunk_size=300, chunk_overlap=40)
+    ingest_topic(kb, "tcp", name="tcp")
     rows = _rows(
         kb,
         "SELECT c.text, e.embedding, e.collection_id = c.collection_id FROM kb_chunks c"
@@ -341,7 +340,7 @@ def test_bulk_load_rebuilds_both_indexes(
         real(conn)
 
     monkeypatch.setattr(ingest_mod, "drop_fulltext_index", record)
-    result = kb.ingest(tmp_path, chunk_size=300, chunk_overlap=40, batch_size=4)
+    result = kb.ingest(tmp_path, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, batch_size=4)
     assert dropped == ["gin"] and result.chunks_added > 4
     indexes = {r[0] for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
     assert {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"} <= indexes
@@ -349,5 +348,5 @@ def test_bulk_load_rebuilds_both_indexes(
     assert stats == [(1,)]  # analysed for the full-text OR fallback
     assert kb.search("sourdough", mode="fulltext")
     # a second load, small against the table, keeps the indexes live
-    again = kb.ingest(TOPICS["chess"], name="chess-again", chunk_size=300, chunk_overlap=40)
+    again = ingest_topic(kb, "chess", name="chess-again")
     assert again.chunks_added and dropped == ["gin"]

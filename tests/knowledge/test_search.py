@@ -10,7 +10,7 @@ import pytest
 from arcana_loop import knowledge
 from arcana_loop.knowledge import SEARCH_MODES, EmbeddingMismatch, KnowledgeBase
 from tests.knowledge.corpus import TOPICS
-from tests.knowledge.helpers import HashEmbeddings, load_topics
+from tests.knowledge.helpers import HashEmbeddings, ingest_topic, load_topics
 
 pytestmark = pytest.mark.postgres
 
@@ -25,14 +25,7 @@ QUESTIONS = {
 @pytest.fixture
 def loaded(kb: KnowledgeBase) -> KnowledgeBase:
     load_topics(kb, collection="topics")
-    kb.ingest(
-        TOPICS["chess"],
-        collection="games",
-        name="chess2",
-        metadata={"topic": "chess"},
-        chunk_size=300,
-        chunk_overlap=40,
-    )
+    ingest_topic(kb, "chess", collection="games", name="chess2", metadata={"topic": "chess"})
     return kb
 
 

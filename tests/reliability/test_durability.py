@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -19,10 +15,10 @@ from langchain_openai import ChatOpenAI
 from arcana_loop.graph import resume, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer
 from tests.fixtures.openai_server import conversation_problem
+from tests.fixtures.processes import child_env, kill_when
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CHILD_LOOP = textwrap.dedent(
     """
@@ -43,30 +39,15 @@ CHILD_LOOP = textwrap.dedent(
 )
 
 
-def _wait_for(path: Path, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if process.poll() is not None:
-            raise AssertionError(f"the child exited early: {process.stderr.read().decode() if process.stderr else ''}")
-        if time.monotonic() > deadline:
-            raise AssertionError("the child never reached its third turn")
-        time.sleep(0.05)
-
-
 def _kill_at_turn_three(spec: str, thread: str, tmp_path: Path, env: dict[str, str]) -> None:
     marker = tmp_path / "marker"
-    child = subprocess.Popen([sys.executable, "-c", CHILD_LOOP, str(marker), spec, thread], cwd=ROOT, env=env, stderr=subprocess.PIPE)
-    try:
-        _wait_for(marker, child)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+    child = kill_when(marker.exists, CHILD_LOOP, str(marker), spec, thread, env=env, reaching="its third turn")
     assert child.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_repeated(kind, tmp_path, request, monkeypatch):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     if kind == "postgres":
         url = request.getfixturevalue("pg_url")
         env["DATABASE_URL"] = url
@@ -115,17 +96,10 @@ def test_a_loop_killed_while_the_provider_hangs_resumes_through_the_client(opena
     spec = f"sqlite:{tmp_path / 'threads.sqlite'}"
     thread = f"hung-{uuid.uuid4()}"
     openai_server.enqueue(_search_reply("alpha"), _search_reply("beta"), {"sleep": 30, "then": "too late"})
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD_CLIENT_LOOP, openai_server.base_url, spec, thread], cwd=ROOT, env=env, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while len(openai_server.requests) < 3:  # the third turn's request is in, and its reply hangs
-            assert child.poll() is None, child.stderr.read().decode() if child.stderr else ""
-            assert time.monotonic() < deadline, "the child never reached its third turn"
-            time.sleep(0.05)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+    kill_when(
+        lambda: len(openai_server.requests) >= 3,  # the third turn's request is in, and its reply hangs
+        CHILD_CLIENT_LOOP, openai_server.base_url, spec, thread, env=child_env(), reaching="its third turn",
+    )
     assert [s.node for s in trace(thread, spec)] == ["controller", "tools", "controller", "tools"]
 
     openai_server.replies.clear()
@@ -162,14 +136,10 @@ def test_an_ingest_killed_midway_leaves_only_whole_documents(kb, pg_url, tmp_pat
     paragraph = "Reliable storage keeps every chunk of a document or none of them. " * 40
     for i in range(300):
         (folder / f"doc{i:03}.md").write_text(f"# Document {i}\n\n" + "\n\n".join(f"Part {j}. {paragraph}" for j in range(6)))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": pg_url}
-    child = subprocess.Popen([sys.executable, "-c", CHILD_INGEST, str(folder), kb.schema], cwd=ROOT, env=env, stderr=subprocess.PIPE)
-    try:
-        _wait_for(tmp_path / "started", child)
-        time.sleep(0.3)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+    kill_when(
+        (tmp_path / "started").exists, CHILD_INGEST, str(folder), kb.schema,
+        env=child_env(DATABASE_URL=pg_url), reaching="its fourth document", then=0.3,
+    )
     with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as conn:
         rows = conn.execute(
             "SELECT d.id, count(c.id), coalesce(max(c.position), -1) FROM kb_documents d LEFT JOIN kb_chunks c ON c.document_id = d.id GROUP BY d.id"

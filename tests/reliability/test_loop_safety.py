@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -22,10 +18,10 @@ from langchain_openai import ChatOpenAI
 from arcana_loop.graph import arun, resume, run, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 from tests.fixtures.openai_server import ScriptedOpenAIServer
+from tests.fixtures.processes import child_env, kill_when
 
 pytestmark = pytest.mark.reliability
 
-ROOT = Path(__file__).resolve().parents[2]
 LONE = "\ud800"  # what a JSON "\ud800" escape decodes to: a surrogate with no partner
 
 
@@ -65,17 +61,7 @@ CHILD_FIRST_TURN = textwrap.dedent(
 
 def test_a_run_killed_during_its_first_controller_call_resumes_with_its_options(tmp_path):
     spec, thread, marker = f"sqlite:{tmp_path / 'threads.sqlite'}", f"first-{uuid.uuid4()}", tmp_path / "marker"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD_FIRST_TURN, str(marker), spec, thread], cwd=ROOT, env=env, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert child.poll() is None, child.stderr.read().decode() if child.stderr else ""
-            assert time.monotonic() < deadline, "the child never reached its first turn"
-            time.sleep(0.02)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
+    kill_when(marker.exists, CHILD_FIRST_TURN, str(marker), spec, thread, env=child_env(), reaching="its first turn", timeout=60, poll=0.02)
     assert trace(thread, spec) == []  # no step finished
 
     found = ScriptedSearch([])

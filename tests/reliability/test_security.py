@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Container
 from pathlib import Path
 
 import psycopg
@@ -156,28 +157,29 @@ def _pasted(node: ast.expr) -> bool:
     return False
 
 
-def test_no_sql_composition_starts_from_a_pasted_string():
-    # sql.SQL marks its text as trusted; pasting a value into that text would bypass composition
-    offenders = [
-        f"{path.relative_to(ROOT)}:{node.lineno}"
+def _places(found: Callable[[ast.AST], bool]) -> list[str]:
+    """``path:line`` of every node of the packages' code for which ``found`` holds."""
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}"  # type: ignore[attr-defined]  # what is found is an expression, which has a line
         for package in PACKAGES
         for path in (ROOT / package).rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "SQL" and node.args and _pasted(node.args[0])
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if found(node)
     ]
-    assert offenders == []
+
+
+def _called_on_pasted_text(node: ast.AST, names: Container[str]) -> bool:
+    """A call of a method in ``names`` whose first argument is pasted text."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names and bool(node.args) and _pasted(node.args[0])
+
+
+def test_no_sql_composition_starts_from_a_pasted_string():
+    # sql.SQL marks its text as trusted; pasting a value into that text would bypass composition
+    assert _places(lambda node: _called_on_pasted_text(node, {"SQL"})) == []
 
 
 def test_no_sql_statement_is_built_by_pasting_values():
-    offenders = []
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            tree = ast.parse(path.read_text(), filename=str(path))
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SQL_CALLS and node.args:
-                    if _pasted(node.args[0]):
-                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert offenders == []
+    assert _places(lambda node: _called_on_pasted_text(node, SQL_CALLS)) == []
 
 
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|WHERE|CREATE TABLE)\b")
@@ -194,22 +196,15 @@ def _sql_template_with_values(node: ast.AST) -> bool:
 
 
 def test_no_sql_text_is_templated_with_values_anywhere():
-    offenders = [
-        f"{path.relative_to(ROOT)}:{node.lineno}"
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if _sql_template_with_values(node)
-    ]
-    assert offenders == []
+    assert _places(_sql_template_with_values) == []
     assert _sql_template_with_values(ast.parse('q = f"SELECT * FROM t WHERE id = {x}"').body[0].value)  # type: ignore[attr-defined]
 
 
 def test_the_sql_check_catches_what_it_looks_for():
     bad = ast.parse('cur.execute(f"SELECT * FROM t WHERE name = {name}")\ncur.execute("SELECT %s" % name)\ncur.execute("x {}".format(v))')
     good = ast.parse('cur.execute("SELECT * FROM t WHERE name = %s", (name,))\ncur.execute(sql.SQL("SELECT {}").format(sql.Identifier(t)))')
-    found = [n for n in ast.walk(bad) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "execute" and _pasted(n.args[0])]
-    clean = [n for n in ast.walk(good) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "execute" and _pasted(n.args[0])]
+    found = [n for n in ast.walk(bad) if _called_on_pasted_text(n, {"execute"})]
+    clean = [n for n in ast.walk(good) if _called_on_pasted_text(n, {"execute"})]
     assert len(found) == 3 and clean == []
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langgraph_sdk.client import SyncLangGraphClient
 from langgraph_sdk.schema import StreamMode
 
 from tests.fixtures.langgraph_server import LangGraphServer
@@ -60,6 +61,14 @@ def _error_message(result: Any) -> str:
     return message
 
 
+def _ask(server: LangGraphServer, collection: str, context: dict[str, Any]) -> tuple[SyncLangGraphClient, str, Any]:
+    """Ask the timeout question on a new thread and wait for the run: the client, the thread's id, the output."""
+    client = server.sync_client()
+    thread_id: str = client.threads.create()["thread_id"]
+    result = client.runs.wait(thread_id, server.graph_id, input={"question": TIMEOUT_QUESTION, "collection": collection}, context=context)
+    return client, thread_id, result
+
+
 def _steps(history: list[Any]) -> list[str]:
     """Nodes in the order they ran, from a thread's history (newest checkpoint first)."""
     return [node for state in reversed(history) for node in state["next"] if node != "__start__"]
@@ -83,21 +92,14 @@ def test_schemas_show_the_public_contract(server: LangGraphServer) -> None:
 
 
 def test_wait_answers_from_the_collection_with_context_options(server: LangGraphServer, collection: str) -> None:
-    client = server.sync_client()
-    thread = client.threads.create()
-    result: Any = client.runs.wait(
-        thread["thread_id"],
-        server.graph_id,
-        input={"question": TIMEOUT_QUESTION, "collection": collection},
-        context={"grounder": "local", "chunk_cap": 5},
-    )
+    client, thread_id, result = _ask(server, collection, {"grounder": "local", "chunk_cap": 5})
     assert result["terminated_by"] == "answered", (result, server.log()[-3000:])
     assert "wait_for" in result["answer"]
     assert result["chunks"] and all(c["collection"] == collection for c in result["chunks"])
     assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
     assert result["grounding"] is not None and result["grounding"]["score"] > 0.5
 
-    state: Any = client.threads.get_state(thread["thread_id"])
+    state: Any = client.threads.get_state(thread_id)
     assert state["next"] == []
     assert state["values"]["answer"] == result["answer"]
     options = state["values"]["options"]
@@ -108,19 +110,12 @@ def test_wait_answers_from_the_collection_with_context_options(server: LangGraph
 
 @pytest.mark.parametrize("synthesis", [False, True])
 def test_context_budget_reaches_the_graph(server: LangGraphServer, collection: str, synthesis: bool) -> None:
-    client = server.sync_client()
-    thread = client.threads.create()
-    result: Any = client.runs.wait(
-        thread["thread_id"],
-        server.graph_id,
-        input={"question": TIMEOUT_QUESTION, "collection": collection},
-        context={"max_iterations": 1, "fallback_synthesis": synthesis},
-    )
+    client, thread_id, result = _ask(server, collection, {"max_iterations": 1, "fallback_synthesis": synthesis})
     assert result["terminated_by"] == "max_iterations", result
     assert result["iterations"] == 1
     assert [e["tool"] for e in result["tool_history"]] == (["search", "synthesis"] if synthesis else ["search"])
     assert bool(result.get("answer")) is synthesis  # the server omits output keys no node wrote
-    history = client.threads.get_history(thread["thread_id"], limit=50)
+    history = client.threads.get_history(thread_id, limit=50)
     # the second controller turn finds the budget spent and ends the loop without a model call
     assert _steps(history) == ["controller", "tools", "controller", *(["synthesis"] if synthesis else []), "finish"]
 
@@ -224,18 +219,11 @@ def test_answer_model_and_judge_through_the_server(server: LangGraphServer, coll
     verdict = {"claims": [{"text": rewrite, "verdict": "supported", "chunk_indices": [1]}]}
     openai.enqueue(rewrite, json.dumps(verdict))
     before = len(openai.requests)
-    client = server.sync_client()
-    thread = client.threads.create()
-    result: Any = client.runs.wait(
-        thread["thread_id"],
-        server.graph_id,
-        input={"question": TIMEOUT_QUESTION, "collection": collection},
-        context={"answer_model": "openai:gpt-4o-mini", "grounder": "llm_judge"},
-    )
+    client, thread_id, result = _ask(server, collection, {"answer_model": "openai:gpt-4o-mini", "grounder": "llm_judge"})
     assert result["answer"] == rewrite, (result, server.log()[-3000:])
     assert result["grounding"]["score"] == 1.0
     assert len(openai.requests) - before == 2  # the rewrite, then the judge
-    history = client.threads.get_history(thread["thread_id"], limit=50)
+    history = client.threads.get_history(thread_id, limit=50)
     assert _steps(history) == ["controller", "tools", "controller", "tools", "answerer", "ground", "finish"]
 
 
@@ -271,15 +259,8 @@ def test_bad_model_spec_ends_the_run_with_an_error(server: LangGraphServer, coll
 def test_unknown_context_keys_are_dropped_by_the_server(server: LangGraphServer, collection: str) -> None:
     # langgraph-api filters a run's context by the graph's context schema, so a misspelt
     # option is ignored there (run() raises on it); this pins the documented behaviour.
-    client = server.sync_client()
-    thread = client.threads.create()
-    result: Any = client.runs.wait(
-        thread["thread_id"],
-        server.graph_id,
-        input={"question": TIMEOUT_QUESTION, "collection": collection},
-        context={"max_iteration": 1},
-    )
+    client, thread_id, result = _ask(server, collection, {"max_iteration": 1})
     assert result["terminated_by"] == "answered"
-    state: Any = client.threads.get_state(thread["thread_id"])
+    state: Any = client.threads.get_state(thread_id)
     assert state["values"]["options"]["max_iterations"] == 10
     assert "max_iteration" not in state["values"]["options"]

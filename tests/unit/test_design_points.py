@@ -18,14 +18,11 @@ from tests.fakes import (
     calls,
     chunk,
     give_up,
+    scripted,
     search,
     tool_call,
 )
 from tests.unit.test_loop import assert_every_call_answered
-
-
-def scripted(*responses):
-    return ScriptedChatModel(responses=list(responses))
 
 
 def offered(model: ScriptedChatModel, call: int = 0) -> list[str]:

@@ -10,20 +10,7 @@ from langchain_core.tools import tool
 
 from arcana_loop.graph import run
 from arcana_loop.graph.deps import ConfigurationError
-from tests.fakes import (
-    ScriptedChatModel,
-    ScriptedSearch,
-    answer,
-    calls,
-    chunk,
-    give_up,
-    search,
-    tool_call,
-)
-
-
-def scripted(*responses):
-    return ScriptedChatModel(responses=list(responses))
+from tests.fakes import ScriptedSearch, answer, calls, chunk, give_up, scripted, search, tool_call
 
 
 def assert_every_call_answered(messages):

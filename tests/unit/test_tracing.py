@@ -18,7 +18,7 @@ from arcana_loop.graph import arun, build_graph, make_deps, run
 from arcana_loop.graph.build import GRAPH_DESCRIPTION, GRAPH_NAME
 from arcana_loop.graph.build import graph as served_graph
 from arcana_loop.graph.context import LoopContext
-from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
+from tests.fakes import ScriptedSearch, answer, calls, chunk, scripted, search, tool_call
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROUTERS = {"after_controller", "after_tools", "after_answer", "after_ground"}
@@ -37,10 +37,6 @@ def collect_runs() -> Iterator[RunCollectorCallbackHandler]:
         yield handler
     finally:
         _collector.reset(token)
-
-
-def scripted(*responses):
-    return ScriptedChatModel(responses=list(responses))
 
 
 def walk(runs: list[Run]) -> list[Run]:
