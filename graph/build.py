@@ -17,7 +17,6 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from arcana_loop.graph.channels import USAGE_RESET
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from arcana_loop.graph.models import ModelSpec, resolve_model
@@ -53,14 +52,15 @@ LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
 
 
 def _with_seconds(name: str, update: Any, seconds: float) -> Any:
-    """Add the node's wall time to its usage write, and the write to the thread's usage."""
+    """Add the node's wall time to its usage write (and to the thread's usage, when the node writes it)."""
     timing = {"node_seconds": {name: seconds}}
     if not isinstance(update, dict):
         return update
     usage = update.get("usage")
-    usage = add_usage(usage, timing) if usage else timing
-    thread = {k: v for k, v in usage.items() if k != USAGE_RESET}  # a new question resets only its own usage
-    return {**update, "usage": usage, "thread_usage": thread}
+    timed = {**update, "usage": add_usage(usage, timing) if usage else timing}
+    if "thread_usage" in update:
+        timed["thread_usage"] = add_usage(update["thread_usage"], timing)
+    return timed
 
 
 def _timed(name: str, body: Callable[..., Any], deps: LoopDeps) -> Callable[[LoopState, Runtime[LoopContext]], Any]:

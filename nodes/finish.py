@@ -1,10 +1,12 @@
 """The ``finish`` node: where every ending of a question routes, and the one place it ends.
 
 It adds the question's closing message (its answer, or why it has none) to the
-conversation and sends the run's stop event.
+conversation, adds the question's usage to the thread's, and sends the run's stop event.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
@@ -24,11 +26,17 @@ class FinishUpdate(TypedDict, total=False):
     """What finishing changes."""
 
     messages: list[BaseMessage]
+    thread_usage: dict[str, Any]
 
 
 def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> FinishUpdate:
-    """End the question: its closing message on the conversation, then the stop event."""
+    """End the question: its closing message on the conversation, its usage on the thread's, then the stop event."""
     tool_count = len(offered_tools(deps, scope_of(state), runtime.context))
     emit(runtime, stop_event(state, runtime.context, tool_count))
+    # once per question, not a write per step: a question that never finishes (its process
+    # killed, and a new question asked) is left out of the thread's usage
+    update: FinishUpdate = {"thread_usage": dict(state.get("usage") or {})}
     closing = closing_message(state)
-    return {} if closing is None else {"messages": [closing]}
+    if closing is not None:
+        update["messages"] = [closing]
+    return update
