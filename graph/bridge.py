@@ -7,10 +7,16 @@ async callers). A dependency may still be asynchronous (an ``async def`` search
 function, grounder, synthesizer, model function or tool); `call` runs it:
 
 * in an async run, on the caller's event loop (where its connections were opened),
-  which `caller_loop` records for the node's worker thread;
+  which `caller_loop` records for the node's worker thread; when the caller stops
+  waiting (a cancelled run), what the node still waits on there is cancelled;
 * in a sync run, on one background event loop shared by every sync run of the
   process, so loop-bound resources (an async connection pool, an HTTP client) live
   on a single loop instead of a new one per call.
+
+A loop whose thread is blocked is never waited on: a sync run made from inside an
+asynchronous dependency (a tool that runs a sub-question with `run`) blocks the loop
+that dependency runs on, so the sub-run's own asynchronous dependencies go to a
+background loop that is not that one.
 
 The awaitable runs with the node's context, so callbacks, tracing and
 ``get_runtime`` see the run as the node does.
@@ -19,6 +25,7 @@ The awaitable runs with the node's context, so callbacks, tracing and
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import inspect
@@ -28,19 +35,69 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_caller: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar("arcana_loop_caller_loop", default=None)
-_background: asyncio.AbstractEventLoop | None = None
+
+class _Caller:
+    """An async caller's event loop, and what a node waits on there for it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def start(self, awaitable: Awaitable[T], context: contextvars.Context) -> concurrent.futures.Future[T]:
+        """Schedule the awaitable on the caller's loop, unless the caller stopped waiting.
+
+        Raises:
+            concurrent.futures.CancelledError: when the caller already stopped waiting.
+        """
+        with self._lock:
+            if self._stopped:
+                _discard(awaitable)
+                raise concurrent.futures.CancelledError()
+            future = asyncio.run_coroutine_threadsafe(_in_context(awaitable, context), self.loop)
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def stop(self) -> None:
+        """Cancel what is still pending, and anything started later."""
+        with self._lock:
+            self._stopped = True
+            pending, self._pending = self._pending, set()
+        for future in pending:
+            future.cancel()
+
+
+_caller: contextvars.ContextVar[_Caller | None] = contextvars.ContextVar("arcana_loop_caller", default=None)
+_blocked: contextvars.ContextVar[frozenset[asyncio.AbstractEventLoop]] = contextvars.ContextVar(
+    "arcana_loop_blocked_loops", default=frozenset()
+)
+"""The loops whose thread a synchronous call made here would block: those the current dependency runs on."""
+_background: list[asyncio.AbstractEventLoop] = []
 _background_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def caller_loop(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-    """Record the event loop of an async caller while a node runs for it in a worker thread."""
-    token = _caller.set(loop)
+    """Record the event loop of an async caller while a node runs for it in a worker thread.
+
+    On leaving (the node's result, or the caller cancelled), what the node still waits
+    on in that loop is cancelled, and it starts nothing more there.
+    """
+    caller = _Caller(loop)
+    caller_token = _caller.set(caller)
+    blocked_token = _blocked.set(_blocked.get() - {loop})  # the caller awaits the node: its loop is free
     try:
         yield
     finally:
-        _caller.reset(token)
+        _blocked.reset(blocked_token)
+        _caller.reset(caller_token)
+        caller.stop()
 
 
 def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -50,16 +107,23 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def wait(awaitable: Awaitable[T], timeout: float | None = None) -> T:
-    """Wait for an awaitable from synchronous code, on the caller's loop or the background one.
+    """Wait for an awaitable from synchronous code, on the caller's loop or a background one.
 
     Raises:
         TimeoutError: when ``timeout`` seconds pass first (the awaitable is cancelled).
+        concurrent.futures.CancelledError: when the async caller stopped waiting (a cancelled run).
     """
-    loop = _caller.get()
-    if loop is None or loop.is_closed() or _runs_here(loop):
-        # a sync run; or a sync call made on the caller's own loop thread, which would deadlock
-        loop = _background_loop()
-    future = asyncio.run_coroutine_threadsafe(_in_context(awaitable, contextvars.copy_context()), loop)
+    caller, avoid = _caller.get(), _blocked.get() | _running_here()
+    if caller is not None and (caller.loop.is_closed() or caller.loop in avoid):
+        caller = None  # a sync call made on the caller's own loop thread, directly or not, would deadlock
+    context = contextvars.copy_context()
+    if caller is not None:
+        context.run(_blocked.set, avoid | {caller.loop})
+        future = caller.start(awaitable, context)
+    else:
+        loop = _background_loop(avoid)
+        context.run(_blocked.set, avoid | {loop})
+        future = asyncio.run_coroutine_threadsafe(_in_context(awaitable, context), loop)
     try:
         return future.result(timeout)
     except TimeoutError:
@@ -67,11 +131,17 @@ def wait(awaitable: Awaitable[T], timeout: float | None = None) -> T:
         raise
 
 
-def _runs_here(loop: asyncio.AbstractEventLoop) -> bool:
+def _running_here() -> frozenset[asyncio.AbstractEventLoop]:
     try:
-        return asyncio.get_running_loop() is loop
+        return frozenset({asyncio.get_running_loop()})
     except RuntimeError:
-        return False
+        return frozenset()
+
+
+def _discard(awaitable: Awaitable[Any]) -> None:
+    """Close a coroutine that will never run (no "never awaited" warning)."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()
 
 
 async def _in_context(awaitable: Awaitable[T], context: contextvars.Context) -> T:
@@ -82,12 +152,19 @@ async def _as_coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """Return the process's background event loop, started on first use in a daemon thread."""
-    global _background
+def _background_loop(avoid: frozenset[asyncio.AbstractEventLoop]) -> asyncio.AbstractEventLoop:
+    """Return the first background event loop not in ``avoid``, starting one in a daemon thread when none is.
+
+    Sync runs share the first; another starts only for a sync run made from inside an
+    asynchronous dependency that runs on the first (whose thread it blocks).
+    """
     with _background_lock:
-        if _background is None or _background.is_closed():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="arcana-loop-async", daemon=True).start()
-            _background = loop
-        return _background
+        _background[:] = [loop for loop in _background if not loop.is_closed()]
+        for loop in _background:
+            if loop not in avoid:
+                return loop
+        loop = asyncio.new_event_loop()
+        name = "arcana-loop-async" + (f"-{len(_background) + 1}" if _background else "")
+        threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
+        _background.append(loop)
+        return loop
