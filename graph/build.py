@@ -22,12 +22,10 @@ from arcana_loop.graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from arcana_loop.graph.models import ModelSpec, resolve_model
 from arcana_loop.graph.routing import Node, Route, Routers
 from arcana_loop.graph.state import (
-    ControllerView,
     LoopInput,
     LoopOutput,
     LoopState,
     RunInput,
-    ToolsView,
     add_usage,
 )
 from arcana_loop.nodes.answerer import answerer
@@ -147,16 +145,8 @@ def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwar
     builder: LoopGraph = StateGraph(
         LoopState, context_schema=LoopContext, input_schema=input_schema, output_schema=LoopOutput
     )
-    nodes: tuple[tuple[Callable[..., Any], type[Any]], ...] = (
-        (controller, ControllerView),
-        (tools, ToolsView),
-        (answerer, LoopState),
-        (synthesis, LoopState),
-        (ground, LoopState),
-        (finish, LoopState),
-    )
-    for body, view in nodes:
-        builder.add_node(body.__name__, Node(body.__name__, _timed(body.__name__, body, deps)), input_schema=view)
+    for body in (controller, tools, answerer, synthesis, ground, finish):
+        builder.add_node(body.__name__, Node(body.__name__, _timed(body.__name__, body, deps)))
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", Route(routers.after_controller))
     builder.add_conditional_edges("tools", Route(routers.after_tools))

@@ -22,7 +22,7 @@ from arcana_loop.graph.conversation import compact_earlier, fresh_state, fresh_v
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.models import ModelCaller
 from arcana_loop.graph.policy import should_send_back
-from arcana_loop.graph.state import BudgetStop, ControllerView, TerminatedBy
+from arcana_loop.graph.state import BudgetStop, LoopState, TerminatedBy
 from arcana_loop.graph.text import check_question
 from arcana_loop.nodes.common import (
     describe_error,
@@ -133,7 +133,7 @@ def _bounded_raw(call: Any, ids: set[str | None]) -> Any:
     return {**call, "function": {**function, "arguments": kept_arguments(function.get("arguments") or "")}}
 
 
-def sent_back_last_turn(state: ControllerView) -> bool:
+def sent_back_last_turn(state: LoopState) -> bool:
     """Whether the last turn's plain-text reply was sent back to search first (it is the last message)."""
     messages = state.get("messages") or []
     return bool(state.get("search_nudged")) and bool(messages) and isinstance(messages[-1], AIMessage) and not (
@@ -141,7 +141,7 @@ def sent_back_last_turn(state: ControllerView) -> bool:
     )
 
 
-def check_input(state: ControllerView) -> None:
+def check_input(state: LoopState) -> None:
     """Reject a run input that `run` would have refused (server clients send any JSON).
 
     Raises:
@@ -151,7 +151,7 @@ def check_input(state: ControllerView) -> None:
     scope_of(state)
 
 
-def open_question(state: ControllerView) -> tuple[ControllerView, dict[str, Any]]:
+def open_question(state: LoopState) -> tuple[LoopState, dict[str, Any]]:
     """Start a new question when the run brings one (see ``graph.conversation``).
 
     Returns:
@@ -180,7 +180,7 @@ def _merged(opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpda
     return cast(ControllerUpdate, merged)
 
 
-def _prepare(deps: LoopDeps, state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any]) -> Turn | ControllerUpdate:
+def _prepare(deps: LoopDeps, state: LoopState, runtime: Runtime[LoopContext], opening: dict[str, Any]) -> Turn | ControllerUpdate:
     ctx = runtime.context
     iterations = state.get("iterations", 0)
     stop = exhausted(state, ctx)
@@ -202,7 +202,7 @@ def _prepare(deps: LoopDeps, state: ControllerView, runtime: Runtime[LoopContext
     return Turn(model, sent, tools, opts)
 
 
-def _finish(state: ControllerView, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
+def _finish(state: LoopState, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
     iterations = state.get("iterations", 0)
     if isinstance(reply, BaseException):
         return {"iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
@@ -222,7 +222,7 @@ def _finish(state: ControllerView, ctx: LoopContext, turn: Turn, reply: AIMessag
     return update
 
 
-def _with_options(state: ControllerView, runtime: Runtime[LoopContext], opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
+def _with_options(state: LoopState, runtime: Runtime[LoopContext], opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
     """The turn's update on top of the writes that opened a question, with the run's options when they changed."""
     update = _merged(opening, update)
     if "options" not in state or opening:
@@ -235,7 +235,7 @@ def _with_options(state: ControllerView, runtime: Runtime[LoopContext], opening:
     return update
 
 
-def controller(state: ControllerView, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ControllerUpdate:
+def controller(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ControllerUpdate:
     """Run one controller turn (the first of a new question when the run brings one)."""
     state, opening = open_question(state)
     turn = _prepare(deps, state, runtime, opening)

@@ -13,7 +13,7 @@ from arcana_loop.graph.channels import ChunkMerge
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.policy import should_send_back
-from arcana_loop.graph.state import TerminatedBy, ToolEvent, ToolsView
+from arcana_loop.graph.state import LoopState, TerminatedBy, ToolEvent
 from arcana_loop.nodes.common import emit, run_tools, scope_of
 from arcana_loop.nodes.lifecycle import tool_call_event
 from arcana_loop.tools.duplicates import past_searches
@@ -42,7 +42,7 @@ class ToolsUpdate(TypedDict, total=False):
     search_nudged: bool
 
 
-def _iteration(state: ToolsView) -> int:
+def _iteration(state: LoopState) -> int:
     """The 0-based turn whose calls are being executed (the controller already counted it)."""
     return max(state.get("iterations", 1) - 1, 0)
 
@@ -64,7 +64,7 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
     return entry
 
 
-def _plan(deps: LoopDeps, state: ToolsView, ctx: LoopContext) -> list[Planned]:
+def _plan(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> list[Planned]:
     last = state["messages"][-1]
     if not isinstance(last, AIMessage):
         raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
@@ -98,7 +98,7 @@ def _run(plan: list[Planned], search_fn: SearchFn, ctx: LoopContext) -> list[Cal
         return [running[id(step)].result() if id(step) in running else run_planned(step, search_fn, ctx.search_opts) for step in plan]
 
 
-def _fold(state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
+def _fold(state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
     iteration = _iteration(state)
     outcomes = render_turn(
         outcomes, state.get("tool_history") or [], iteration,
@@ -123,7 +123,7 @@ def _fold(state: ToolsView, runtime: Runtime[LoopContext], outcomes: list[CallOu
     return update
 
 
-def tools(state: ToolsView, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ToolsUpdate:
+def tools(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ToolsUpdate:
     """Execute the turn's tool calls and fold their outcomes; results stay in call order."""
     plan = _plan(deps, state, runtime.context)
     return _fold(state, runtime, _run(plan, deps.search(), runtime.context))
