@@ -20,6 +20,7 @@ if (_checkout / "graph" / "__init__.py").is_file() and not (Path(__file__).paren
 
 from arcana_loop.graph import (  # noqa: E402  # after the path above
     DEFAULT_TOOLS,
+    RUN_OPTIONS,
     LoopContext,
     LoopResult,
     Record,
@@ -45,7 +46,7 @@ except PackageNotFoundError:  # a checkout that was never installed
     __version__ = "0.0.0"
 
 __all__ = [
-    "DEFAULT_TOOLS", "KnowledgeBase", "KnowledgeBaseRetriever", "LoopContext", "LoopResult", "Record", "TraceStep",
+    "DEFAULT_TOOLS", "KnowledgeBase", "KnowledgeBaseRetriever", "LoopContext", "LoopResult", "RUN_OPTIONS", "Record", "TraceStep",
     "__version__", "arun", "build_graph", "default_tools", "fork", "ground", "record_of", "replay", "replay_record",
     "resume", "run", "trace", "verify_record",
 ]

@@ -11,11 +11,11 @@ from arcana_loop.graph.replay import (
     resume,
     verify_record,
 )
-from arcana_loop.graph.run import LoopResult, arun, ground, run
+from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, arun, ground, run
 from arcana_loop.graph.trace import TraceStep, trace
 from arcana_loop.tools.schemas import DEFAULT_TOOLS, default_tools
 
 __all__ = [
-    "DEFAULT_TOOLS", "LoopContext", "LoopResult", "Record", "TraceStep", "arun", "build_graph", "default_tools",
+    "DEFAULT_TOOLS", "RUN_OPTIONS", "LoopContext", "LoopResult", "Record", "TraceStep", "arun", "build_graph", "default_tools",
     "fork", "ground", "make_deps", "record_of", "replay", "replay_record", "resume", "run", "trace", "verify_record",
 ]

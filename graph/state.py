@@ -172,6 +172,9 @@ class ControllerRouteView(TypedDict):
 
     Routers read narrow views: each channel in a view is read, with the node's writes applied, on
     every step (LangGraph copies the whole graph's channels for that read whatever the view).
+    The three views save 2.3 M instructions a loop, 9.5 % of the minimal StateGraph's
+    (``bench.loop_instructions``): short of the 10 % a speed tweak must earn, but without them
+    ``run()`` would be 1.58x the minimal StateGraph, past the loop benchmark's 1.5x guard.
     """
 
     terminated_by: NotRequired[TerminatedBy | None]
