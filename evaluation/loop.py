@@ -26,6 +26,7 @@ from arcana_loop.evaluation.metrics import distribution, key_fact_recall
 from arcana_loop.evaluation.parse import parse_json_object, reply_text
 from arcana_loop.evaluation.prompts import JUDGE_PROMPT
 from arcana_loop.evaluation.tokens import ESTIMATED_CONTROLLER, EstimatingOfflineController
+from arcana_loop.graph import bridge
 from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
 from arcana_loop.graph.models import OFFLINE, ModelCaller, ModelSpec, resolve_model
 from arcana_loop.graph.run import LoopResult, arun
@@ -294,4 +295,4 @@ async def aevaluate_loop(
 
 def evaluate_loop(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **kwargs: Any) -> dict[str, Any]:
     """Run `aevaluate_loop` on a new event loop (see it for the arguments)."""
-    return asyncio.run(aevaluate_loop(cases, **kwargs))
+    return bridge.wait(aevaluate_loop(cases, **kwargs))

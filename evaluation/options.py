@@ -16,6 +16,7 @@ from typing import Any
 from arcana_loop.evaluation.cases import CaseSet, EvalCase
 from arcana_loop.evaluation.loop import aevaluate_loop
 from arcana_loop.evaluation.report import format_metric
+from arcana_loop.graph import bridge
 from arcana_loop.graph.models import OFFLINE, ModelSpec
 
 MIN_SUPPORT = 0.7
@@ -103,9 +104,7 @@ def _columns(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def compare_options(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **kwargs: Any) -> dict[str, Any]:
     """Run `acompare_options` on a new event loop (see it for the arguments)."""
-    import asyncio
-
-    return asyncio.run(acompare_options(cases, **kwargs))
+    return bridge.wait(acompare_options(cases, **kwargs))
 
 
 def options_table_markdown(report: Mapping[str, Any]) -> str:

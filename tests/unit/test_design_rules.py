@@ -1,0 +1,73 @@
+"""Rules of the loop's design that a test can hold: one bridge, edges decide, one option surface, one result."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+from arcana_loop.graph.build import make_deps
+from arcana_loop.graph.context import CONTEXT_FIELDS
+from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, split_options
+from arcana_loop.graph.state import RESULT_KEYS, LoopOutput
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("graph", "nodes", "tools", "grounding", "knowledge", "cli", "evaluation")
+LOOP_RUNNERS = {"run", "run_coroutine_threadsafe", "new_event_loop", "run_until_complete", "Runner"}
+"""What waits on a coroutine from synchronous code: only `graph.bridge` may."""
+
+
+def _loop_runner_calls(tree: ast.AST) -> list[str]:
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LOOP_RUNNERS:
+            owner = node.func.value
+            if node.func.attr == "run" and not (isinstance(owner, ast.Name) and owner.id == "asyncio"):
+                continue  # context.run, subprocess.run...: not an event loop
+            calls.append(f"{ast.unparse(node.func)} (line {node.lineno})")
+    return calls
+
+
+def test_only_the_bridge_waits_on_coroutines_from_sync_code():
+    offenders = {
+        str(path.relative_to(ROOT)): hits
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if path != ROOT / "graph" / "bridge.py" and (hits := _loop_runner_calls(ast.parse(path.read_text())))
+    }
+    assert offenders == {}
+    assert _loop_runner_calls(ast.parse((ROOT / "graph" / "bridge.py").read_text()))  # the check sees the bridge's
+
+
+def test_the_check_catches_a_second_bridge():
+    tree = ast.parse("import asyncio\nasyncio.run(f())\nloop.run_until_complete(g())\nctx.run(h)\n")
+    assert _loop_runner_calls(tree) == ["asyncio.run (line 2)", "loop.run_until_complete (line 3)"]
+
+
+def test_nodes_never_ask_the_routers():
+    for path in (ROOT / "nodes").glob("*.py"):
+        imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
+        assert "arcana_loop.graph.routing" not in imported, path.name
+
+
+def test_every_node_is_one_function_of_state_and_runtime():
+    from arcana_loop.nodes import answerer, controller, finish, ground, synthesis, tools
+
+    for module in (controller, tools, answerer, synthesis, ground, finish):
+        node = getattr(module, module.__name__.rsplit(".", 1)[-1])
+        assert inspect.isfunction(node) and not inspect.iscoroutinefunction(node)
+        assert list(inspect.signature(node).parameters) == ["state", "runtime", "deps"]
+
+
+def test_run_options_are_the_graphs_dependencies_and_the_contexts_fields():
+    assert set(inspect.signature(make_deps).parameters) | CONTEXT_FIELDS == RUN_OPTIONS
+    deps, context = split_options({"controller_llm": "offline", "max_iterations": 3, "grounder": "local", "system_prompt": "Be brief."})
+    assert deps["controller_llm"] == "offline" and deps["grounder"] is None and deps["system_prompt"] == "Be brief."
+    assert context == {"max_iterations": 3, "controller_model": "offline", "grounder": "local", "system_prompt": "Be brief."}
+
+
+def test_the_result_is_declared_once():
+    assert RESULT_KEYS == tuple(LoopOutput.__annotations__)
+    extra = {"thread_id", "grounded_in_chunks"}  # what a result adds to the state it is read from
+    assert {f.name for f in dataclasses.fields(LoopResult)} == set(RESULT_KEYS) | extra
