@@ -29,8 +29,6 @@ from arcana_loop.nodes.common import (
     system_message,
 )
 
-NAME = "answerer"
-
 
 class AnswererUpdate(TypedDict, total=False):
     """What the answerer changes."""

@@ -42,7 +42,6 @@ from arcana_loop.tools.execute import (
 )
 from arcana_loop.tools.schemas import ToolSchema
 
-NAME = "controller"
 EMPTY_REPLY = "the controller replied with neither a tool call nor any text"
 
 

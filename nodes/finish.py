@@ -19,8 +19,6 @@ from arcana_loop.graph.state import LoopState
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
 from arcana_loop.nodes.lifecycle import stop_event
 
-NAME = "finish"
-
 
 class FinishUpdate(TypedDict, total=False):
     """What finishing changes."""

@@ -22,7 +22,6 @@ from arcana_loop.graph.models import ChatModelCaller, cached_model
 from arcana_loop.graph.state import LoopState
 from arcana_loop.nodes.common import emit
 
-NAME = "ground"
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
 NO_TIME_LEFT = "grounding timed out: max_seconds was spent before it could start; the answer stands, ungrounded"
 

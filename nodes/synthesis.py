@@ -31,8 +31,9 @@ from arcana_loop.nodes.common import (
 from arcana_loop.nodes.lifecycle import tool_call_event
 from arcana_loop.tools.schemas import SYNTHESIS
 
-NAME = "synthesis"
 SUMMARY = "Synthesized from {count} chunks"
+SYNTHESIS_FAILED = "fallback synthesis failed: {reason}"
+SYNTHESIS_EMPTY = "fallback synthesis returned no text"
 
 
 class SynthesisUpdate(TypedDict, total=False):
@@ -43,10 +44,6 @@ class SynthesisUpdate(TypedDict, total=False):
     tool_history: list[ToolEvent]
     usage: dict[str, Any]
     error: str
-
-
-SYNTHESIS_FAILED = "fallback synthesis failed: {reason}"
-SYNTHESIS_EMPTY = "fallback synthesis returned no text"
 
 
 def _prepare(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> tuple[list[BaseMessage], HumanMessage, dict[str, Any]]:

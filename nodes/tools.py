@@ -28,8 +28,6 @@ from arcana_loop.tools.execute import (
     run_planned,
 )
 
-NAME = "tools"
-
 
 class ToolsUpdate(TypedDict, total=False):
     """What the tools node changes."""

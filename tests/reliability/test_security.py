@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Container
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,11 +17,10 @@ from psycopg import sql
 
 from arcana_loop.graph import arun, record_of, run, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, search, tool_call
+from tests.fixtures.source import PACKAGES, ROOT
 
 pytestmark = pytest.mark.reliability
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("graph", "nodes", "tools", "grounding", "knowledge", "cli", "evaluation")
 INJECTIONS = ["x' OR '1'='1", "'; DROP TABLE kb_chunks; --", "secret%", "\\x00", "$$ secret $$"]
 
 

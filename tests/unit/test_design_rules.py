@@ -5,15 +5,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-from pathlib import Path
 
 from arcana_loop.graph.build import make_deps
 from arcana_loop.graph.context import CONTEXT_FIELDS
 from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, split_options
 from arcana_loop.graph.state import RESULT_KEYS, LoopOutput
+from tests.fixtures.source import ROOT, offenders
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("graph", "nodes", "tools", "grounding", "knowledge", "cli", "evaluation")
 LOOP_RUNNERS = {"run", "run_coroutine_threadsafe", "new_event_loop", "run_until_complete", "Runner"}
 """What waits on a coroutine from synchronous code: only `graph.bridge` may."""
 
@@ -30,13 +28,7 @@ def _loop_runner_calls(tree: ast.AST) -> list[str]:
 
 
 def test_only_the_bridge_waits_on_coroutines_from_sync_code():
-    offenders = {
-        str(path.relative_to(ROOT)): hits
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
-        if path != ROOT / "graph" / "bridge.py" and (hits := _loop_runner_calls(ast.parse(path.read_text())))
-    }
-    assert offenders == {}
+    assert offenders(_loop_runner_calls, skip={ROOT / "graph" / "bridge.py"}) == {}
     assert _loop_runner_calls(ast.parse((ROOT / "graph" / "bridge.py").read_text()))  # the check sees the bridge's
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grimp
 
-PACKAGES = ("graph", "nodes", "tools", "grounding", "knowledge", "cli", "evaluation")
+from tests.fixtures.source import PACKAGES
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:

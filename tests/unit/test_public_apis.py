@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("graph", "nodes", "tools", "grounding", "knowledge", "cli", "evaluation")
+from tests.fixtures.source import offenders
+
 LIBRARIES = ("langgraph", "langchain", "langchain_core", "langchain_openai", "langsmith")
 
 
@@ -23,13 +22,7 @@ def _private_imports(tree: ast.AST) -> list[str]:
 
 
 def test_no_module_imports_a_private_langgraph_or_langchain_name():
-    offenders = {
-        str(path.relative_to(ROOT)): hits
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
-        if (hits := _private_imports(ast.parse(path.read_text())))
-    }
-    assert offenders == {}
+    assert offenders(_private_imports) == {}
 
 
 def test_the_check_catches_private_imports():
