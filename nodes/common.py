@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 from langchain_core.messages import SystemMessage
@@ -76,23 +75,9 @@ def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: Mapping[str, A
     if scope.kind == "pick":
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
-    head, tail = _system_prompt_frame(section, ctx.max_iterations)
-    return head + budget_section(state, ctx) + tail
-
-
-@lru_cache(maxsize=256)
-def _system_prompt_frame(collections_section: str, max_iterations: int) -> tuple[str, str]:
-    """Return the default system prompt around its budget section, formatted once per scope and turn limit.
-
-    Only the budget section changes from turn to turn; formatting the whole template
-    again on every turn cost more than the rest of the prompt's assembly.
-    """
-    marker = "\x00"  # never in a collection name (names are checked for NUL)
-    text = prompts.SYSTEM_PROMPT.format(
-        collections_section=collections_section, max_iterations=max_iterations, budget_section=marker
+    return prompts.SYSTEM_PROMPT.format(
+        collections_section=section, max_iterations=ctx.max_iterations, budget_section=budget_section(state, ctx)
     )
-    head, tail = text.rsplit(marker, 1)  # the last one: a scope could hold NUL
-    return head, tail
 
 
 def render_instruction(

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from arcana_loop.graph.channels import merge_chunks
-from arcana_loop.graph.text import has_lone_surrogate, scrub
+from arcana_loop.graph.text import scrub
 from arcana_loop.knowledge.types import Chunk
 
 __all__ = ["merge_chunks"]
@@ -61,38 +61,6 @@ def _text(value: str) -> str:
     return scrub(value[:MAX_CHUNK_CHARS])
 
 
-_CHUNK_KEYS = frozenset(("id", "text", "score", "collection", "document_id", "position", "metadata"))
-_OPTIONAL_TEXT = ("collection", "document_id")
-
-
-def _well_formed(obj: Any) -> bool:
-    """Whether a result is already a plain `Chunk` dict (what the knowledge base returns)."""
-    if type(obj) is not dict or not obj.keys() <= _CHUNK_KEYS:
-        return False
-    chunk_id, text, score = obj.get("id"), obj.get("text"), obj.get("score")
-    if type(chunk_id) is not str or type(text) is not str or not chunk_id.strip() or len(text) > MAX_CHUNK_CHARS:
-        return False
-    if not (type(score) is int or (type(score) is float and math.isfinite(score))):
-        return False
-    if "position" in obj and type(obj["position"]) is not int:
-        return False
-    strings = [chunk_id, text, *(obj[k] for k in _OPTIONAL_TEXT if k in obj)]
-    return all(type(v) is str for v in strings) and not any(has_lone_surrogate(v) for v in strings)
-
-
-def _copy_chunk(obj: dict[str, Any]) -> Chunk:
-    """Copy a well-formed chunk dict; the same result as the general path, without its probing."""
-    chunk: Any = dict(obj)
-    chunk["score"] = _score(chunk["score"])
-    if "metadata" in chunk:
-        metadata = chunk["metadata"]
-        if isinstance(metadata, Mapping):
-            chunk["metadata"] = _json_safe(metadata) if metadata else {}
-        else:
-            del chunk["metadata"]  # as the general path: metadata that is not a mapping is dropped
-    return chunk  # type: ignore[no-any-return]  # every key was checked by _well_formed
-
-
 def to_chunk(obj: Any) -> Chunk | None:
     """Normalise one search result into a `Chunk`, or ``None`` when it is not a chunk at all.
 
@@ -101,8 +69,6 @@ def to_chunk(obj: Any) -> Chunk | None:
     hash), so the same text always deduplicates; a missing, non-numeric or non-finite
     score becomes ``0.0``.
     """
-    if _well_formed(obj):
-        return _copy_chunk(obj)
     if obj is None or isinstance(obj, str | bytes | int | float):
         return None
     text = _field(obj, "text")

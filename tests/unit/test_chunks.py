@@ -1,4 +1,4 @@
-"""Search results become chunks the same way whether or not they are already well formed."""
+"""Search results of any shape become well-formed chunks."""
 
 from __future__ import annotations
 
@@ -31,13 +31,18 @@ CASES: list[Any] = [
 
 
 @pytest.mark.parametrize("result", CASES)
-def test_well_formed_shortcut_gives_the_general_result(result: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = to_chunk(result)
-    monkeypatch.setattr(chunks, "_well_formed", lambda _obj: False)
-    assert fast == to_chunk(result)
+def test_every_result_becomes_a_well_formed_chunk(result: Any) -> None:
+    chunk = to_chunk(result)
+    assert chunk is not None
+    assert isinstance(chunk["id"], str) and chunk["id"].strip()
+    assert isinstance(chunk["text"], str) and len(chunk["text"]) <= chunks.MAX_CHUNK_CHARS
+    assert type(chunk["score"]) is float and math.isfinite(chunk["score"])
+    assert set(chunk) <= {"id", "text", "score", "collection", "document_id", "position", "metadata"}
+    assert isinstance(chunk.get("metadata", {}), dict)
+    assert all(isinstance(chunk[k], str) for k in ("collection", "document_id") if k in chunk)
 
 
-def test_the_shortcut_copies_rather_than_shares() -> None:
+def test_a_chunk_is_a_copy_rather_than_the_result_itself() -> None:
     result = {"id": "a", "text": "t", "score": 1, "metadata": {"k": [1]}}
     chunk = to_chunk(result)
     assert chunk is not None and chunk is not result
