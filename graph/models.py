@@ -92,25 +92,13 @@ def _temperature_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class ChatModelCaller:
-    """Calls a LangChain chat model, binding the offered tools (cached per tool list)."""
+    """Calls a LangChain chat model with the offered tools bound."""
 
     model: BaseChatModel
     name: str
-    _bound: dict[tuple[str, ...], Runnable[Any, Any]] = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _runnable(self, tools: Sequence[ToolSchema]) -> Runnable[Any, Any]:
-        if not tools:
-            return self.model
-        key = tuple(str(t["function"]["name"]) + str(id(t)) for t in tools)
-        bound = self._bound.get(key)
-        if bound is None:
-            with self._lock:
-                bound = self.model.bind_tools(list(tools))
-                if len(self._bound) > 64:
-                    self._bound.clear()
-                self._bound[key] = bound
-        return bound
+        return self.model.bind_tools(list(tools)) if tools else self.model
 
     def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
         """Call the model once.
