@@ -808,10 +808,6 @@ class KnowledgeBase:
         """Embed `text` without blocking the event loop."""
         import numpy as np
 
-        # WordLlama embeds a query in well under a millisecond: run it inline
-        # rather than pay a thread hop; other embedders use their async API.
-        if type(self.embeddings).__name__ == "WordLlamaEmbeddings":
-            return self._embed(text)
         return np.asarray(await self.embeddings.aembed_query(text), dtype=np.float32)
 
 
