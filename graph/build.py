@@ -61,13 +61,13 @@ def _with_seconds(name: str, update: Any, seconds: float) -> Any:
     return timed
 
 
-def _timed(name: str, body: Callable[..., Any], deps: LoopDeps) -> Callable[[LoopState, Runtime[LoopContext]], Any]:
+def _timed(body: Callable[..., Any], deps: LoopDeps) -> Callable[[LoopState, Runtime[LoopContext]], Any]:
     """Close a node's function over the graph's dependencies, adding its wall time to ``usage["node_seconds"]``."""
 
     def timed(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
         started = time.perf_counter()
         update = body(state, runtime, deps=deps)
-        return _with_seconds(name, update, time.perf_counter() - started)
+        return _with_seconds(body.__name__, update, time.perf_counter() - started)
 
     return timed
 
@@ -146,7 +146,7 @@ def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwar
         LoopState, context_schema=LoopContext, input_schema=input_schema, output_schema=LoopOutput
     )
     for body in (controller, tools, answerer, synthesis, ground, finish):
-        builder.add_node(body.__name__, Node(body.__name__, _timed(body.__name__, body, deps)))
+        builder.add_node(body.__name__, Node(body.__name__, _timed(body, deps)))
     builder.add_edge(START, "controller")
     builder.add_conditional_edges("controller", Route(routers.after_controller))
     builder.add_conditional_edges("tools", Route(routers.after_tools))

@@ -276,15 +276,14 @@ def _checked_call(question: Any, collection: Any, thread_id: str | None, on_even
 def _call(question: str, collection: Any, deps: dict[str, Any], context: LoopContext, saver: Any, thread_id: str | None, durability: Durability | None) -> _Call:
     compiled = _graphs.get(deps, saver)
     config: RunnableConfig = {"recursion_limit": recursion_limit(context)}
-    if saver is not None:
-        thread_id = thread_id or str(uuid.uuid4())
-        config["configurable"] = {"thread_id": thread_id}
-    else:
-        thread_id = durability = None  # LangGraph warns of a durability without a checkpointer
     # the options travel with the input, so the input checkpoint holds them before any model call:
     # a process that dies during the first turn resumes with them, not with the defaults
     inputs = {"question": question, "collection": collection, "options": context.as_options()}
-    return _Call(compiled, inputs, config, context, thread_id, durability or ("sync" if saver is not None else None))
+    if saver is None:  # no thread, and no durability: LangGraph warns of one without a checkpointer
+        return _Call(compiled, inputs, config, context, None, None)
+    thread_id = thread_id or str(uuid.uuid4())
+    config["configurable"] = {"thread_id": thread_id}
+    return _Call(compiled, inputs, config, context, thread_id, durability or "sync")
 
 
 def run(

@@ -238,10 +238,10 @@ def controller(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDep
     """Run one controller turn (the first of a new question when the run brings one)."""
     state, opening = open_question(state)
     turn = _prepare(deps, state, runtime, opening)
-    if isinstance(turn, Turn):
-        try:
-            reply: AIMessage | BaseException = turn.model.invoke(turn.sent, turn.tools, turn.opts)
-        except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
-            reply = exc
-        turn = _finish(state, runtime.context, turn, reply)
-    return _with_options(state, runtime, opening, turn)
+    if not isinstance(turn, Turn):  # the turn ended before a model call (a spent budget, no model)
+        return _with_options(state, runtime, opening, turn)
+    try:
+        reply: AIMessage | BaseException = turn.model.invoke(turn.sent, turn.tools, turn.opts)
+    except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
+        reply = exc
+    return _with_options(state, runtime, opening, _finish(state, runtime.context, turn, reply))
