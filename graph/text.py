@@ -74,3 +74,9 @@ def check_question(question: Any) -> str:
         raise ValueError("question must not contain NUL characters")
     check_text("question", question)
     return question
+
+
+def describe_error(exc: BaseException) -> str:
+    """Return a one-line, readable description of an exception: ``TypeName: message``."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

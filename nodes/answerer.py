@@ -20,8 +20,8 @@ from arcana_loop.graph.conversation import instruction as instruction_message
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.models import ModelCaller
 from arcana_loop.graph.state import LoopState
+from arcana_loop.graph.text import describe_error
 from arcana_loop.nodes.common import (
-    describe_error,
     logger,
     loop_opts,
     message_text,

@@ -105,12 +105,6 @@ def emit(runtime: Runtime[LoopContext], event: dict[str, Any]) -> None:
     runtime.stream_writer(event)
 
 
-def describe_error(exc: BaseException) -> str:
-    """Return a one-line, readable description of an exception."""
-    message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 def message_text(content: Any) -> str:
     """Return the text of a message's content, whether a string or a list of parts."""
     if isinstance(content, str):

@@ -23,9 +23,8 @@ from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.models import ModelCaller
 from arcana_loop.graph.policy import should_send_back
 from arcana_loop.graph.state import BudgetStop, LoopState, TerminatedBy
-from arcana_loop.graph.text import check_question
+from arcana_loop.graph.text import check_question, describe_error
 from arcana_loop.nodes.common import (
-    describe_error,
     emit,
     loop_opts,
     message_text,

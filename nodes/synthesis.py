@@ -19,8 +19,8 @@ from arcana_loop.graph.conversation import ANSWER_NAME, compact_earlier
 from arcana_loop.graph.conversation import instruction as instruction_message
 from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.state import LoopState, ToolEvent
+from arcana_loop.graph.text import describe_error
 from arcana_loop.nodes.common import (
-    describe_error,
     emit,
     logger,
     loop_opts,

@@ -18,7 +18,7 @@ from langchain_core.tools import BaseTool
 
 from arcana_loop.graph import bridge
 from arcana_loop.graph.state import TerminatedBy
-from arcana_loop.graph.text import scrub
+from arcana_loop.graph.text import describe_error, scrub
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.tools import schemas, tracing
 from arcana_loop.tools.chunks import (
@@ -309,11 +309,6 @@ def entity_usage(found: Sequence[Chunk]) -> dict[str, Any] | None:
     }
 
 
-def _describe(exc: BaseException) -> str:
-    message = str(exc).strip()
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 def _tool_text(result: Any) -> str:
     content = getattr(result, "content", result)  # a tool may return a ToolMessage
     if isinstance(content, str):
@@ -340,7 +335,7 @@ def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, An
             results = bridge.call(search_fn, step.query, collection=step.collection, limit=step.limit, **search_opts)
         except Exception as exc:  # the tool boundary: a failing search is a tool result
             tracing.search_failed(traced, exc)
-            return _failed_search(step, _describe(exc))
+            return _failed_search(step, describe_error(exc))
         outcome = _search_outcome(step, results)
         tracing.end_search(traced, outcome.found, None if outcome.found or not _is_error(outcome) else outcome.summary)
         return outcome
