@@ -15,7 +15,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 _checkout = Path(__file__).parent.parent
-if (_checkout / "graph" / "__init__.py").is_file() and not (Path(__file__).parent / "graph").exists():
+if (_checkout / "graph" / "__init__.py").is_file() and not (
+    Path(__file__).parent / "graph"
+).exists():
     __path__.append(str(_checkout))  # a source checkout: the subpackages sit beside this folder
 
 from arcana_loop.graph import (  # noqa: E402  # after the path above
@@ -46,7 +48,25 @@ except PackageNotFoundError:  # a checkout that was never installed
     __version__ = "0.0.0"
 
 __all__ = [
-    "DEFAULT_TOOLS", "KnowledgeBase", "KnowledgeBaseRetriever", "LoopContext", "LoopResult", "RUN_OPTIONS", "Record", "TraceStep",
-    "__version__", "arun", "build_graph", "default_tools", "fork", "ground", "record_of", "replay", "replay_record",
-    "resume", "run", "trace", "verify_record",
+    "DEFAULT_TOOLS",
+    "KnowledgeBase",
+    "KnowledgeBaseRetriever",
+    "LoopContext",
+    "LoopResult",
+    "RUN_OPTIONS",
+    "Record",
+    "TraceStep",
+    "__version__",
+    "arun",
+    "build_graph",
+    "default_tools",
+    "fork",
+    "ground",
+    "record_of",
+    "replay",
+    "replay_record",
+    "resume",
+    "run",
+    "trace",
+    "verify_record",
 ]

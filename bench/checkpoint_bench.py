@@ -42,9 +42,19 @@ def TurnsModel(turns: int) -> BaseChatModel:  # reads as the class it stands for
 
     def reply(turn: int) -> AIMessage:
         call = (
-            {"name": "search", "args": {"query": f"checkpoint growth aspect {turn}"}, "id": f"call_{turn}", "type": "tool_call"}
+            {
+                "name": "search",
+                "args": {"query": f"checkpoint growth aspect {turn}"},
+                "id": f"call_{turn}",
+                "type": "tool_call",
+            }
             if turn < turns - 1
-            else {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": f"call_{turn}", "type": "tool_call"}
+            else {
+                "name": "answer",
+                "args": {"text": ANSWER_TEXT},
+                "id": f"call_{turn}",
+                "type": "tool_call",
+            }
         )
         return AIMessage(content="", tool_calls=[call])
 
@@ -61,11 +71,21 @@ class ConversationModel(ReplyingChatModel):
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> BaseMessage:
         asked = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
         question = len(asked)
-        turn = sum(isinstance(m, AIMessage) for m in messages[asked[-1]:]) if asked else 0
+        turn = sum(isinstance(m, AIMessage) for m in messages[asked[-1] :]) if asked else 0
         call = (
-            {"name": "search", "args": {"query": f"conversation question {question}"}, "id": f"call_{question}_s", "type": "tool_call"}
+            {
+                "name": "search",
+                "args": {"query": f"conversation question {question}"},
+                "id": f"call_{question}_s",
+                "type": "tool_call",
+            }
             if turn == 0
-            else {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": f"call_{question}_a", "type": "tool_call"}
+            else {
+                "name": "answer",
+                "args": {"text": ANSWER_TEXT},
+                "id": f"call_{question}_a",
+                "type": "tool_call",
+            }
         )
         return AIMessage(content="", tool_calls=[call])
 
@@ -115,7 +135,9 @@ def savers(with_postgres: bool) -> Iterator[dict[str, BaseCheckpointSaver[Any]]]
     with tempfile.TemporaryDirectory() as tmp:
         found: dict[str, BaseCheckpointSaver[Any]] = {
             "memory": InMemorySaver(),
-            "sqlite": SqliteSaver(sqlite3.connect(str(Path(tmp) / "bench.sqlite"), check_same_thread=False)),
+            "sqlite": SqliteSaver(
+                sqlite3.connect(str(Path(tmp) / "bench.sqlite"), check_same_thread=False)
+            ),
         }
         if with_postgres:
             from arcana_loop.graph.checkpoints import resolve_checkpointer
@@ -128,14 +150,23 @@ def run_arcana(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[s
     from arcana_loop import graph
 
     result = graph.run(
-        "How do checkpoints grow?", controller_llm=TurnsModel(turns=turns), search_fn=instant_search,
-        checkpointer=saver, max_iterations=turns + 1, chunk_cap=5 * turns,
+        "How do checkpoints grow?",
+        controller_llm=TurnsModel(turns=turns),
+        search_fn=instant_search,
+        checkpointer=saver,
+        max_iterations=turns + 1,
+        chunk_cap=5 * turns,
     )
-    assert result.terminated_by == "answered" and result.iterations == turns, (result.terminated_by, result.iterations)
+    assert result.terminated_by == "answered" and result.iterations == turns, (
+        result.terminated_by,
+        result.iterations,
+    )
     assert result.thread_id is not None
     from arcana_loop.graph.build import build_graph, make_deps
 
-    compiled = build_graph(make_deps(controller_llm=TurnsModel(turns=turns), search_fn=instant_search)).compile(checkpointer=saver)
+    compiled = build_graph(
+        make_deps(controller_llm=TurnsModel(turns=turns), search_fn=instant_search)
+    ).compile(checkpointer=saver)
     values = compiled.get_state({"configurable": {"thread_id": result.thread_id}}).values
     return result.thread_id, dict(values)
 
@@ -146,11 +177,22 @@ def run_conversation(saver: BaseCheckpointSaver[Any], questions: int) -> tuple[s
 
     model, thread_id = ConversationModel(), str(uuid.uuid4())
     for number in range(questions):
-        result = graph.run(f"Question {number}: how do checkpoints grow?", controller_llm=model, search_fn=instant_search, checkpointer=saver, thread_id=thread_id)
-        assert result.terminated_by == "answered" and result.question_index == number, (result.terminated_by, result.question_index)
+        result = graph.run(
+            f"Question {number}: how do checkpoints grow?",
+            controller_llm=model,
+            search_fn=instant_search,
+            checkpointer=saver,
+            thread_id=thread_id,
+        )
+        assert result.terminated_by == "answered" and result.question_index == number, (
+            result.terminated_by,
+            result.question_index,
+        )
     from arcana_loop.graph.build import build_graph, make_deps
 
-    compiled = build_graph(make_deps(controller_llm=model, search_fn=instant_search)).compile(checkpointer=saver)
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=instant_search)).compile(
+        checkpointer=saver
+    )
     return thread_id, dict(compiled.get_state({"configurable": {"thread_id": thread_id}}).values)
 
 
@@ -161,7 +203,16 @@ def measure_conversation(questions: int, with_postgres: bool) -> list[dict[str, 
         for kind, saver in found.items():
             thread_id, values = run_conversation(saver, questions)
             stored, final = stored_bytes(saver, thread_id), state_json_bytes(values)
-            rows.append({"saver": kind, "variant": "arcana-loop conversation", "questions": questions, "stored_bytes": stored, "final_state_bytes": final, "ratio": round(stored / final, 2)})
+            rows.append(
+                {
+                    "saver": kind,
+                    "variant": "arcana-loop conversation",
+                    "questions": questions,
+                    "stored_bytes": stored,
+                    "final_state_bytes": final,
+                    "ratio": round(stored / final, 2),
+                }
+            )
     return rows
 
 
@@ -177,22 +228,39 @@ def measure(turn_counts: tuple[int, ...], with_postgres: bool) -> list[dict[str,
     rows: list[dict[str, Any]] = []
     with savers(with_postgres) as found:
         for kind, saver in found.items():
-            for variant, runner in (("minimal StateGraph", run_minimal), ("arcana-loop", run_arcana)):
+            for variant, runner in (
+                ("minimal StateGraph", run_minimal),
+                ("arcana-loop", run_arcana),
+            ):
                 for turns in turn_counts:
                     thread_id, values = runner(saver, turns)
                     stored, final = stored_bytes(saver, thread_id), state_json_bytes(values)
-                    rows.append({"saver": kind, "variant": variant, "turns": turns, "stored_bytes": stored, "final_state_bytes": final, "ratio": round(stored / final, 2)})
+                    rows.append(
+                        {
+                            "saver": kind,
+                            "variant": variant,
+                            "turns": turns,
+                            "stored_bytes": stored,
+                            "final_state_bytes": final,
+                            "ratio": round(stored / final, 2),
+                        }
+                    )
     return rows
 
 
 def print_table(rows: list[dict[str, Any]], turn_counts: tuple[int, ...]) -> None:
     print(f"stored bytes / final state JSON bytes (target <= {TARGET_RATIO}x, linear in turns)")
     print(f"{'saver':<9} {'variant':<20} " + " ".join(f"{t:>14}" for t in turn_counts))
-    keys = sorted({(r["saver"], r["variant"]) for r in rows}, key=lambda k: (k[0], k[1] != "minimal StateGraph"))
+    keys = sorted(
+        {(r["saver"], r["variant"]) for r in rows},
+        key=lambda k: (k[0], k[1] != "minimal StateGraph"),
+    )
     for saver, variant in keys:
         cells = []
         for t in turn_counts:
-            r = next(r for r in rows if (r["saver"], r["variant"], r["turns"]) == (saver, variant, t))
+            r = next(
+                r for r in rows if (r["saver"], r["variant"], r["turns"]) == (saver, variant, t)
+            )
             cells.append(f"{r['ratio']:>5.1f}x {r['stored_bytes'] / 1024:>6.0f}kB")
         print(f"{saver:<9} {variant:<20} " + " ".join(f"{c:>14}" for c in cells))
 
@@ -200,18 +268,34 @@ def print_table(rows: list[dict[str, Any]], turn_counts: tuple[int, ...]) -> Non
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, nargs="+", default=list(TURNS))
-    parser.add_argument("--questions", type=int, default=QUESTIONS, help="questions of the conversation measured on one thread")
-    parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL checkpointer")
+    parser.add_argument(
+        "--questions",
+        type=int,
+        default=QUESTIONS,
+        help="questions of the conversation measured on one thread",
+    )
+    parser.add_argument(
+        "--no-postgres", action="store_true", help="skip the PostgreSQL checkpointer"
+    )
     args = parser.parse_args(argv)
     turn_counts = tuple(args.turns)
     rows = measure(turn_counts, with_postgres=not args.no_postgres)
     print_table(rows, turn_counts)
     conversation = measure_conversation(args.questions, with_postgres=not args.no_postgres)
-    print(f"\n{args.questions}-question conversation on one thread: stored bytes / final state JSON bytes (target <= {TARGET_RATIO}x)")
+    print(
+        f"\n{args.questions}-question conversation on one thread: stored bytes / final state JSON bytes (target <= {TARGET_RATIO}x)"
+    )
     for row in conversation:
-        print(f"{row['saver']:<9} {row['ratio']:>5.1f}x {row['stored_bytes'] / 1024:>6.0f}kB stored, {row['final_state_bytes'] / 1024:>6.0f}kB final state")
+        print(
+            f"{row['saver']:<9} {row['ratio']:>5.1f}x {row['stored_bytes'] / 1024:>6.0f}kB stored, {row['final_state_bytes'] / 1024:>6.0f}kB final state"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"target_ratio": TARGET_RATIO, "rows": rows, "conversation": conversation}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {"target_ratio": TARGET_RATIO, "rows": rows, "conversation": conversation}, indent=2
+        )
+        + "\n"
+    )
     return [*rows, *conversation]
 
 

@@ -183,7 +183,9 @@ def python_sources() -> Iterator[tuple[str, Path]]:
     """Yield ``(module, path)`` for the standard library and every installed distribution's modules."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     for folder, dirs, files in os.walk(stdlib):
-        dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "dist-packages", "__pycache__"))
+        dirs[:] = sorted(
+            d for d in dirs if d not in ("site-packages", "dist-packages", "__pycache__")
+        )
         for file in sorted(files):
             if file.endswith(".py"):
                 path = Path(folder) / file
@@ -352,7 +354,9 @@ def _all_documents() -> Iterator[Document]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=100_000, help="chunks (default 100000)")
     parser.add_argument("--cache-dir", type=Path, default=None)
     args = parser.parse_args()

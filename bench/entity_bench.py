@@ -47,7 +47,11 @@ SETTINGS: dict[str, EntitySearchOptions] = {
 
 def _ms(values: list[float]) -> dict[str, float | None]:
     ordered = sorted(values)
-    return {"p50": quantile(ordered, 0.5), "p95": quantile(ordered, 0.95), "mean": statistics.fmean(ordered)}
+    return {
+        "p50": quantile(ordered, 0.5),
+        "p95": quantile(ordered, 0.95),
+        "mean": statistics.fmean(ordered),
+    }
 
 
 def build_times(kb: KnowledgeBase) -> dict[str, Any]:
@@ -111,14 +115,19 @@ def quality(kb: KnowledgeBase, modes: tuple[str, ...]) -> dict[str, Any]:
     def searcher(entities: bool | None) -> Callable[..., Any]:
         return lambda query, **kw: kb.search(query, entities=entities, **kw)
 
-    out: dict[str, Any] = {"without_entities": {}, "settings": {k: asdict(v) for k, v in SETTINGS.items()}}
+    out: dict[str, Any] = {
+        "without_entities": {},
+        "settings": {k: asdict(v) for k, v in SETTINGS.items()},
+    }
     plain = evaluate_retrieval(cases, searcher(False), collection=COLLECTION, modes=modes, k=(5,))
     for mode in modes:
         out["without_entities"][mode] = _by_kind(plain, mode)
     saved = kb.entity_options
     for name, opts in SETTINGS.items():
         kb.entity_options = opts
-        report = evaluate_retrieval(cases, searcher(None), collection=COLLECTION, modes=modes, k=(5,))
+        report = evaluate_retrieval(
+            cases, searcher(None), collection=COLLECTION, modes=modes, k=(5,)
+        )
         out[name] = {mode: _by_kind(report, mode) for mode in modes}
     kb.entity_options = replace(saved)
     return out
@@ -132,7 +141,11 @@ def entity_use(kb: KnowledgeBase, questions: list[str]) -> dict[str, Any]:
         if hits and "matched_entities" in hits[0]["metadata"]:
             matched += 1
             contributed += sum(1 for h in hits if h["metadata"]["found_by"] == ["entities"])
-    return {"questions": len(questions), "matched_entities": matched, "entity_only_results": contributed}
+    return {
+        "questions": len(questions),
+        "matched_entities": matched,
+        "entity_only_results": contributed,
+    }
 
 
 def main() -> None:

@@ -203,7 +203,9 @@ def perturbed_workload(size: int, tmp: Path) -> Workload:
 def distinct_workload(size: int) -> Workload:
     """The distinct corpus of `size` chunks (built once, then cached)."""
     root = distinct.build(size)
-    return Workload(f"distinct:{size}", size, root / "main", root / "small", distinct.CHUNK_CHARS, 0)
+    return Workload(
+        f"distinct:{size}", size, root / "main", root / "small", distinct.CHUNK_CHARS, 0
+    )
 
 
 def python_docs_workload(tmp: Path) -> Workload:
@@ -364,7 +366,9 @@ class Bench:
                     found, t = timed(kb.search, q.text, mode=mode, collection=coll)
                     times.setdefault(f"{name}{label}", []).append(t)
                     if not label and q.needle is not None:
-                        hits.setdefault(name, []).append(any(is_source(h["text"], q) for h in found))
+                        hits.setdefault(name, []).append(
+                            any(is_source(h["text"], q) for h in found)
+                        )
             for q in queries:
                 for label, coll in scopes:
                     found, t = timed(exact.search, q.text, mode="semantic", collection=coll)
@@ -403,7 +407,8 @@ class Bench:
             brute, exact, t_np, t_exact = self._exact_and_numpy(qv, m, mid, coll)
             hnsw, _ = self._hnsw(texts, coll, DEFAULT_EF_SEARCH)
             default = [
-                [h["id"] for h in self.kb.search(q, mode="semantic", collection=coll)] for q in texts
+                [h["id"] for h in self.kb.search(q, mode="semantic", collection=coll)]
+                for q in texts
             ]
             self.out[f"numpy{label}_p50_ms"] = pct(t_np, 50)
             self.out[f"exact_sql{label}_p50_ms"] = pct(t_exact, 50)
@@ -421,13 +426,16 @@ class Bench:
                 self.out[f"ef{ef}_hnsw{label}_recall"] = recall(got, exact)
                 self.out[f"ef{ef}_hnsw{label}_p50_ms"] = pct(t, 50)
 
-    def _hnsw(self, texts: list[str], coll: str | None, ef: int) -> tuple[list[list[str]], list[float]]:
+    def _hnsw(
+        self, texts: list[str], coll: str | None, ef: int
+    ) -> tuple[list[list[str]], list[float]]:
         """Top 5 ids through the HNSW index at `ef_search=ef`, and each search's time."""
         saved = self.kb.exact_max_rows
         self.kb.exact_max_rows = 0
         try:
             found = [
-                timed(self.kb.search, q, mode="semantic", collection=coll, ef_search=ef) for q in texts
+                timed(self.kb.search, q, mode="semantic", collection=coll, ef_search=ef)
+                for q in texts
             ]
         finally:
             self.kb.exact_max_rows = saved
@@ -540,7 +548,9 @@ def _cell(value: Any) -> str:
     return f"{value:>18.3f}" if isinstance(value, float) else f"{value:>18}"
 
 
-def workloads(corpus_name: str, sizes: list[int], python_docs: bool, tmp: Path) -> list[Callable[[], Workload]]:
+def workloads(
+    corpus_name: str, sizes: list[int], python_docs: bool, tmp: Path
+) -> list[Callable[[], Workload]]:
     """The runs asked for, each built only when its turn comes (a corpus build takes a minute)."""
     runs: list[Callable[[], Workload]] = []
     if python_docs:
@@ -563,13 +573,19 @@ def main() -> None:
         "--python-docs", action="store_true", help="also run on the demo corpus (~1k chunks)"
     )
     parser.add_argument(
-        "--ef-sweep", type=int, nargs="*", default=[], help="also measure forced HNSW at these ef_search"
+        "--ef-sweep",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also measure forced HNSW at these ef_search",
     )
     parser.add_argument(
         "--url", default=None, help="PostgreSQL URL (default: DATABASE_URL or embedded)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the bench schemas")
-    parser.add_argument("--json", type=Path, default=RESULTS, help=f"results file (default {RESULTS})")
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS, help=f"results file (default {RESULTS})"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         results = [

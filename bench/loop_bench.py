@@ -61,7 +61,14 @@ CHUNK_CHARS = 800
 TURNS = SEARCHES + 1
 ANSWER_TEXT = "gather() propagates the first exception unless return_exceptions=True [c0_0]."
 CHECKPOINTERS = ("none", "memory", "sqlite", "postgres")
-GRAPH_VARIANTS = ("stategraph", "react_agent", "create_agent", "arcana_run", "arcana_compiled", "arcana_run_exit")
+GRAPH_VARIANTS = (
+    "stategraph",
+    "react_agent",
+    "create_agent",
+    "arcana_run",
+    "arcana_compiled",
+    "arcana_run_exit",
+)
 LABELS = {
     "floor": "bare loop (floor)",
     "stategraph": "minimal StateGraph",
@@ -88,8 +95,18 @@ def script_reply(turn: int) -> AIMessage:
     call_id = f"call_{turn}"
     if turn < SEARCHES:
         query = f"asyncio gather exceptions aspect {turn}"
-        return AIMessage(content="", tool_calls=[{"name": "search", "args": {"query": query}, "id": call_id, "type": "tool_call"}])
-    return AIMessage(content="", tool_calls=[{"name": "answer", "args": {"text": ANSWER_TEXT}, "id": call_id, "type": "tool_call"}])
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {"name": "search", "args": {"query": query}, "id": call_id, "type": "tool_call"}
+            ],
+        )
+    return AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "answer", "args": {"text": ANSWER_TEXT}, "id": call_id, "type": "tool_call"}
+        ],
+    )
 
 
 def InstantChatModel() -> BaseChatModel:  # reads as the class it stands for
@@ -101,7 +118,15 @@ def instant_search(query: str, **kwargs: Any) -> list[dict[str, Any]]:
     """Five chunks of ~800 characters, with ids distinct per query."""
     key = query.rsplit(" ", 1)[-1]
     return [
-        {"id": f"c{key}_{i}", "text": _chunk_text(query, i), "score": 1.0 - i / 10, "collection": "bench", "document_id": f"d{key}", "position": i, "metadata": {}}
+        {
+            "id": f"c{key}_{i}",
+            "text": _chunk_text(query, i),
+            "score": 1.0 - i / 10,
+            "collection": "bench",
+            "document_id": f"d{key}",
+            "position": i,
+            "metadata": {},
+        }
         for i in range(CHUNKS_PER_SEARCH)
     ]
 
@@ -120,6 +145,7 @@ def merge(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dic
 
 
 # ----- (a) the floor -------------------------------------------------------------------
+
 
 def floor_loop(model: BaseChatModel) -> dict[str, Any]:
     """The same bookkeeping with no graph: messages, tool dispatch by name, chunk accumulation."""
@@ -144,13 +170,17 @@ def floor_loop(model: BaseChatModel) -> dict[str, Any]:
         messages = [*messages, reply]
         for call in reply.tool_calls:
             content = dispatch[call["name"]](**call["args"])
-            messages = [*messages, ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])]
+            messages = [
+                *messages,
+                ToolMessage(content=content, tool_call_id=call["id"], name=call["name"]),
+            ]
         if answer is not None:
             break
     return {"answer": answer, "messages": messages, "chunks": chunks}
 
 
 # ----- (b) the minimal hand-written StateGraph ------------------------------------------
+
 
 class MinimalState(TypedDict, total=False):
     question: str
@@ -202,6 +232,7 @@ def minimal_stategraph(model: BaseChatModel) -> StateGraph[Any, Any, Any, Any]:
 
 # ----- (c, d) the prebuilt agents -------------------------------------------------------
 
+
 def langchain_tools() -> list[BaseTool]:
     """``search`` and ``answer`` as LangChain tools; ``answer`` returns directly, ending the run."""
 
@@ -234,14 +265,20 @@ def langchain_agent(model: BaseChatModel, checkpointer: BaseCheckpointSaver[Any]
 
 # ----- checkpointers --------------------------------------------------------------------
 
+
 @contextlib.contextmanager
-def checkpointers(with_postgres: bool = True) -> Iterator[tuple[dict[str, BaseCheckpointSaver[Any] | None], dict[str, str]]]:
+def checkpointers(
+    with_postgres: bool = True,
+) -> Iterator[tuple[dict[str, BaseCheckpointSaver[Any] | None], dict[str, str]]]:
     """Yield the savers by column name, and a note for each column that could not run."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     notes: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
-        savers: dict[str, BaseCheckpointSaver[Any] | None] = {"none": None, "memory": InMemorySaver()}
+        savers: dict[str, BaseCheckpointSaver[Any] | None] = {
+            "none": None,
+            "memory": InMemorySaver(),
+        }
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="loop-bench-")))
         conn = sqlite3.connect(tmp / "checkpoints.sqlite", check_same_thread=False)
         stack.callback(conn.close)
@@ -281,7 +318,9 @@ def _config(saver: BaseCheckpointSaver[Any] | None) -> dict[str, Any]:
     return config
 
 
-def make_runners(model: BaseChatModel, savers: dict[str, BaseCheckpointSaver[Any] | None]) -> dict[str, Runner]:
+def make_runners(
+    model: BaseChatModel, savers: dict[str, BaseCheckpointSaver[Any] | None]
+) -> dict[str, Runner]:
     """One zero-argument callable per (variant, checkpointer), each running the full loop once."""
     from arcana_loop import graph
     from arcana_loop.graph.context import LoopContext
@@ -291,18 +330,32 @@ def make_runners(model: BaseChatModel, savers: dict[str, BaseCheckpointSaver[Any
         minimal = minimal_stategraph(model).compile(checkpointer=saver)
         react = react_agent(model, saver)
         agent = langchain_agent(model, saver)
-        arcana = graph.build_graph(graph.make_deps(controller_llm=model, search_fn=instant_search)).compile(checkpointer=saver, name="arcana-loop")
+        arcana = graph.build_graph(
+            graph.make_deps(controller_llm=model, search_fn=instant_search)
+        ).compile(checkpointer=saver, name="arcana-loop")
         inputs = {"messages": [HumanMessage(content=QUESTION)]}
-        runners[f"stategraph/{column}"] = (lambda g=minimal, s=saver: g.invoke({"question": QUESTION}, _config(s)))
-        runners[f"react_agent/{column}"] = (lambda g=react, s=saver, i=inputs: g.invoke(i, _config(s)))
-        runners[f"create_agent/{column}"] = (lambda g=agent, s=saver, i=inputs: g.invoke(i, _config(s)))
-        runners[f"arcana_run/{column}"] = (lambda s=saver: graph.run(QUESTION, controller_llm=model, search_fn=instant_search, checkpointer=s))
+        runners[f"stategraph/{column}"] = lambda g=minimal, s=saver: g.invoke(
+            {"question": QUESTION}, _config(s)
+        )
+        runners[f"react_agent/{column}"] = lambda g=react, s=saver, i=inputs: g.invoke(
+            i, _config(s)
+        )
+        runners[f"create_agent/{column}"] = lambda g=agent, s=saver, i=inputs: g.invoke(
+            i, _config(s)
+        )
+        runners[f"arcana_run/{column}"] = lambda s=saver: graph.run(
+            QUESTION, controller_llm=model, search_fn=instant_search, checkpointer=s
+        )
         if saver is not None:
-            runners[f"arcana_run_exit/{column}"] = (
-                lambda s=saver: graph.run(QUESTION, controller_llm=model, search_fn=instant_search, checkpointer=s, durability="exit")
+            runners[f"arcana_run_exit/{column}"] = lambda s=saver: graph.run(
+                QUESTION,
+                controller_llm=model,
+                search_fn=instant_search,
+                checkpointer=s,
+                durability="exit",
             )
-        runners[f"arcana_compiled/{column}"] = (
-            lambda g=arcana, s=saver: g.invoke({"question": QUESTION}, _config(s), context=LoopContext())
+        runners[f"arcana_compiled/{column}"] = lambda g=arcana, s=saver: g.invoke(
+            {"question": QUESTION}, _config(s), context=LoopContext()
         )
     return runners
 
@@ -312,18 +365,27 @@ def check_runs(runners: dict[str, Runner]) -> None:
     for name, runner in runners.items():
         out = runner()
         if name.startswith("arcana_run"):  # arcana_run and arcana_run_exit
-            assert out.terminated_by == "answered" and out.iterations == TURNS, (name, out.terminated_by, out.iterations)
+            assert out.terminated_by == "answered" and out.iterations == TURNS, (
+                name,
+                out.terminated_by,
+                out.iterations,
+            )
             assert len(out.chunks) == SEARCHES * CHUNKS_PER_SEARCH, (name, len(out.chunks))
             continue
         if name.startswith("arcana_compiled"):
-            assert out["terminated_by"] == "answered" and out["iterations"] == TURNS, (name, out.get("terminated_by"))
+            assert out["terminated_by"] == "answered" and out["iterations"] == TURNS, (
+                name,
+                out.get("terminated_by"),
+            )
             assert len(out["chunks"]) == SEARCHES * CHUNKS_PER_SEARCH, (name, len(out["chunks"]))
             continue
         ai = [m for m in out["messages"] if isinstance(m, AIMessage)]
         assert len(ai) == TURNS, (name, len(ai))
 
 
-def measure(runners: dict[str, Runner], rounds: int, warmup: int = 3, seed: int = 0) -> dict[str, list[float]]:
+def measure(
+    runners: dict[str, Runner], rounds: int, warmup: int = 3, seed: int = 0
+) -> dict[str, list[float]]:
     """Time every runner ``rounds`` times, interleaved round-robin in a shuffled order per round."""
     names = list(runners)
     for _ in range(warmup):
@@ -343,6 +405,7 @@ def measure(runners: dict[str, Runner], rounds: int, warmup: int = 3, seed: int 
 
 # ----- report ---------------------------------------------------------------------------
 
+
 def summarize(times: dict[str, list[float]], notes: dict[str, str]) -> dict[str, Any]:
     """Medians, ratios to the floor, per-step figures and the target checks."""
     medians = {name: statistics.median(ts) for name, ts in times.items()}
@@ -352,12 +415,18 @@ def summarize(times: dict[str, list[float]], notes: dict[str, str]) -> dict[str,
         row: dict[str, Any] = {}
         for column in CHECKPOINTERS:
             ms = medians.get(f"{variant}/{column}")
-            row[column] = None if ms is None else {
-                "ms": round(ms, 3),
-                "ratio_to_floor": round(ms / floor, 2),
-                "ms_per_turn": round(ms / TURNS, 3),
-                "p90_ms": round(statistics.quantiles(times[f"{variant}/{column}"], n=10)[-1], 3),
-            }
+            row[column] = (
+                None
+                if ms is None
+                else {
+                    "ms": round(ms, 3),
+                    "ratio_to_floor": round(ms / floor, 2),
+                    "ms_per_turn": round(ms / TURNS, 3),
+                    "p90_ms": round(
+                        statistics.quantiles(times[f"{variant}/{column}"], n=10)[-1], 3
+                    ),
+                }
+            )
         table[variant] = row
     return {
         "floor_ms": round(floor, 3),
@@ -376,21 +445,41 @@ def targets(medians: dict[str, float]) -> list[dict[str, Any]]:
         if ours not in medians or theirs not in medians:
             return
         ratio = medians[ours] / medians[theirs]
-        checks.append({"target": name, "ours": ours, "reference": theirs, "ratio": round(ratio, 3), "limit": limit, "pass": ratio <= limit})
+        checks.append(
+            {
+                "target": name,
+                "ours": ours,
+                "reference": theirs,
+                "ratio": round(ratio, 3),
+                "limit": limit,
+                "pass": ratio <= limit,
+            }
+        )
 
     for entry in ("arcana_run", "arcana_compiled", "arcana_run_exit"):
-        check("<= 1.1x minimal StateGraph, no checkpointer", f"{entry}/none", "stategraph/none", 1.1)
+        check(
+            "<= 1.1x minimal StateGraph, no checkpointer", f"{entry}/none", "stategraph/none", 1.1
+        )
         check("<= 0.5x create_agent, no checkpointer", f"{entry}/none", "create_agent/none", 0.5)
         for column in CHECKPOINTERS[1:]:
-            check(f"<= 0.6x create_agent, {column}", f"{entry}/{column}", f"create_agent/{column}", 0.6)
+            check(
+                f"<= 0.6x create_agent, {column}",
+                f"{entry}/{column}",
+                f"create_agent/{column}",
+                0.6,
+            )
     return checks
 
 
 def print_report(summary: dict[str, Any], rounds: int) -> None:
     floor = summary["floor_ms"]
-    print(f"\nLoop orchestration, {TURNS} turns ({SEARCHES} searches x {CHUNKS_PER_SEARCH} chunks of {CHUNK_CHARS} chars, then answer); "
-          f"median of {rounds} interleaved rounds")
-    print(f"floor (bare loop): {floor:.2f} ms per loop, {summary['floor_ms_per_turn']:.3f} ms per turn\n")
+    print(
+        f"\nLoop orchestration, {TURNS} turns ({SEARCHES} searches x {CHUNKS_PER_SEARCH} chunks of {CHUNK_CHARS} chars, then answer); "
+        f"median of {rounds} interleaved rounds"
+    )
+    print(
+        f"floor (bare loop): {floor:.2f} ms per loop, {summary['floor_ms_per_turn']:.3f} ms per turn\n"
+    )
     header = f"{'variant':<30}" + "".join(f"{c:>20}" for c in CHECKPOINTERS)
     print(header)
     print("-" * len(header))
@@ -398,24 +487,46 @@ def print_report(summary: dict[str, Any], rounds: int) -> None:
         cells = []
         for column in CHECKPOINTERS:
             cell = row[column]
-            cells.append(f"{'skipped':>20}" if cell is None else f"{cell['ms']:>9.2f} ms {cell['ratio_to_floor']:>5.1f}x")
+            cells.append(
+                f"{'skipped':>20}"
+                if cell is None
+                else f"{cell['ms']:>9.2f} ms {cell['ratio_to_floor']:>5.1f}x"
+            )
         print(f"{LABELS[variant]:<30}" + "".join(cells))
-    print("\nper turn (ms): " + "; ".join(
-        f"{LABELS[v]} " + "/".join("-" if row[c] is None else f"{row[c]['ms_per_turn']:.2f}" for c in CHECKPOINTERS)
-        for v, row in summary["table"].items()
-    ))
+    print(
+        "\nper turn (ms): "
+        + "; ".join(
+            f"{LABELS[v]} "
+            + "/".join(
+                "-" if row[c] is None else f"{row[c]['ms_per_turn']:.2f}" for c in CHECKPOINTERS
+            )
+            for v, row in summary["table"].items()
+        )
+    )
     for column, note in summary["notes"].items():
         print(f"note: {column}: {note}")
     print("\ntargets:")
     for t in summary["targets"]:
-        print(f"  {'PASS' if t['pass'] else 'FAIL'}  {t['ours']:<24} {t['target']:<46} ratio {t['ratio']:.2f} (limit {t['limit']})")
+        print(
+            f"  {'PASS' if t['pass'] else 'FAIL'}  {t['ours']:<24} {t['target']:<46} ratio {t['ratio']:.2f} (limit {t['limit']})"
+        )
 
 
 def environment() -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "packages": {p: _version(p) for p in ("langgraph", "langchain", "langchain-core", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres")},
+        "packages": {
+            p: _version(p)
+            for p in (
+                "langgraph",
+                "langchain",
+                "langchain-core",
+                "langgraph-checkpoint",
+                "langgraph-checkpoint-sqlite",
+                "langgraph-checkpoint-postgres",
+            )
+        },
     }
 
 
@@ -444,7 +555,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=60, help="timed rounds per variant (>= 30)")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgresSaver column")
-    parser.add_argument("--profile", action="store_true", help="also cProfile arcana-loop without a checkpointer")
+    parser.add_argument(
+        "--profile", action="store_true", help="also cProfile arcana-loop without a checkpointer"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     model = InstantChatModel()
@@ -456,7 +569,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print_report(summary, max(args.rounds, 30))
         if args.profile:
             print(profile(runners["arcana_compiled/none"]))
-    result = {"benchmark": "loop", "rounds": max(args.rounds, 30), "turns": TURNS, "environment": environment(), **summary}
+    result = {
+        "benchmark": "loop",
+        "rounds": max(args.rounds, 30),
+        "turns": TURNS,
+        "environment": environment(),
+        **summary,
+    }
     write_results(args.output, result)
     return result
 

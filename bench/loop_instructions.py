@@ -44,13 +44,24 @@ def run_variant(name: str, loops: int) -> None:
 def instructions(name: str, loops: int) -> int:
     """Instructions of a whole process that runs ``name`` for ``loops`` loops."""
     command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, "-m", "bench.loop_instructions", "--child", name, str(loops),
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-m",
+        "bench.loop_instructions",
+        "--child",
+        name,
+        str(loops),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent)
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent
+    )
     found = _COLLECTED.search(done.stderr)
     if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output for {name}:\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"no instruction count in valgrind's output for {name}:\n{done.stderr[-2000:]}"
+        )
     return int(found.group(1))
 
 
@@ -75,8 +86,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         counts = {name: per_loop(name, workers) for name in args.variants}
     ratios = {
         f"{ours}/{ref}": round(counts[ours] / counts[ref], 3)
-        for ours in ("arcana_compiled", "arcana_run") if ours in counts
-        for ref in ("stategraph", "floor") if ref in counts
+        for ours in ("arcana_compiled", "arcana_run")
+        if ours in counts
+        for ref in ("stategraph", "floor")
+        if ref in counts
     }
     print(f"{'variant':<18}{'instructions per loop':>24}")
     for name, count in counts.items():
@@ -84,7 +97,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print()
     for label, ratio in ratios.items():
         print(f"{label:<36}{ratio:>8.3f}")
-    result = {"benchmark": "loop_instructions", "loops": HIGH - LOW, "instructions_per_loop": counts, "ratios": ratios}
+    result = {
+        "benchmark": "loop_instructions",
+        "loops": HIGH - LOW,
+        "instructions_per_loop": counts,
+        "ratios": ratios,
+    }
     write_results(args.output, result)
     return result
 

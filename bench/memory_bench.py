@@ -20,8 +20,21 @@ RESULTS = Path(__file__).parent / "results" / "memory.json"
 QUESTION = "How do I run a coroutine with a timeout?"
 VARIANTS = {
     "python alone": [sys.executable, "-c", "pass"],
-    "from arcana_loop import graph, knowledge": [sys.executable, "-c", "from arcana_loop import graph, knowledge"],
-    "arcana-loop ask (offline, local grounding)": [sys.executable, "-m", "arcana_loop.cli.main", "ask", QUESTION, "--json", "--checkpointer", "none"],
+    "from arcana_loop import graph, knowledge": [
+        sys.executable,
+        "-c",
+        "from arcana_loop import graph, knowledge",
+    ],
+    "arcana-loop ask (offline, local grounding)": [
+        sys.executable,
+        "-m",
+        "arcana_loop.cli.main",
+        "ask",
+        QUESTION,
+        "--json",
+        "--checkpointer",
+        "none",
+    ],
 }
 
 
@@ -43,8 +56,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    subprocess.run(VARIANTS["arcana-loop ask (offline, local grounding)"], check=True, capture_output=True)  # ingest the demo corpus
-    medians = {name: statistics.median(peak_mib(cmd) for _ in range(args.runs)) for name, cmd in VARIANTS.items()}
+    subprocess.run(
+        VARIANTS["arcana-loop ask (offline, local grounding)"], check=True, capture_output=True
+    )  # ingest the demo corpus
+    medians = {
+        name: statistics.median(peak_mib(cmd) for _ in range(args.runs))
+        for name, cmd in VARIANTS.items()
+    }
     base = medians["python alone"]
     print(f"peak RSS, median of {args.runs} fresh processes")
     for name, mib in medians.items():

@@ -30,7 +30,10 @@ def four_searches(turn: int) -> AIMessage:
     if turn:
         calls = [{"name": "answer", "args": {"text": "done"}, "id": "answer", "type": "tool_call"}]
     else:
-        calls = [{"name": "search", "args": {"query": f"aspect {i}"}, "id": f"s{i}", "type": "tool_call"} for i in range(SEARCHES)]
+        calls = [
+            {"name": "search", "args": {"query": f"aspect {i}"}, "id": f"s{i}", "type": "tool_call"}
+            for i in range(SEARCHES)
+        ]
     return AIMessage(content="", tool_calls=calls)
 
 
@@ -60,10 +63,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return graph.run("Q?", controller_llm=model, search_fn=search)
 
     def async_run(parallel: int) -> Any:
-        compiled = graph.build_graph(graph.make_deps(controller_llm=model, search_fn=asearch)).compile()
-        return lambda: asyncio.run(compiled.ainvoke({"question": "Q?"}, context=graph.LoopContext(max_parallel_searches=parallel)))
+        compiled = graph.build_graph(
+            graph.make_deps(controller_llm=model, search_fn=asearch)
+        ).compile()
+        return lambda: asyncio.run(
+            compiled.ainvoke(
+                {"question": "Q?"}, context=graph.LoopContext(max_parallel_searches=parallel)
+            )
+        )
 
-    variants = {"async search, 4 at once": async_run(4), "async search, 1 at a time": async_run(1), "sync run()": sync_run}
+    variants = {
+        "async search, 4 at once": async_run(4),
+        "async search, 1 at a time": async_run(1),
+        "sync run()": sync_run,
+    }
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, runner in variants.items():
@@ -71,14 +84,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             out = runner()
             times[name].append(time.perf_counter() - started)
             history = out.tool_history if hasattr(out, "tool_history") else out["tool_history"]
-            assert [e["args"].get("query") for e in history if e["tool"] == "search"] == [f"aspect {i}" for i in range(SEARCHES)]
+            assert [e["args"].get("query") for e in history if e["tool"] == "search"] == [
+                f"aspect {i}" for i in range(SEARCHES)
+            ]
     medians = {name: statistics.median(values) * 1000 for name, values in times.items()}
     one = args.latency * 1000
-    print(f"one turn of {SEARCHES} searches at {one:.0f} ms each, whole run, median of {args.rounds}")
+    print(
+        f"one turn of {SEARCHES} searches at {one:.0f} ms each, whole run, median of {args.rounds}"
+    )
     for name, ms in medians.items():
         print(f"{name:<22} {ms:>8.1f} ms  {ms / one:>5.2f}x one search")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"latency_ms": one, "searches": SEARCHES, "median_ms": medians}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps({"latency_ms": one, "searches": SEARCHES, "median_ms": medians}, indent=2) + "\n"
+    )
     return medians
 
 

@@ -49,7 +49,9 @@ def _subsets() -> list[tuple[str, Any]]:
     ]
 
 
-def measure(kb: KnowledgeBase, variants: dict[str, Ranking], modes: tuple[str, ...]) -> list[dict[str, Any]]:
+def measure(
+    kb: KnowledgeBase, variants: dict[str, Ranking], modes: tuple[str, ...]
+) -> list[dict[str, Any]]:
     """Score every variant, subset and mode; return one row each."""
     rows = []
     for name, ranking in variants.items():
@@ -58,17 +60,28 @@ def measure(kb: KnowledgeBase, variants: dict[str, Ranking], modes: tuple[str, .
             report = evaluate_retrieval(cases, kb, collection=COLLECTION, modes=modes, k=(1, 5, 10))
             for mode, result in report["modes"].items():
                 summary = result["summary"]
-                rows.append({
-                    "variant": name, "set": subset, "mode": mode, "cases": report["cases"],
-                    "hit@1": summary["hit@1"], "hit@5": summary["hit@5"], "hit@10": summary["hit@10"],
-                    "all@5": summary["recall@5"], "mrr": summary["mrr"], "p50_ms": result["latency_ms"]["p50"],
-                })
+                rows.append(
+                    {
+                        "variant": name,
+                        "set": subset,
+                        "mode": mode,
+                        "cases": report["cases"],
+                        "hit@1": summary["hit@1"],
+                        "hit@5": summary["hit@5"],
+                        "hit@10": summary["hit@10"],
+                        "all@5": summary["recall@5"],
+                        "mrr": summary["mrr"],
+                        "p50_ms": result["latency_ms"]["p50"],
+                    }
+                )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variant names")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated variant names"
+    )
     parser.add_argument("--modes", default="semantic,fulltext,hybrid")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--embeddings", help="an embedder spec (default: WordLlama)")
@@ -82,10 +95,16 @@ def main() -> None:
     ensure_python_docs(kb)
     ingest_s = time.perf_counter() - started
     rows = measure(kb, variants, tuple(args.modes.split(",")))
-    print(f"python-docs ingested in {ingest_s:.1f} s ({kb.collections()[0].chunks} chunks, {kb.model_name})")
-    print(f"{'variant':<12} {'set':<16} {'mode':<9} {'n':>4} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'all@5':>6} {'mrr':>6} {'p50 ms':>7}")
+    print(
+        f"python-docs ingested in {ingest_s:.1f} s ({kb.collections()[0].chunks} chunks, {kb.model_name})"
+    )
+    print(
+        f"{'variant':<12} {'set':<16} {'mode':<9} {'n':>4} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'all@5':>6} {'mrr':>6} {'p50 ms':>7}"
+    )
     for r in rows:
-        print(f"{r['variant']:<12} {r['set']:<16} {r['mode']:<9} {r['cases']:>4} {r['hit@1']:>6.3f} {r['hit@5']:>6.3f} {r['hit@10']:>6.3f} {r['all@5']:>6.3f} {r['mrr']:>6.3f} {r['p50_ms']:>7.2f}")
+        print(
+            f"{r['variant']:<12} {r['set']:<16} {r['mode']:<9} {r['cases']:>4} {r['hit@1']:>6.3f} {r['hit@5']:>6.3f} {r['hit@10']:>6.3f} {r['all@5']:>6.3f} {r['mrr']:>6.3f} {r['p50_ms']:>7.2f}"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

@@ -31,7 +31,6 @@ EXIT = ("/exit", "/quit")
 PROMPT = "You> "
 
 
-
 def _step_line(event: dict[str, Any]) -> str | None:
     """A step as it happens, on one line (``None`` for the events the chat does not show)."""
     if event.get("event") != "tool_call":
@@ -62,20 +61,49 @@ def _read_line() -> str | None:
 
 
 def chat(
-    collection: Annotated[list[str] | None, typer.Option("--collection", "-c", help="Collection(s) to search; repeat to let the controller pick.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline.")] = None,
-    answer_model: Annotated[str | None, typer.Option("--answer-model", help="Optional model that rewrites each answer.")] = None,
-    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns per question (default 10).")] = None,
-    ground: Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")] = "local",
-    checkpointer: Annotated[str, typer.Option("--checkpointer", help="Where the conversation is stored: postgres, memory or sqlite:PATH.")] = "postgres",
-    thread_id: Annotated[str | None, typer.Option("--thread-id", help="Continue this thread's conversation (default: a new thread).")] = None,
+    collection: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline."),
+    ] = None,
+    answer_model: Annotated[
+        str | None, typer.Option("--answer-model", help="Optional model that rewrites each answer.")
+    ] = None,
+    max_iterations: Annotated[
+        int | None,
+        typer.Option("--max-iterations", help="Most controller turns per question (default 10)."),
+    ] = None,
+    ground: Annotated[
+        str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")
+    ] = "local",
+    checkpointer: Annotated[
+        str,
+        typer.Option(
+            "--checkpointer",
+            help="Where the conversation is stored: postgres, memory or sqlite:PATH.",
+        ),
+    ] = "postgres",
+    thread_id: Annotated[
+        str | None,
+        typer.Option(
+            "--thread-id", help="Continue this thread's conversation (default: a new thread)."
+        ),
+    ] = None,
 ) -> None:
     """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
     from arcana_loop.graph.text import check_text
 
     saver = checkpointer_spec_of(checkpointer)
     if saver is None:
-        fail("a chat needs a checkpointer to keep its conversation.", "pass --checkpointer postgres, memory or sqlite:PATH")
+        fail(
+            "a chat needs a checkpointer to keep its conversation.",
+            "pass --checkpointer postgres, memory or sqlite:PATH",
+        )
     try:
         check_text("thread_id", thread_id)
     except ValueError as exc:
@@ -83,7 +111,9 @@ def chat(
     scope, kb = prepare_scope(collection)
     spec = controller_spec(model)
     thread = thread_id or str(uuid.uuid4())
-    out.print(f"[dim]Thread {thread}: ask a question; {NEW} starts a fresh thread, {EXIT[0]} ends the chat.[/]")
+    out.print(
+        f"[dim]Thread {thread}: ask a question; {NEW} starts a fresh thread, {EXIT[0]} ends the chat.[/]"
+    )
     while (line := _read_line()) is not None:
         question = line.strip()
         if question in EXIT:
@@ -94,23 +124,59 @@ def chat(
             continue
         if not question:
             continue
-        result = _ask(question, scope=scope, kb=kb, spec=spec, answer_model=answer_model, max_iterations=max_iterations,
-                      ground=ground, saver=saver, thread=thread)
-        out.print(escape(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False)
+        result = _ask(
+            question,
+            scope=scope,
+            kb=kb,
+            spec=spec,
+            answer_model=answer_model,
+            max_iterations=max_iterations,
+            ground=ground,
+            saver=saver,
+            thread=thread,
+        )
+        out.print(
+            escape(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False
+        )
         print_sources(result)
         if result.terminated_by != "answered":
-            out.print(f"[dim]Ended: {result.terminated_by}" + (f" ({escape(result.error)})" if result.error else "") + "[/]")
+            out.print(
+                f"[dim]Ended: {result.terminated_by}"
+                + (f" ({escape(result.error)})" if result.error else "")
+                + "[/]"
+            )
 
 
-def _ask(question: str, *, scope: Any, kb: Any, spec: str, answer_model: str | None, max_iterations: int | None, ground: str | None, saver: str | None, thread: str) -> Any:
+def _ask(
+    question: str,
+    *,
+    scope: Any,
+    kb: Any,
+    spec: str,
+    answer_model: str | None,
+    max_iterations: int | None,
+    ground: str | None,
+    saver: str | None,
+    thread: str,
+) -> Any:
     """Run one question of the conversation; an error the user caused ends the chat on one line."""
     from arcana_loop.graph import run
     from arcana_loop.graph.models import ModelSpecError
 
     try:
         with database_errors("the run failed"):
-            return run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
-                       grounder=ground, search_fn=kb.search, checkpointer=saver, thread_id=thread, on_event=_show_step)
+            return run(
+                question,
+                collection=scope,
+                controller_llm=spec,
+                answer_llm=answer_model,
+                max_iterations=max_iterations,
+                grounder=ground,
+                search_fn=kb.search,
+                checkpointer=saver,
+                thread_id=thread,
+                on_event=_show_step,
+            )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)
     except (ValueError, TypeError) as exc:  # an option or question the loop refused

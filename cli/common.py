@@ -34,8 +34,12 @@ err = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays on one l
 
 DEFAULT_QUESTION_COLLECTION = "python-docs"
 DATABASE_HINT = "check DATABASE_URL, or unset it to use the embedded server"
-MODEL_HINT = "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key"
-CHECKPOINTER_HINT = "pass --checkpointer postgres, memory, sqlite:PATH (in an existing directory) or none"
+MODEL_HINT = (
+    "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key"
+)
+CHECKPOINTER_HINT = (
+    "pass --checkpointer postgres, memory, sqlite:PATH (in an existing directory) or none"
+)
 
 
 def configure_logging(*, verbose: bool) -> None:
@@ -90,7 +94,10 @@ def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
     except InvalidDatabaseURL as exc:
         fail(f"{doing}: {masked(exc)}", DATABASE_HINT)
     except (DatabaseUnavailable, psycopg.Error) as exc:
-        fail(f"{doing}: the database is unreachable or went away ({type(exc).__name__}: {masked(exc)}).", hint)
+        fail(
+            f"{doing}: the database is unreachable or went away ({type(exc).__name__}: {masked(exc)}).",
+            hint,
+        )
 
 
 def knowledge_base() -> Any:
@@ -106,7 +113,10 @@ def knowledge_base() -> Any:
 def check_question(question: str) -> None:
     """Refuse a blank question or one that is not text (a lone surrogate cannot be stored or sent)."""
     if not question.strip():
-        fail("the question is empty.", 'ask something, e.g. arcana-loop ask "How do I run a coroutine with a timeout?"')
+        fail(
+            "the question is empty.",
+            'ask something, e.g. arcana-loop ask "How do I run a coroutine with a timeout?"',
+        )
     try:
         question.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -140,7 +150,9 @@ def controller_spec(model: str | None) -> str:
 
     spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or default_controller_spec()
     if spec == OFFLINE and model is None:
-        err.print("[dim]No model configured: using the offline controller. Set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server) or pass --model openai:gpt-4o-mini.[/]")
+        err.print(
+            "[dim]No model configured: using the offline controller. Set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server) or pass --model openai:gpt-4o-mini.[/]"
+        )
     return spec
 
 
@@ -183,13 +195,30 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
     for header in ("added", "unchanged", "replaced", "chunks +", "chunks -"):
         table.add_column(header, justify="right", no_wrap=True)
     for path_text, result in rows:
-        table.add_row(path_text, *(str(n) for n in (result.documents_added, result.documents_skipped, result.documents_replaced, result.chunks_added, result.chunks_removed)))
+        table.add_row(
+            path_text,
+            *(
+                str(n)
+                for n in (
+                    result.documents_added,
+                    result.documents_skipped,
+                    result.documents_replaced,
+                    result.chunks_added,
+                    result.chunks_removed,
+                )
+            ),
+        )
     out.print(table)
     skipped = [item for _, result in rows for item in result.skipped_files]
     if skipped:
-        err.print(f"[yellow]Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:[/]", soft_wrap=False)
+        err.print(
+            f"[yellow]Skipped {len(skipped)} file{'s' if len(skipped) != 1 else ''}:[/]",
+            soft_wrap=False,
+        )
         for file, reason in skipped:
-            err.print(f"  {escape(shown_path(file))}: {escape(reason)}", soft_wrap=False, highlight=False)
+            err.print(
+                f"  {escape(shown_path(file))}: {escape(reason)}", soft_wrap=False, highlight=False
+            )
 
 
 def cited_chunks(answer: str | None, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,12 +257,19 @@ def print_result(result: Any) -> None:
     for entry in result.tool_history:
         if entry["tool"] == "search":
             note = " (duplicate)" if "duplicate_of" in entry else ""
-            out.print(f"[cyan]{entry['iteration']}[/] search{note} {escape(repr(entry['args'].get('query')))} -> {', '.join(entry['returned_chunk_ids']) or 'nothing'}")
+            out.print(
+                f"[cyan]{entry['iteration']}[/] search{note} {escape(repr(entry['args'].get('query')))} -> {', '.join(entry['returned_chunk_ids']) or 'nothing'}"
+            )
         elif entry["tool"] == "synthesis":
             out.print(f"[cyan]{entry['iteration']}[/] synthesis: {escape(entry['summary'])}")
         else:
-            out.print(f"[cyan]{entry['iteration']}[/] {escape(entry['tool'])}: {escape(entry['summary'][:200])}")
-    out.print(f"Ended: [bold]{result.terminated_by}[/] after {result.iterations} turns" + (f" ({escape(result.error)})" if result.error else ""))
+            out.print(
+                f"[cyan]{entry['iteration']}[/] {escape(entry['tool'])}: {escape(entry['summary'][:200])}"
+            )
+    out.print(
+        f"Ended: [bold]{result.terminated_by}[/] after {result.iterations} turns"
+        + (f" ({escape(result.error)})" if result.error else "")
+    )
     if result.grounding is not None:
         out.print(f"Grounding score: [bold]{result.grounding['score']:.2f}[/] ({result.coverage})")
         for span in result.grounding["hallucinated_spans"]:
@@ -260,7 +296,10 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
         if not chunks:
             fail(f"no collection named {name!r}: the knowledge base is empty.", ingest_hint)
         if name not in chunks:
-            fail(f"no collection named {name!r}.", f"known collections: {', '.join(sorted(chunks))}; {ingest_hint}")
+            fail(
+                f"no collection named {name!r}.",
+                f"known collections: {', '.join(sorted(chunks))}; {ingest_hint}",
+            )
         if not chunks[name]:
             fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)
 
@@ -270,7 +309,9 @@ def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
     from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
     kb = knowledge_base()
-    scope: Any = collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
+    scope: Any = (
+        collection[0] if collection and len(collection) == 1 else (collection or COLLECTION)
+    )
     with database_errors("cannot read the collections"):
         if scope == COLLECTION:
             with err.status("Ingesting the Python standard library docs (first run only)..."):

@@ -9,13 +9,21 @@ from rich.table import Table
 
 from arcana_loop.cli.common import err, fail, knowledge_base, out
 
-entities_app = typer.Typer(help="Build the knowledge graph of a collection (entities, relationships, communities).", no_args_is_help=True)
+entities_app = typer.Typer(
+    help="Build the knowledge graph of a collection (entities, relationships, communities).",
+    no_args_is_help=True,
+)
 
 
 @entities_app.command("build")
 def build(
     collection: Annotated[str, typer.Argument(help="Collection whose entities to build.")],
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Extract every chunk again, not only those not extracted yet.")] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild", help="Extract every chunk again, not only those not extracted yet."
+        ),
+    ] = False,
 ) -> None:
     """Build (or complete) a collection's entities with the offline extractor, then its communities."""
     from arcana_loop.knowledge.errors import CollectionNotFound, KnowledgeBaseError
@@ -26,9 +34,29 @@ def build(
             result = kb.build_entities(collection, rebuild=rebuild)
     except CollectionNotFound:
         known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
-        fail(f"no collection named {collection!r}.", f"known collections: {known}; ingest with arcana-loop ingest PATH --collection {collection}")
+        fail(
+            f"no collection named {collection!r}.",
+            f"known collections: {known}; ingest with arcana-loop ingest PATH --collection {collection}",
+        )
     except KnowledgeBaseError as exc:
-        fail(f"could not build the entities of {collection!r}: {exc}", "run the command again: chunks already done are kept")
-    table = Table("chunks processed", "skipped", "entities", "relationships", "mentions", "communities")
-    table.add_row(*(str(v) for v in (result.chunks_processed, result.chunks_skipped, result.entities, result.relationships, result.mentions, result.communities)))
+        fail(
+            f"could not build the entities of {collection!r}: {exc}",
+            "run the command again: chunks already done are kept",
+        )
+    table = Table(
+        "chunks processed", "skipped", "entities", "relationships", "mentions", "communities"
+    )
+    table.add_row(
+        *(
+            str(v)
+            for v in (
+                result.chunks_processed,
+                result.chunks_skipped,
+                result.entities,
+                result.relationships,
+                result.mentions,
+                result.communities,
+            )
+        )
+    )
     out.print(table)

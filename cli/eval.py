@@ -16,14 +16,37 @@ from rich.table import Table
 
 from arcana_loop.evaluation.report import format_metric
 
-eval_app = typer.Typer(help="Evaluate retrieval and the loop on a labelled case set.", no_args_is_help=True, add_completion=False)
+eval_app = typer.Typer(
+    help="Evaluate retrieval and the loop on a labelled case set.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 
-CasesOption = Annotated[Path | None, typer.Option("--cases", help="Case file (default: the shipped set named by --set).")]
-SetOption = Annotated[str, typer.Option("--set", help="Shipped python-docs set: realistic (questions as people ask them) or lookup (questions naming their answer).")]
-SplitOption = Annotated[str | None, typer.Option("--split", help="Only the cases of this split: tune or test (the realistic set has both).")]
-CollectionOption = Annotated[str | None, typer.Option("--collection", "-c", help="Collection searched (default: the case file's).")]
+CasesOption = Annotated[
+    Path | None,
+    typer.Option("--cases", help="Case file (default: the shipped set named by --set)."),
+]
+SetOption = Annotated[
+    str,
+    typer.Option(
+        "--set",
+        help="Shipped python-docs set: realistic (questions as people ask them) or lookup (questions naming their answer).",
+    ),
+]
+SplitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--split", help="Only the cases of this split: tune or test (the realistic set has both)."
+    ),
+]
+CollectionOption = Annotated[
+    str | None,
+    typer.Option("--collection", "-c", help="Collection searched (default: the case file's)."),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the whole report as JSON.")]
-OutOption = Annotated[Path | None, typer.Option("--out", help="Also write the report to this file.")]
+OutOption = Annotated[
+    Path | None, typer.Option("--out", help="Also write the report to this file.")
+]
 
 
 def _cli() -> ModuleType:
@@ -43,7 +66,10 @@ def _load_cases(path: Path | None, set_name: str = "realistic", split: str | Non
     try:
         cases = load_cases(target)
     except FileNotFoundError:
-        _cli().fail(f"no case file at {target}.", "pass --cases PATH, or generate one with arcana-loop eval generate")
+        _cli().fail(
+            f"no case file at {target}.",
+            "pass --cases PATH, or generate one with arcana-loop eval generate",
+        )
     except ValueError as exc:
         _cli().fail(f"the case file is not valid: {exc}", "see evaluation/cases.py for the format")
     if split is None:
@@ -51,7 +77,12 @@ def _load_cases(path: Path | None, set_name: str = "realistic", split: str | Non
     chosen = [c for c in cases.cases if c.split == split]
     if not chosen:
         _cli().fail(f"no case of {target} is in the {split!r} split.")
-    return CaseSet(chosen, name=f"{cases.name}/{split}", collection=cases.collection, description=cases.description)
+    return CaseSet(
+        chosen,
+        name=f"{cases.name}/{split}",
+        collection=cases.collection,
+        description=cases.description,
+    )
 
 
 def _prepare_kb(collection: str | None) -> Any:
@@ -64,7 +95,10 @@ def _prepare_kb(collection: str | None) -> Any:
             ensure_python_docs(kb)
     known = {c.name for c in kb.collections()}
     if collection is not None and collection not in known:
-        main.fail(f"no collection named {collection!r}.", f"known collections: {', '.join(sorted(known)) or 'none'}")
+        main.fail(
+            f"no collection named {collection!r}.",
+            f"known collections: {', '.join(sorted(known)) or 'none'}",
+        )
     return kb
 
 
@@ -91,8 +125,16 @@ def retrieval(
     set_name: SetOption = "realistic",
     split: SplitOption = None,
     collection: CollectionOption = None,
-    mode: Annotated[list[str] | None, typer.Option("--mode", help="Search mode; repeat to compare (default: semantic, fulltext, hybrid).")] = None,
-    k: Annotated[list[int] | None, typer.Option("--k", help="Cut-off; repeat for several (default: 1 3 5 10).")] = None,
+    mode: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mode", help="Search mode; repeat to compare (default: semantic, fulltext, hybrid)."
+        ),
+    ] = None,
+    k: Annotated[
+        list[int] | None,
+        typer.Option("--k", help="Cut-off; repeat for several (default: 1 3 5 10)."),
+    ] = None,
     as_json: JsonOption = False,
     out_path: OutOption = None,
 ) -> None:
@@ -104,50 +146,93 @@ def retrieval(
     scope = collection or cases.collection
     kb = _prepare_kb(scope)
     try:
-        report = evaluate_retrieval(cases, kb, collection=scope, modes=mode or ("semantic", "fulltext", "hybrid"), k=k or DEFAULT_KS)
+        report = evaluate_retrieval(
+            cases,
+            kb,
+            collection=scope,
+            modes=mode or ("semantic", "fulltext", "hybrid"),
+            k=k or DEFAULT_KS,
+        )
     except ValueError as exc:
         _cli().fail(str(exc), "modes are semantic, fulltext and hybrid; k must be 1 or more")
     modes = report["modes"]
     table = Table("metric", *modes, title=f"Retrieval over {report['cases']} labelled cases")
-    metrics = [f"{name}@{n}" for name in ("recall", "precision", "hit") for n in report["ks"]] + ["mrr"]
+    metrics = [f"{name}@{n}" for name in ("recall", "precision", "hit") for n in report["ks"]] + [
+        "mrr"
+    ]
     for metric in metrics:
-        table.add_row(metric, *(format_metric(result["summary"].get(metric)) for result in modes.values()))
-    table.add_row("latency p50 (ms)", *(format_metric(result["latency_ms"]["p50"]) for result in modes.values()))
+        table.add_row(
+            metric, *(format_metric(result["summary"].get(metric)) for result in modes.values())
+        )
+    table.add_row(
+        "latency p50 (ms)",
+        *(format_metric(result["latency_ms"]["p50"]) for result in modes.values()),
+    )
     _emit(report, as_json, out_path, table)
 
 
 def _loop_options(
-    option: list[str] | None, duplicate_guard: bool | None, show_chunks_once: bool | None, budget_ledger: bool | None,
-    max_parallel_searches: int | None, min_support: float | None, max_iterations: int | None,
+    option: list[str] | None,
+    duplicate_guard: bool | None,
+    show_chunks_once: bool | None,
+    budget_ledger: bool | None,
+    max_parallel_searches: int | None,
+    min_support: float | None,
+    max_iterations: int | None,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in option or []:
         name, sep, raw = item.partition("=")
         if not sep or not name.strip():
-            _cli().fail(f"--option {item!r} is not NAME=VALUE.", "e.g. --option chunk_cap=20 (values are JSON, else strings)")
+            _cli().fail(
+                f"--option {item!r} is not NAME=VALUE.",
+                "e.g. --option chunk_cap=20 (values are JSON, else strings)",
+            )
         try:
             options[name.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             options[name.strip()] = raw
-    named = {"duplicate_guard": duplicate_guard, "show_chunks_once": show_chunks_once, "budget_ledger": budget_ledger,
-             "max_parallel_searches": max_parallel_searches, "min_support": min_support, "max_iterations": max_iterations}
+    named = {
+        "duplicate_guard": duplicate_guard,
+        "show_chunks_once": show_chunks_once,
+        "budget_ledger": budget_ledger,
+        "max_parallel_searches": max_parallel_searches,
+        "min_support": min_support,
+        "max_iterations": max_iterations,
+    }
     return {**options, **{k: v for k, v in named.items() if v is not None}}
 
 
 def _loop_table(report: dict[str, Any]) -> Table:
     summary = report["summary"]
     estimated = " (estimated)" if report.get("tokens_estimated") else ""
-    table = Table("metric", "value", title=f"Loop evaluation: {summary['cases']} cases, controller {report['controller']}")
+    table = Table(
+        "metric",
+        "value",
+        title=f"Loop evaluation: {summary['cases']} cases, controller {report['controller']}",
+    )
     rows = [
-        ("answer correctness", summary["answer_correctness"]), ("outcome accuracy", summary["outcome_accuracy"]),
-        ("answered when answerable", summary["answered_when_answerable"]), ("gave up when unanswerable", summary["gave_up_when_unanswerable"]),
-        ("grounding score (answered)", summary["grounding_score"]), ("duplicate-search rate", summary["duplicate_search_rate"]),
-        ("searches / question", summary["searches_per_question"]), ("iterations / question", summary["iterations_per_question"]),
+        ("answer correctness", summary["answer_correctness"]),
+        ("outcome accuracy", summary["outcome_accuracy"]),
+        ("answered when answerable", summary["answered_when_answerable"]),
+        ("gave up when unanswerable", summary["gave_up_when_unanswerable"]),
+        ("grounding score (answered)", summary["grounding_score"]),
+        ("duplicate-search rate", summary["duplicate_search_rate"]),
+        ("searches / question", summary["searches_per_question"]),
+        ("iterations / question", summary["iterations_per_question"]),
         (f"tokens / question{estimated}", summary["tokens_per_question"]),
-        (f"controller input tokens / question{estimated}", summary["controller_input_tokens_per_question"]),
-        ("latency p50 (s)", summary["latency_s"]["p50"]), ("latency p95 (s)", summary["latency_s"]["p95"]),
-        ("repairs", summary["repairs"]), ("errors", summary["errors"]),
-        ("terminated by", ", ".join(f"{k} {v}" for k, v in sorted(summary["terminated_by"].items()))),
+        (
+            f"controller input tokens / question{estimated}",
+            summary["controller_input_tokens_per_question"],
+        ),
+        ("latency p50 (s)", summary["latency_s"]["p50"]),
+        ("latency p95 (s)", summary["latency_s"]["p95"]),
+        ("repairs", summary["repairs"]),
+        ("errors", summary["errors"]),
+        (
+            "terminated by",
+            ", ".join(f"{k} {v}" for k, v in sorted(summary["terminated_by"].items())),
+        ),
     ]
     for name, value in rows:
         table.add_row(name, format_metric(value))
@@ -158,9 +243,16 @@ def _options_table(report: dict[str, Any]) -> Table:
     from arcana_loop.evaluation.options import COLUMNS
 
     estimated = " (tokens estimated)" if report.get("tokens_estimated") else ""
-    table = Table("option", "setting", *(title for _, title in COLUMNS), title=f"Options on and off, controller {report['controller']}{estimated}")
+    table = Table(
+        "option",
+        "setting",
+        *(title for _, title in COLUMNS),
+        title=f"Options on and off, controller {report['controller']}{estimated}",
+    )
     for row in report["rows"]:
-        table.add_row(row["option"], row["setting"], *(format_metric(row.get(name)) for name, _ in COLUMNS))
+        table.add_row(
+            row["option"], row["setting"], *(format_metric(row.get(name)) for name, _ in COLUMNS)
+        )
     return table
 
 
@@ -170,18 +262,63 @@ def loop(
     set_name: SetOption = "realistic",
     split: SplitOption = None,
     collection: CollectionOption = None,
-    model: Annotated[str, typer.Option("--model", help="Controller model, e.g. offline or openai:gpt-4o-mini.")] = "offline",
-    judge_model: Annotated[str | None, typer.Option("--judge-model", help="Model that grades answers (default: key-fact matching).")] = None,
-    grounder: Annotated[str, typer.Option("--grounder", help="Grounder: local, llm_judge, or none.")] = "local",
-    duplicate_guard: Annotated[bool | None, typer.Option("--duplicate-guard/--no-duplicate-guard", help="Answer repeated searches from the history.")] = None,
-    show_chunks_once: Annotated[bool | None, typer.Option("--show-chunks-once/--no-show-chunks-once", help="Show a chunk's text only the first time.")] = None,
-    budget_ledger: Annotated[bool | None, typer.Option("--budget-ledger/--no-budget-ledger", help="Show the controller its budget every turn.")] = None,
-    max_parallel_searches: Annotated[int | None, typer.Option("--max-parallel-searches", help="Searches of one turn run at once.")] = None,
-    min_support: Annotated[float | None, typer.Option("--min-support", help="Send answers grounded below this back once.")] = None,
-    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns.")] = None,
-    option: Annotated[list[str] | None, typer.Option("--option", help="Any other loop option as NAME=VALUE; repeatable.")] = None,
-    compare_options: Annotated[bool, typer.Option("--compare-options", help="Run the set once per option setting, side by side (with the --model controller).")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Evaluate only the first N cases.")] = None,
+    model: Annotated[
+        str, typer.Option("--model", help="Controller model, e.g. offline or openai:gpt-4o-mini.")
+    ] = "offline",
+    judge_model: Annotated[
+        str | None,
+        typer.Option(
+            "--judge-model", help="Model that grades answers (default: key-fact matching)."
+        ),
+    ] = None,
+    grounder: Annotated[
+        str, typer.Option("--grounder", help="Grounder: local, llm_judge, or none.")
+    ] = "local",
+    duplicate_guard: Annotated[
+        bool | None,
+        typer.Option(
+            "--duplicate-guard/--no-duplicate-guard",
+            help="Answer repeated searches from the history.",
+        ),
+    ] = None,
+    show_chunks_once: Annotated[
+        bool | None,
+        typer.Option(
+            "--show-chunks-once/--no-show-chunks-once",
+            help="Show a chunk's text only the first time.",
+        ),
+    ] = None,
+    budget_ledger: Annotated[
+        bool | None,
+        typer.Option(
+            "--budget-ledger/--no-budget-ledger", help="Show the controller its budget every turn."
+        ),
+    ] = None,
+    max_parallel_searches: Annotated[
+        int | None,
+        typer.Option("--max-parallel-searches", help="Searches of one turn run at once."),
+    ] = None,
+    min_support: Annotated[
+        float | None,
+        typer.Option("--min-support", help="Send answers grounded below this back once."),
+    ] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option("--max-iterations", help="Most controller turns.")
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", help="Any other loop option as NAME=VALUE; repeatable."),
+    ] = None,
+    compare_options: Annotated[
+        bool,
+        typer.Option(
+            "--compare-options",
+            help="Run the set once per option setting, side by side (with the --model controller).",
+        ),
+    ] = False,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Evaluate only the first N cases.")
+    ] = None,
     as_json: JsonOption = False,
     out_path: OutOption = None,
 ) -> None:
@@ -194,35 +331,75 @@ def loop(
 
     cases = _load_cases(cases_path, set_name, split)
     if limit is not None:
-        cases = CaseSet(cases.cases[:limit], name=cases.name, collection=cases.collection, description=cases.description)
+        cases = CaseSet(
+            cases.cases[:limit],
+            name=cases.name,
+            collection=cases.collection,
+            description=cases.description,
+        )
     scope = collection or cases.collection
     kb = _prepare_kb(scope)
     main = _cli()
-    options = _loop_options(option, duplicate_guard, show_chunks_once, budget_ledger, max_parallel_searches, min_support, max_iterations)
+    options = _loop_options(
+        option,
+        duplicate_guard,
+        show_chunks_once,
+        budget_ledger,
+        max_parallel_searches,
+        min_support,
+        max_iterations,
+    )
     try:
         if compare_options:
             if options:
-                main.fail("--compare-options sets the compared options itself.", "drop the option flags, or run without --compare-options")
+                main.fail(
+                    "--compare-options sets the compared options itself.",
+                    "drop the option flags, or run without --compare-options",
+                )
             with main.err.status("Running the set once per option setting...") as status:
-                report = run_comparison(cases, search_fn=kb.search, collection=scope, controller=model,
-                                        progress=lambda label: status.update(f"Running {label}..."))
+                report = run_comparison(
+                    cases,
+                    search_fn=kb.search,
+                    collection=scope,
+                    controller=model,
+                    progress=lambda label: status.update(f"Running {label}..."),
+                )
             _emit(report, as_json, out_path, _options_table(report))
             return
         with main.err.status("Running the loop over the cases...") as status:
-            report = evaluate_loop(cases, search_fn=kb.search, collection=scope, controller=model, judge_model=judge_model,
-                                   grounder=None if grounder == "none" else grounder, options=options,
-                                   progress=lambda done, total: status.update(f"Running the loop: {done}/{total}"))
+            report = evaluate_loop(
+                cases,
+                search_fn=kb.search,
+                collection=scope,
+                controller=model,
+                judge_model=judge_model,
+                grounder=None if grounder == "none" else grounder,
+                options=options,
+                progress=lambda done, total: status.update(f"Running the loop: {done}/{total}"),
+            )
     except (ModelSpecError, ConfigurationError, TypeError, ValueError) as exc:
-        main.fail(str(exc), "check --model / --judge-model (provider:model or offline) and the option values")
+        main.fail(
+            str(exc),
+            "check --model / --judge-model (provider:model or offline) and the option values",
+        )
     _emit(report, as_json, out_path, _loop_table(report))
 
 
 @eval_app.command("generate")
 def generate(
-    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to sample chunks from.")],
-    model: Annotated[str, typer.Option("--model", help="Chat model that writes the questions, e.g. openai:gpt-4o-mini.")],
+    collection: Annotated[
+        str, typer.Option("--collection", "-c", help="Collection to sample chunks from.")
+    ],
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="Chat model that writes the questions, e.g. openai:gpt-4o-mini."
+        ),
+    ],
     out_path: Annotated[Path, typer.Option("--out", help="Case file to write.")],
-    n: Annotated[int, typer.Option("--n", min=1, help="Chunks to sample (one question each).")] = 20,
+    n: Annotated[
+        int, typer.Option("--n", min=1, help="Chunks to sample (one question each).")
+    ] = 20,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
 ) -> None:
     """Generate labelled questions, one per sampled chunk, with a chat model."""
@@ -235,14 +412,24 @@ def generate(
     chunks = sample_chunks(kb, collection, n, seed=seed)
     try:
         with main.err.status("Generating questions...") as status:
-            generated = generate_cases(chunks, model, collection=collection, progress=lambda done, total: status.update(f"Generating questions: {done}/{total}"))
+            generated = generate_cases(
+                chunks,
+                model,
+                collection=collection,
+                progress=lambda done, total: status.update(f"Generating questions: {done}/{total}"),
+            )
     except (ModelSpecError, TypeError) as exc:
-        main.fail(str(exc), "pass --model provider:model (e.g. openai:gpt-4o-mini) and set the provider's API key")
+        main.fail(
+            str(exc),
+            "pass --model provider:model (e.g. openai:gpt-4o-mini) and set the provider's API key",
+        )
     try:
         save_cases(generated.cases, out_path)
     except OSError as exc:
         main.fail(f"could not write {out_path}: {exc}", "check the path and its permissions")
-    main.out.print(f"Wrote {len(generated.cases.cases)} cases to {out_path} ({len(generated.skipped)} chunks skipped).")
+    main.out.print(
+        f"Wrote {len(generated.cases.cases)} cases to {out_path} ({len(generated.skipped)} chunks skipped)."
+    )
     for skipped in generated.skipped:
         main.err.print(f"[yellow]skipped[/] {skipped['chunk_id']}: {skipped['reason']}")
 
@@ -251,7 +438,9 @@ def generate(
 def diff(
     before: Annotated[Path, typer.Argument(help="The earlier report (from --out).")],
     after: Annotated[Path, typer.Argument(help="The later report.")],
-    changed_only: Annotated[bool, typer.Option("--changed-only", help="Show only metrics that changed.")] = False,
+    changed_only: Annotated[
+        bool, typer.Option("--changed-only", help="Show only metrics that changed.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Show the metric deltas between two reports of the same kind."""
@@ -266,10 +455,19 @@ def diff(
         main.fail(str(exc), "diff two reports written by the same eval command with --out")
     rows = [r for r in result["metrics"] if not changed_only or r["delta"] != 0]
     if as_json:
-        print(json.dumps({**result, "metrics": rows}, ensure_ascii=False, indent=2))  # machine output
+        print(
+            json.dumps({**result, "metrics": rows}, ensure_ascii=False, indent=2)
+        )  # machine output
         return
-    table = Table("metric", "before", "after", "delta", title=f"{result['before']}  →  {result['after']}")
+    table = Table(
+        "metric", "before", "after", "delta", title=f"{result['before']}  →  {result['after']}"
+    )
     for row in rows:
         delta = row["delta"]
-        table.add_row(row["name"], format_metric(row["before"]), format_metric(row["after"]), f"[bold]{delta:+.3f}[/]" if delta else format_metric(delta))
+        table.add_row(
+            row["name"],
+            format_metric(row["before"]),
+            format_metric(row["after"]),
+            f"[bold]{delta:+.3f}[/]" if delta else format_metric(delta),
+        )
     main.out.print(table)

@@ -37,8 +37,15 @@ from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.help import FlagHelpGroup
 
-app = typer.Typer(help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.", no_args_is_help=True, add_completion=False, cls=FlagHelpGroup)
+app = typer.Typer(
+    help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.",
+    no_args_is_help=True,
+    add_completion=False,
+    cls=FlagHelpGroup,
+)
 app.add_typer(eval_app, name="eval")
+
+
 def _print_version(value: bool) -> None:
     if value:
         from arcana_loop import __version__
@@ -49,8 +56,18 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the INFO logs of arcana-loop and its dependencies.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Show the INFO logs of arcana-loop and its dependencies."
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     """An agentic RAG loop over a PostgreSQL + pgvector knowledge base."""
     configure_logging(verbose=verbose)
@@ -59,8 +76,16 @@ def main(
 @app.command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or directories to ingest.")],
-    collection: Annotated[str, typer.Option("--collection", "-c", help="Collection to ingest into.")] = "default",
-    entities: Annotated[bool, typer.Option("--entities", help="Also build the knowledge graph (entities) of the new chunks (offline extractor).")] = False,
+    collection: Annotated[
+        str, typer.Option("--collection", "-c", help="Collection to ingest into.")
+    ] = "default",
+    entities: Annotated[
+        bool,
+        typer.Option(
+            "--entities",
+            help="Also build the knowledge graph (entities) of the new chunks (offline extractor).",
+        ),
+    ] = False,
 ) -> None:
     """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection."""
     from arcana_loop.knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
@@ -73,13 +98,26 @@ def ingest(
     with progress_bar() as progress:
         for path in paths:
             task = progress.add_task(f"{path.name or path}", total=None)
-            with database_errors(f"could not ingest {path}", "check that PostgreSQL is running, then ingest again: what was stored is kept"):
+            with database_errors(
+                f"could not ingest {path}",
+                "check that PostgreSQL is running, then ingest again: what was stored is kept",
+            ):
                 try:
-                    result = kb.ingest(path, collection=collection, entities=True if entities else None, progress=lambda done, total, t=task: progress.update(t, completed=done, total=total))
+                    result = kb.ingest(
+                        path,
+                        collection=collection,
+                        entities=True if entities else None,
+                        progress=lambda done, total, t=task: progress.update(
+                            t, completed=done, total=total
+                        ),
+                    )
                 except DatabaseUnavailable:
                     raise  # database_errors words it
                 except (KnowledgeBaseError, ValueError, OSError) as exc:
-                    fail(f"could not ingest {path}: {exc}", "text files (UTF-8), HTML and PDF can be ingested")
+                    fail(
+                        f"could not ingest {path}: {exc}",
+                        "text files (UTF-8), HTML and PDF can be ingested",
+                    )
             rows.append((str(path), result))
     print_ingest_summary(collection, rows)
 
@@ -87,14 +125,43 @@ def ingest(
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
-    collection: Annotated[list[str] | None, typer.Option("--collection", "-c", help="Collection(s) to search; repeat to let the controller pick.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline.")] = None,
-    answer_model: Annotated[str | None, typer.Option("--answer-model", help="Optional model that rewrites the final answer.")] = None,
-    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")] = None,
-    ground: Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")] = "local",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the whole result as JSON.")] = False,
-    checkpointer: Annotated[str, typer.Option("--checkpointer", help="Store the run as a thread: postgres, memory, sqlite:PATH or none.")] = "postgres",
-    thread_id: Annotated[str | None, typer.Option("--thread-id", help="Thread to store the run under; an existing thread's conversation continues with this question (default: a new thread).")] = None,
+    collection: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline."),
+    ] = None,
+    answer_model: Annotated[
+        str | None,
+        typer.Option("--answer-model", help="Optional model that rewrites the final answer."),
+    ] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")
+    ] = None,
+    ground: Annotated[
+        str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")
+    ] = "local",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the whole result as JSON.")
+    ] = False,
+    checkpointer: Annotated[
+        str,
+        typer.Option(
+            "--checkpointer",
+            help="Store the run as a thread: postgres, memory, sqlite:PATH or none.",
+        ),
+    ] = "postgres",
+    thread_id: Annotated[
+        str | None,
+        typer.Option(
+            "--thread-id",
+            help="Thread to store the run under; an existing thread's conversation continues with this question (default: a new thread).",
+        ),
+    ] = None,
 ) -> None:
     """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
     from arcana_loop.graph import run
@@ -106,9 +173,18 @@ def ask(
     spec = controller_spec(model)
     try:
         with err.status("Running the loop...") as status, database_errors("the run failed"):
-            result = run(question, collection=scope, controller_llm=spec, answer_llm=answer_model, max_iterations=max_iterations,
-                         grounder=ground, search_fn=kb.search, checkpointer=saver, thread_id=thread_id,
-                         on_event=lambda event: status.update(step_note(event)))
+            result = run(
+                question,
+                collection=scope,
+                controller_llm=spec,
+                answer_llm=answer_model,
+                max_iterations=max_iterations,
+                grounder=ground,
+                search_fn=kb.search,
+                checkpointer=saver,
+                thread_id=thread_id,
+                on_event=lambda event: status.update(step_note(event)),
+            )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)
     except (ValueError, TypeError) as exc:  # an option the loop refused (grounder, thread id, ...)
@@ -118,7 +194,9 @@ def ask(
         return
     print_result(result)
     if result.thread_id:
-        out.print(f"[dim]Thread {result.thread_id} (arcana-loop trace {result.thread_id}; a follow-up: arcana-loop ask QUESTION --thread-id {result.thread_id})[/]")
+        out.print(
+            f"[dim]Thread {result.thread_id} (arcana-loop trace {result.thread_id}; a follow-up: arcana-loop ask QUESTION --thread-id {result.thread_id})[/]"
+        )
 
 
 @app.command()
@@ -129,14 +207,24 @@ def collections() -> None:
     with database_errors("cannot list the collections"):
         infos = kb.collections()
     for info in infos:
-        table.add_row(info.name, str(info.documents), str(info.chunks), info.embedding_model, str(info.dimension))
+        table.add_row(
+            info.name,
+            str(info.documents),
+            str(info.chunks),
+            info.embedding_model,
+            str(info.dimension),
+        )
     out.print(table)
 
 
 @app.command()
 def delete(
-    collection: Annotated[str, typer.Argument(help="Collection to delete (or the collection of --source).")],
-    source: Annotated[str | None, typer.Option("--source", help="Delete only this document source.")] = None,
+    collection: Annotated[
+        str, typer.Argument(help="Collection to delete (or the collection of --source).")
+    ],
+    source: Annotated[
+        str | None, typer.Option("--source", help="Delete only this document source.")
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a collection, or one document of it."""

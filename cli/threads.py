@@ -17,13 +17,19 @@ from arcana_loop.cli.common import fail, out, print_result
 
 DEFAULT_CHECKPOINTER = "postgres"
 CheckpointerOption = Annotated[
-    str, typer.Option("--checkpointer", help="Where threads are stored: postgres, memory or sqlite:PATH.")
+    str,
+    typer.Option(
+        "--checkpointer", help="Where threads are stored: postgres, memory or sqlite:PATH."
+    ),
 ]
 
 
-
 QuestionOption = Annotated[
-    int | None, typer.Option("--question", help="Only this question of the thread's conversation (0 the first, -1 the last).")
+    int | None,
+    typer.Option(
+        "--question",
+        help="Only this question of the thread's conversation (0 the first, -1 the last).",
+    ),
 ]
 
 
@@ -33,7 +39,10 @@ def _steps(thread_id: str, checkpointer: str, question: int | None = None) -> li
     try:
         return trace(thread_id, checkpointer, question=question)
     except ThreadNotFoundError:
-        fail(f"no thread {thread_id!r} in the {checkpointer} checkpointer.", "use the thread id that arcana-loop ask printed, and the same --checkpointer")
+        fail(
+            f"no thread {thread_id!r} in the {checkpointer} checkpointer.",
+            "use the thread id that arcana-loop ask printed, and the same --checkpointer",
+        )
     except ValueError as exc:
         fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
     raise AssertionError("unreachable")
@@ -48,28 +57,55 @@ def trace_command(
     """Show a thread step by step: node, turn, tool calls, searches and chunk ids, time and tokens."""
     rows = _steps(thread_id, checkpointer, question)
     if as_json:
-        print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2))  # machine output
+        print(
+            json.dumps([r.to_dict() for r in rows], ensure_ascii=False, indent=2)
+        )  # machine output
         return
     conversation = len({row.question for row in rows}) > 1
     table = Table("step", "node", "turn", "what happened", "ended", "ms", "tokens", "checkpoint")
     for row in rows:
-        what = [f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls]
-        what += [f"search {s['query']!r} -> {', '.join(s['returned_chunk_ids']) or 'nothing'}" + (" (duplicate)" if s["duplicate_of"] is not None else "") for s in row.searches]
+        what = [
+            f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls
+        ]
+        what += [
+            f"search {s['query']!r} -> {', '.join(s['returned_chunk_ids']) or 'nothing'}"
+            + (" (duplicate)" if s["duplicate_of"] is not None else "")
+            for s in row.searches
+        ]
         what += [e for e in row.events if not e.startswith("search:")]
         table.add_row(
-            str(row.step), row.node, f"q{row.question}.{row.iteration}" if conversation else str(row.iteration), "\n".join(what) or (row.error or ""), row.terminated_by or "",
-            f"{row.seconds * 1000:.1f}" if row.seconds is not None else "", str(row.tokens or ""), row.checkpoint_id,
+            str(row.step),
+            row.node,
+            f"q{row.question}.{row.iteration}" if conversation else str(row.iteration),
+            "\n".join(what) or (row.error or ""),
+            row.terminated_by or "",
+            f"{row.seconds * 1000:.1f}" if row.seconds is not None else "",
+            str(row.tokens or ""),
+            row.checkpoint_id,
         )
     out.print(table)
 
 
 def replay_command(
-    thread_id: Annotated[str | None, typer.Argument(help="The thread to re-run (omit with --record).")] = None,
+    thread_id: Annotated[
+        str | None, typer.Argument(help="The thread to re-run (omit with --record).")
+    ] = None,
     checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
-    from_checkpoint: Annotated[str | None, typer.Option("--from", help="Checkpoint id to re-run from (see trace); default the start.")] = None,
-    record: Annotated[Path | None, typer.Option("--record", help="Replay a record file instead: no model, no database.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Controller model for the re-run (default the thread's).")] = None,
-    max_iterations: Annotated[int | None, typer.Option("--max-iterations", help="Override the thread's max_iterations.")] = None,
+    from_checkpoint: Annotated[
+        str | None,
+        typer.Option("--from", help="Checkpoint id to re-run from (see trace); default the start."),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option("--record", help="Replay a record file instead: no model, no database."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Controller model for the re-run (default the thread's)."),
+    ] = None,
+    max_iterations: Annotated[
+        int | None, typer.Option("--max-iterations", help="Override the thread's max_iterations.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
@@ -79,7 +115,10 @@ def replay_command(
         if record is not None:
             differences, result = _replay_file(record)
         elif thread_id is None:
-            fail("replay needs a thread id or --record FILE.", "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json")
+            fail(
+                "replay needs a thread id or --record FILE.",
+                "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json",
+            )
             return
         else:
             steps = _steps(thread_id, checkpointer)
@@ -91,11 +130,19 @@ def replay_command(
         fail(str(exc), "list checkpoints with arcana-loop trace THREAD_ID")
         return
     if as_json:
-        print(json.dumps({**result.to_dict(), "differences": differences}, ensure_ascii=False, indent=2))  # machine output
+        print(
+            json.dumps(
+                {**result.to_dict(), "differences": differences}, ensure_ascii=False, indent=2
+            )
+        )  # machine output
         return
     print_result(result)
     if record is not None:
-        out.print("[green]The replay matches the record.[/]" if not differences else "[red]The replay differs from the record:[/]\n" + "\n".join(differences))
+        out.print(
+            "[green]The replay matches the record.[/]"
+            if not differences
+            else "[red]The replay differs from the record:[/]\n" + "\n".join(differences)
+        )
     else:
         out.print(f"New thread: {result.thread_id}")
     if differences:
@@ -111,8 +158,17 @@ def _replay_file(path: Path) -> tuple[list[str], Any]:
         return verify_record(loaded), replay_record(loaded)
     except ReplayError:
         raise
-    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:  # a field of the wrong type or shape
-        fail(f"{path} is not a usable replay record ({type(exc).__name__}: {exc}).", "replay a file written by arcana-loop record")
+    except (
+        AttributeError,
+        KeyError,
+        IndexError,
+        TypeError,
+        ValueError,
+    ) as exc:  # a field of the wrong type or shape
+        fail(
+            f"{path} is not a usable replay record ({type(exc).__name__}: {exc}).",
+            "replay a file written by arcana-loop record",
+        )
         raise AssertionError("unreachable") from exc
 
 

@@ -74,20 +74,30 @@ class EvalCase:
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"case {self.id!r}: question must be a non-empty string")
         if self.expected not in OUTCOMES:
-            raise ValueError(f"case {self.id!r}: expected must be one of {OUTCOMES}, got {self.expected!r}")
+            raise ValueError(
+                f"case {self.id!r}: expected must be one of {OUTCOMES}, got {self.expected!r}"
+            )
         for name in ("relevant_ids", "relevant_sources", "evidence", "modules"):
             value: Any = getattr(self, name)
-            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            if not isinstance(value, list) or not all(
+                isinstance(v, str) and v.strip() for v in value
+            ):
                 raise ValueError(f"case {self.id!r}: {name} must be a list of non-empty strings")
         facts: Any = self.key_facts
         if not isinstance(facts, list) or not all(_is_key_fact(f) for f in facts):
-            raise ValueError(f"case {self.id!r}: key_facts must be a list of strings or of non-empty lists of strings")
+            raise ValueError(
+                f"case {self.id!r}: key_facts must be a list of strings or of non-empty lists of strings"
+            )
         if self.split is not None and self.split not in SPLITS:
-            raise ValueError(f"case {self.id!r}: split must be one of {SPLITS} or null, got {self.split!r}")
+            raise ValueError(
+                f"case {self.id!r}: split must be one of {SPLITS} or null, got {self.split!r}"
+            )
         if self.reference is not None and not isinstance(self.reference, str):
             raise ValueError(f"case {self.id!r}: reference must be a string or null")
         if self.expected == "gave_up" and (self.key_facts or self.reference):
-            raise ValueError(f"case {self.id!r}: a case expected to give up cannot have key facts or a reference")
+            raise ValueError(
+                f"case {self.id!r}: a case expected to give up cannot have key facts or a reference"
+            )
 
     @property
     def relevant(self) -> tuple[str, list[str]]:
@@ -123,7 +133,12 @@ class CaseSet:
 
     def to_dict(self) -> dict[str, Any]:
         """The case set as a case file's JSON object."""
-        return {"name": self.name, "collection": self.collection, "description": self.description, "cases": [c.to_dict() for c in self.cases]}
+        return {
+            "name": self.name,
+            "collection": self.collection,
+            "description": self.description,
+            "cases": [c.to_dict() for c in self.cases],
+        }
 
 
 def load_cases(path: str | Path) -> CaseSet:
@@ -146,7 +161,12 @@ def load_cases(path: str | Path) -> CaseSet:
     if duplicates:
         raise ValueError(f"{path}: duplicate case ids {duplicates}")
     meta = data if isinstance(data, dict) else {}
-    return CaseSet(cases, name=meta.get("name", Path(path).stem), collection=meta.get("collection"), description=meta.get("description", ""))
+    return CaseSet(
+        cases,
+        name=meta.get("name", Path(path).stem),
+        collection=meta.get("collection"),
+        description=meta.get("description", ""),
+    )
 
 
 def save_cases(cases: CaseSet | Iterable[EvalCase], path: str | Path, **meta: Any) -> Path:
@@ -161,13 +181,19 @@ def save_cases(cases: CaseSet | Iterable[EvalCase], path: str | Path, **meta: An
 def as_cases(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]]) -> list[EvalCase]:
     """Accept a case set, cases, or plain mappings."""
     items = cases.cases if isinstance(cases, CaseSet) else cases
-    return [c if isinstance(c, EvalCase) else EvalCase.from_mapping(c, i) for i, c in enumerate(items)]
+    return [
+        c if isinstance(c, EvalCase) else EvalCase.from_mapping(c, i) for i, c in enumerate(items)
+    ]
 
 
 def _is_key_fact(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value.strip())
-    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, str) and v.strip() for v in value)
+    )
 
 
 def evidence_key(index: int) -> str:
@@ -189,8 +215,12 @@ def holds_passage(text: str, passage: str) -> bool:
     haystack, needle = _folded(text), _folded(passage)
     if needle in haystack:
         return True
-    match = SequenceMatcher(None, haystack, needle, autojunk=False).find_longest_match(0, len(haystack), 0, len(needle))
-    return match.size >= MIN_PASSAGE_SHARE * len(needle) and (match.b == 0 or match.b + match.size == len(needle))
+    match = SequenceMatcher(None, haystack, needle, autojunk=False).find_longest_match(
+        0, len(haystack), 0, len(needle)
+    )
+    return match.size >= MIN_PASSAGE_SHARE * len(needle) and (
+        match.b == 0 or match.b + match.size == len(needle)
+    )
 
 
 def chunk_key(chunk: Mapping[str, Any], by: str, case: EvalCase | None = None) -> str:

@@ -56,14 +56,20 @@ def _controller(spec: ModelSpec, estimate_tokens: bool) -> tuple[ModelSpec, str,
     """Return the controller to run, its name in the report, and whether its tokens are estimated."""
     if spec == OFFLINE and estimate_tokens:
         return EstimatingOfflineController(), ESTIMATED_CONTROLLER, True
-    return spec, spec if isinstance(spec, str) else getattr(spec, "__name__", type(spec).__name__), False
+    return (
+        spec,
+        spec if isinstance(spec, str) else getattr(spec, "__name__", type(spec).__name__),
+        False,
+    )
 
 
 def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
     unknown = set(options) - CONTEXT_FIELDS
     if unknown:
         raise TypeError(f"unknown loop option(s): {', '.join(sorted(unknown))}")
-    LoopContext(**{k: v for k, v in options.items() if v is not None})  # a bad value fails now, not per case
+    LoopContext(
+        **{k: v for k, v in options.items() if v is not None}
+    )  # a bad value fails now, not per case
     return dict(options)
 
 
@@ -76,10 +82,13 @@ async def judge_answer(judge: ModelCaller, case: EvalCase, answer: str | None) -
     prompt = JUDGE_PROMPT.format(
         question=case.question,
         reference=case.reference or "(none)",
-        key_facts="\n".join(f if isinstance(f, str) else " or ".join(f) for f in case.key_facts) or "(none)",
+        key_facts="\n".join(f if isinstance(f, str) else " or ".join(f) for f in case.key_facts)
+        or "(none)",
         answer=answer or "(no answer)",
     )
-    reply = await asyncio.to_thread(judge.invoke, [HumanMessage(content=prompt)], [], {"temperature": 0.0})
+    reply = await asyncio.to_thread(
+        judge.invoke, [HumanMessage(content=prompt)], [], {"temperature": 0.0}
+    )
     data = parse_json_object(reply_text(reply.content))
     score = data.get("score")
     if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
@@ -158,11 +167,22 @@ async def _score(row: dict[str, Any], case: EvalCase, judge: ModelCaller | None)
             row["judge_error"] = f"{type(exc).__name__}: {exc}"
     if case.key_facts:
         answer = _CITATION.sub("", row["answer"] or "")
-        row["correctness"], row["correctness_method"] = key_fact_recall(answer, case.key_facts), "key_facts"
+        row["correctness"], row["correctness_method"] = (
+            key_fact_recall(answer, case.key_facts),
+            "key_facts",
+        )
 
 
 def _failed_row(case: EvalCase, exc: BaseException, latency: float) -> dict[str, Any]:
-    empty = LoopResult(question=case.question, answer=None, terminated_by="error", iterations=0, tool_history=[], chunks=[], error=f"{type(exc).__name__}: {exc}")
+    empty = LoopResult(
+        question=case.question,
+        answer=None,
+        terminated_by="error",
+        iterations=0,
+        tool_history=[],
+        chunks=[],
+        error=f"{type(exc).__name__}: {exc}",
+    )
     return _case_row(case, empty, latency)
 
 
@@ -208,8 +228,12 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "answered_when_answerable": _mean([float(r["outcome_ok"]) for r in answerable]),
         "gave_up_when_unanswerable": _mean([float(r["outcome_ok"]) for r in unanswerable]),
         "grounding_score": _mean([r["grounding_score"] for r in answered]),
-        "duplicate_search_rate": (sum(r["repeated_searches"] for r in rows) / searches) if searches else 0.0,
-        "guarded_search_rate": (sum(r["duplicate_searches"] for r in rows) / searches) if searches else 0.0,
+        "duplicate_search_rate": (sum(r["repeated_searches"] for r in rows) / searches)
+        if searches
+        else 0.0,
+        "guarded_search_rate": (sum(r["duplicate_searches"] for r in rows) / searches)
+        if searches
+        else 0.0,
         "searches_per_question": _mean([r["searches"] for r in rows]),
         "searches_sent_per_question": _mean([r["searches_sent"] for r in rows]),
         "repairs": sum(1 for r in rows if r["repaired"]),
@@ -221,7 +245,15 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "terminated_by": dict(Counter(str(r["terminated_by"]) for r in rows)),
         "distributions": {
             name: distribution(r[name] for r in rows if r[name] is not None)
-            for name in ("iterations", "searches", "tokens", "controller_input_tokens", "latency_s", "grounding_score", "correctness")
+            for name in (
+                "iterations",
+                "searches",
+                "tokens",
+                "controller_input_tokens",
+                "latency_s",
+                "grounding_score",
+                "correctness",
+            )
         },
         "by_kind": by_kind,
     }
@@ -270,7 +302,14 @@ async def aevaluate_loop(
     for index, case in enumerate(items, start=1):
         started = time.perf_counter()
         try:
-            result = await arun(case.question, collection=collection or "all", controller_llm=spec, search_fn=search_fn, grounder=grounder, **opts)
+            result = await arun(
+                case.question,
+                collection=collection or "all",
+                controller_llm=spec,
+                search_fn=search_fn,
+                grounder=grounder,
+                **opts,
+            )
             row = _case_row(case, result, time.perf_counter() - started)
         except Exception as exc:  # one failing case is recorded, the others still run
             row = _failed_row(case, exc, time.perf_counter() - started)
@@ -284,8 +323,12 @@ async def aevaluate_loop(
         "collection": collection,
         "controller": controller_name,
         "tokens_estimated": estimated,
-        "judge": None if judge_model is None else (judge_model if isinstance(judge_model, str) else type(judge_model).__name__),
-        "grounder": grounder if isinstance(grounder, str) or grounder is None else type(grounder).__name__,
+        "judge": None
+        if judge_model is None
+        else (judge_model if isinstance(judge_model, str) else type(judge_model).__name__),
+        "grounder": grounder
+        if isinstance(grounder, str) or grounder is None
+        else type(grounder).__name__,
         "options": opts,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "summary": summarize(rows),
@@ -293,6 +336,8 @@ async def aevaluate_loop(
     }
 
 
-def evaluate_loop(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **kwargs: Any) -> dict[str, Any]:
+def evaluate_loop(
+    cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **kwargs: Any
+) -> dict[str, Any]:
     """Run `aevaluate_loop` on a new event loop (see it for the arguments)."""
     return bridge.wait(aevaluate_loop(cases, **kwargs))

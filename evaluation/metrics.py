@@ -52,7 +52,9 @@ def reciprocal_rank(retrieved: Sequence[str], relevant: Collection[str]) -> floa
     return 0.0
 
 
-def retrieval_scores(retrieved: Sequence[str], relevant: Collection[str], ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
+def retrieval_scores(
+    retrieved: Sequence[str], relevant: Collection[str], ks: Iterable[int] = DEFAULT_KS
+) -> dict[str, float]:
     """Every metric for one query: ``recall@k``, ``precision@k``, ``hit@k`` per ``k``, and ``mrr``."""
     scores: dict[str, float] = {}
     for k in ks:
@@ -125,6 +127,10 @@ def distribution(values: Iterable[float]) -> dict[str, float | int | None]:
     if not items:
         return {"count": 0, "mean": None, "p50": None, "p95": None, "min": None, "max": None}
     return {
-        "count": len(items), "mean": statistics.fmean(items), "p50": quantile(items, 0.5),
-        "p95": quantile(items, 0.95), "min": min(items), "max": max(items),
+        "count": len(items),
+        "mean": statistics.fmean(items),
+        "p50": quantile(items, 0.5),
+        "p95": quantile(items, 0.95),
+        "min": min(items),
+        "max": max(items),
     }

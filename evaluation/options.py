@@ -25,16 +25,36 @@ MIN_SUPPORT = 0.7
 The offline controller's extractive answers quote chunk sentences and score 0.5 or more
 with the local grounder, so a lower threshold would never send one back."""
 
-OPTION_PAIRS: tuple[tuple[str, tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]], ...] = (
+OPTION_PAIRS: tuple[
+    tuple[str, tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]], ...
+] = (
     ("duplicate_guard", (("on", {"duplicate_guard": True}), ("off", {"duplicate_guard": False}))),
-    ("show_chunks_once", (("on", {"show_chunks_once": True}), ("off", {"show_chunks_once": False}))),
+    (
+        "show_chunks_once",
+        (("on", {"show_chunks_once": True}), ("off", {"show_chunks_once": False})),
+    ),
     ("budget_ledger", (("on", {"budget_ledger": True}), ("off", {"budget_ledger": False}))),
-    ("parallel searches", (("4 at once", {"max_parallel_searches": 4}), ("1 at a time", {"max_parallel_searches": 1}))),
-    ("min_support", ((f"{MIN_SUPPORT:g}", {"min_support": MIN_SUPPORT}), ("unset", {"min_support": None}))),
+    (
+        "parallel searches",
+        (
+            ("4 at once", {"max_parallel_searches": 4}),
+            ("1 at a time", {"max_parallel_searches": 1}),
+        ),
+    ),
+    (
+        "min_support",
+        ((f"{MIN_SUPPORT:g}", {"min_support": MIN_SUPPORT}), ("unset", {"min_support": None})),
+    ),
 )
 """Per option: its (label, options) settings, the default setting first except for ``min_support``."""
 
-_DEFAULTS: dict[str, Any] = {"duplicate_guard": True, "show_chunks_once": True, "budget_ledger": True, "max_parallel_searches": 4, "min_support": None}
+_DEFAULTS: dict[str, Any] = {
+    "duplicate_guard": True,
+    "show_chunks_once": True,
+    "budget_ledger": True,
+    "max_parallel_searches": 4,
+    "min_support": None,
+}
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("duplicate_search_rate", "duplicate-search rate"),
@@ -77,10 +97,19 @@ async def acompare_options(
                 run_label = f"{option}={label}"
                 if progress:
                     progress(run_label)
-                report = await aevaluate_loop(cases, search_fn=search_fn, collection=collection, controller=controller, grounder="local", options=options)
+                report = await aevaluate_loop(
+                    cases,
+                    search_fn=search_fn,
+                    collection=collection,
+                    controller=controller,
+                    grounder="local",
+                    options=options,
+                )
                 runs[key] = (run_label, report)
             run_label, run_report = runs[key]
-            rows.append({"option": option, "setting": label, "run": run_label, **_columns(run_report)})
+            rows.append(
+                {"option": option, "setting": label, "run": run_label, **_columns(run_report)}
+            )
     return {
         "kind": "options",
         "name": report.get("name"),
@@ -88,7 +117,9 @@ async def acompare_options(
         "controller": report.get("controller"),
         "tokens_estimated": report.get("tokens_estimated"),
         "cases": report.get("summary", {}).get("cases"),
-        "runs": {label: {"options": r["options"], "summary": r["summary"]} for label, r in runs.values()},
+        "runs": {
+            label: {"options": r["options"], "summary": r["summary"]} for label, r in runs.values()
+        },
         "rows": rows,
     }
 
@@ -102,7 +133,9 @@ def _columns(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def compare_options(cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **kwargs: Any) -> dict[str, Any]:
+def compare_options(
+    cases: CaseSet | Sequence[EvalCase | Mapping[str, Any]], **kwargs: Any
+) -> dict[str, Any]:
     """Run `acompare_options` on a new event loop (see it for the arguments)."""
     return bridge.wait(acompare_options(cases, **kwargs))
 
@@ -112,7 +145,17 @@ def options_table_markdown(report: Mapping[str, Any]) -> str:
     header = ["option", "setting", *(title for _, title in COLUMNS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in report["rows"]:
-        lines.append("| " + " | ".join([row["option"], row["setting"], *(format_metric(row.get(name)) for name, _ in COLUMNS)]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    row["option"],
+                    row["setting"],
+                    *(format_metric(row.get(name)) for name, _ in COLUMNS),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 

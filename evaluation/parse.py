@@ -37,5 +37,9 @@ def reply_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in content if isinstance(p, str | dict))
+        return "".join(
+            p if isinstance(p, str) else str(p.get("text", ""))
+            for p in content
+            if isinstance(p, str | dict)
+        )
     return str(content)

@@ -24,7 +24,9 @@ def save_report(report: Mapping[str, Any], path: str | Path) -> Path:
     _check_report(report, str(path))
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    target.write_text(
+        json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
     return target
 
 
@@ -45,7 +47,9 @@ def load_report(path: str | Path) -> dict[str, Any]:
 
 def _check_report(report: Any, where: str) -> None:
     if not isinstance(report, Mapping) or report.get("kind") not in REPORT_KINDS:
-        raise ValueError(f"{where}: not an evaluation report (expected an object with kind one of {REPORT_KINDS})")
+        raise ValueError(
+            f"{where}: not an evaluation report (expected an object with kind one of {REPORT_KINDS})"
+        )
 
 
 def flatten_metrics(report: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -57,7 +61,9 @@ def flatten_metrics(report: Mapping[str, Any], prefix: str = "") -> dict[str, fl
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             metrics.update(flatten_metrics(value, f"{name}."))
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        elif (
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ):
             metrics[name] = float(value)
     return metrics
 
@@ -80,8 +86,20 @@ def diff_reports(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[st
     rows = []
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name), new.get(name)
-        rows.append({"name": name, "before": a, "after": b, "delta": None if a is None or b is None else b - a})
-    return {"kind": before["kind"], "before": _label(before), "after": _label(after), "metrics": rows}
+        rows.append(
+            {
+                "name": name,
+                "before": a,
+                "after": b,
+                "delta": None if a is None or b is None else b - a,
+            }
+        )
+    return {
+        "kind": before["kind"],
+        "before": _label(before),
+        "after": _label(after),
+        "metrics": rows,
+    }
 
 
 def format_metric(value: Any) -> str:

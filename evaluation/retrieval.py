@@ -45,7 +45,13 @@ def evaluate_retrieval(
         collection = cases.collection
     labelled = [c for c in as_cases(cases) if c.relevant[1]]
     search: SearchLike = kb.search if hasattr(kb, "search") else kb
-    report: dict[str, Any] = {"kind": "retrieval", "collection": collection, "ks": list(ks), "cases": len(labelled), "modes": {}}
+    report: dict[str, Any] = {
+        "kind": "retrieval",
+        "collection": collection,
+        "ks": list(ks),
+        "cases": len(labelled),
+        "modes": {},
+    }
     for mode in modes:
         per_case: list[dict[str, Any]] = []
         for case in labelled:
@@ -54,12 +60,21 @@ def evaluate_retrieval(
             hits = search(case.question, collection=collection, limit=max(ks), mode=mode)
             elapsed = (time.perf_counter() - started) * 1000
             keys = [chunk_key(h, by, case) for h in hits]
-            per_case.append({"id": case.id, "kind": case.kind, "retrieved": keys, "latency_ms": round(elapsed, 3), **retrieval_scores(keys, relevant, ks)})
+            per_case.append(
+                {
+                    "id": case.id,
+                    "kind": case.kind,
+                    "retrieved": keys,
+                    "latency_ms": round(elapsed, 3),
+                    **retrieval_scores(keys, relevant, ks),
+                }
+            )
         latencies = sorted(row["latency_ms"] for row in per_case)
         report["modes"][mode] = {
-            "summary": mean_scores({n: v for n, v in row.items() if "@" in n or n == "mrr"} for row in per_case),
+            "summary": mean_scores(
+                {n: v for n, v in row.items() if "@" in n or n == "mrr"} for row in per_case
+            ),
             "latency_ms": {"p50": quantile(latencies, 0.5), "p95": quantile(latencies, 0.95)},
             "per_case": per_case,
         }
     return report
-

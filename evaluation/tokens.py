@@ -34,9 +34,15 @@ def estimate_tokens(text: str) -> int:
 
 def message_tokens(message: BaseMessage) -> int:
     """Estimate the tokens of one message: its text plus any tool calls, as sent to a provider."""
-    content = message.content if isinstance(message.content, str) else json.dumps(message.content, default=str)
+    content = (
+        message.content
+        if isinstance(message.content, str)
+        else json.dumps(message.content, default=str)
+    )
     calls = getattr(message, "tool_calls", None) or []
-    return estimate_tokens(content) + (estimate_tokens(json.dumps(calls, default=str)) if calls else 0)
+    return estimate_tokens(content) + (
+        estimate_tokens(json.dumps(calls, default=str)) if calls else 0
+    )
 
 
 class EstimatingOfflineController(OfflineController):
@@ -49,12 +55,24 @@ class EstimatingOfflineController(OfflineController):
         return self.model_copy(update={"tools_offered": bool(tools), "tool_schemas": list(tools)})
 
     def _generate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
     ) -> ChatResult:
         reply = self._decide(messages)
-        schemas = estimate_tokens(json.dumps(self.tool_schemas, default=str)) if self.tool_schemas else 0
+        schemas = (
+            estimate_tokens(json.dumps(self.tool_schemas, default=str)) if self.tool_schemas else 0
+        )
         input_tokens = sum(message_tokens(m) for m in messages) + schemas
         output_tokens = message_tokens(reply)
-        usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": input_tokens + output_tokens}
-        message = AIMessage(content=reply.content, tool_calls=reply.tool_calls, usage_metadata=usage)
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+        }
+        message = AIMessage(
+            content=reply.content, tool_calls=reply.tool_calls, usage_metadata=usage
+        )
         return ChatResult(generations=[ChatGeneration(message=message)])

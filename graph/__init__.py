@@ -16,6 +16,23 @@ from arcana_loop.graph.trace import TraceStep, trace
 from arcana_loop.tools.schemas import DEFAULT_TOOLS, default_tools
 
 __all__ = [
-    "DEFAULT_TOOLS", "RUN_OPTIONS", "LoopContext", "LoopResult", "Record", "TraceStep", "arun", "build_graph", "default_tools",
-    "fork", "ground", "make_deps", "record_of", "replay", "replay_record", "resume", "run", "trace", "verify_record",
+    "DEFAULT_TOOLS",
+    "RUN_OPTIONS",
+    "LoopContext",
+    "LoopResult",
+    "Record",
+    "TraceStep",
+    "arun",
+    "build_graph",
+    "default_tools",
+    "fork",
+    "ground",
+    "make_deps",
+    "record_of",
+    "replay",
+    "replay_record",
+    "resume",
+    "run",
+    "trace",
+    "verify_record",
 ]

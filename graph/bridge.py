@@ -45,7 +45,9 @@ class _Caller:
         self._stopped = False
         self._lock = threading.Lock()
 
-    def start(self, awaitable: Awaitable[T], context: contextvars.Context) -> concurrent.futures.Future[T]:
+    def start(
+        self, awaitable: Awaitable[T], context: contextvars.Context
+    ) -> concurrent.futures.Future[T]:
         """Schedule the awaitable on the caller's loop, unless the caller stopped waiting.
 
         Raises:
@@ -73,7 +75,9 @@ class _Caller:
             future.cancel()
 
 
-_caller: contextvars.ContextVar[_Caller | None] = contextvars.ContextVar("arcana_loop_caller", default=None)
+_caller: contextvars.ContextVar[_Caller | None] = contextvars.ContextVar(
+    "arcana_loop_caller", default=None
+)
 _blocked: contextvars.ContextVar[frozenset[asyncio.AbstractEventLoop]] = contextvars.ContextVar(
     "arcana_loop_blocked_loops", default=frozenset()
 )
@@ -91,7 +95,9 @@ def caller_loop(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
     """
     caller = _Caller(loop)
     caller_token = _caller.set(caller)
-    blocked_token = _blocked.set(_blocked.get() - {loop})  # the caller awaits the node: its loop is free
+    blocked_token = _blocked.set(
+        _blocked.get() - {loop}
+    )  # the caller awaits the node: its loop is free
     try:
         yield
     finally:

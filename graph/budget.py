@@ -23,7 +23,10 @@ def usage_of(role: str, message: Any) -> dict[str, Any]:
     metadata = getattr(message, "usage_metadata", None) if isinstance(message, AIMessage) else None
     if not metadata:
         return {}
-    return usage_record(role, {k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")})
+    return usage_record(
+        role,
+        {k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")},
+    )
 
 
 def usage_record(role: str, tokens: dict[str, int] | None) -> dict[str, Any]:
@@ -41,14 +44,20 @@ def turn_limit(state: Mapping[str, Any], ctx: LoopContext) -> int:
     return ctx.max_iterations + int(state.get("repairs") or 0) * ctx.repair_turns
 
 
-def exhausted(state: Mapping[str, Any], ctx: LoopContext, now: float | None = None) -> BudgetStop | None:
+def exhausted(
+    state: Mapping[str, Any], ctx: LoopContext, now: float | None = None
+) -> BudgetStop | None:
     """Return which budget is spent, or ``None`` while the run may take another turn."""
     if int(state.get("iterations") or 0) >= turn_limit(state, ctx):
         return "iterations"
     if ctx.max_tokens_total is not None and tokens_used(state) >= ctx.max_tokens_total:
         return "tokens"
     started = state.get("started_at")
-    if ctx.max_seconds is not None and started is not None and (now or time.time()) - started >= ctx.max_seconds:
+    if (
+        ctx.max_seconds is not None
+        and started is not None
+        and (now or time.time()) - started >= ctx.max_seconds
+    ):
         return "seconds"
     return None
 

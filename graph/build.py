@@ -61,7 +61,9 @@ def _with_seconds(name: str, update: Any, seconds: float) -> Any:
     return timed
 
 
-def _timed(body: Callable[..., Any], deps: LoopDeps) -> Callable[[LoopState, Runtime[LoopContext]], Any]:
+def _timed(
+    body: Callable[..., Any], deps: LoopDeps
+) -> Callable[[LoopState, Runtime[LoopContext]], Any]:
     """Close a node's function over the graph's dependencies, adding its wall time to ``usage["node_seconds"]``."""
 
     def timed(state: LoopState, runtime: Runtime[LoopContext]) -> Any:
@@ -110,7 +112,9 @@ def make_deps(
 
         grounder = resolve_grounder(grounder)
     if search_fn is not None and not callable(search_fn):
-        raise TypeError("search_fn must be callable: search_fn(query, collection=..., limit=..., **search_opts)")
+        raise TypeError(
+            "search_fn must be callable: search_fn(query, collection=..., limit=..., **search_opts)"
+        )
     if synthesizer is not None and not callable(synthesizer):
         raise TypeError("synthesizer must be a function (messages, opts) -> str")
     toolset = resolve_tools(tools)  # checks the tools before their names are read
@@ -127,7 +131,9 @@ def make_deps(
     )
 
 
-def build_graph(deps: LoopDeps | None = None, *, run_input: bool = False, **kwargs: Any) -> LoopGraph:
+def build_graph(
+    deps: LoopDeps | None = None, *, run_input: bool = False, **kwargs: Any
+) -> LoopGraph:
     """Build the loop graph (uncompiled, so callers choose the checkpointer).
 
     Args:

@@ -82,7 +82,9 @@ def replacing(items: list[Any]) -> dict[str, list[Any]]:
 
 def is_replacing(write: Any) -> bool:
     """Whether a write to an appended list replaces it (see `replacing`)."""
-    return isinstance(write, dict) and set(write) == {"replace"} and isinstance(write["replace"], list)
+    return (
+        isinstance(write, dict) and set(write) == {"replace"} and isinstance(write["replace"], list)
+    )
 
 
 USAGE_RESET = "__reset__"
@@ -125,7 +127,9 @@ def fold_messages(current: list[AnyMessage], writes: Sequence[Any]) -> list[AnyM
             out.extend(stamped)  # what add_messages does for new ids, without rebuilding its index
             ids.update(m.id for m in stamped)
         else:
-            merged: Any = add_messages(list[Any](out), stamped)  # it returns messages when given messages
+            merged: Any = add_messages(
+                list[Any](out), stamped
+            )  # it returns messages when given messages
             out = merged
             ids = {m.id for m in out}
     return out

@@ -31,7 +31,9 @@ def _sqlite(path: str) -> BaseCheckpointSaver[Any]:
     try:
         # check_same_thread=False: LangGraph writes checkpoints from a background thread
         conn = sqlite3.connect(path, check_same_thread=False)
-    except sqlite3.Error as exc:  # sqlite's own message ("unable to open database file") omits the path
+    except (
+        sqlite3.Error
+    ) as exc:  # sqlite's own message ("unable to open database file") omits the path
         raise ValueError(f"cannot open the SQLite checkpointer file {path!r}: {exc}") from exc
     return SqliteSaver(conn)
 
@@ -44,7 +46,10 @@ def _postgres() -> BaseCheckpointSaver[Any]:
     from arcana_loop.knowledge.server import database_url
 
     pool: ConnectionPool[Any] = ConnectionPool(
-        database_url(), min_size=1, max_size=4, open=True,
+        database_url(),
+        min_size=1,
+        max_size=4,
+        open=True,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         # the saver lives for the process: a connection the server dropped must be replaced, not lent out
         check=ConnectionPool.check_connection,
@@ -61,8 +66,12 @@ def resolve_checkpointer_spec(spec: Any) -> str:
         ValueError: for an unknown spec, a blank SQLite path, or one whose directory
             does not exist (both named in the message).
     """
-    if not isinstance(spec, str) or not (spec in ("memory", "postgres") or (spec.startswith("sqlite:") and len(spec) > 7)):
-        raise ValueError(f"unknown checkpointer {spec!r}: expected a LangGraph checkpointer, 'memory', 'sqlite:<path>' or 'postgres'")
+    if not isinstance(spec, str) or not (
+        spec in ("memory", "postgres") or (spec.startswith("sqlite:") and len(spec) > 7)
+    ):
+        raise ValueError(
+            f"unknown checkpointer {spec!r}: expected a LangGraph checkpointer, 'memory', 'sqlite:<path>' or 'postgres'"
+        )
     if spec.startswith("sqlite:"):
         _check_sqlite_path(spec.split(":", 1)[1])
     return spec
@@ -71,14 +80,18 @@ def resolve_checkpointer_spec(spec: Any) -> str:
 def _check_sqlite_path(path: str) -> None:
     """Refuse what SQLite would turn into a stray file (a blank name) or a message without the path."""
     if not path.strip():
-        raise ValueError(f"the SQLite checkpointer path {path!r} is blank: expected 'sqlite:<path>'")
+        raise ValueError(
+            f"the SQLite checkpointer path {path!r} is blank: expected 'sqlite:<path>'"
+        )
     if path == ":memory:":
         return
     target = Path(path)  # as sqlite3 opens it: no ~ expansion
     if target.is_dir():
         raise ValueError(f"the SQLite checkpointer path {path!r} is a directory, not a file")
     if not target.parent.is_dir():
-        raise ValueError(f"the SQLite checkpointer path {path!r} is in a directory that does not exist ({target.parent})")
+        raise ValueError(
+            f"the SQLite checkpointer path {path!r} is in a directory that does not exist ({target.parent})"
+        )
 
 
 def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
@@ -108,8 +121,12 @@ def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
 
 
 _async_setup_done: set[str] = set()
-_loop_savers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, BaseCheckpointSaver[Any]]] = weakref.WeakKeyDictionary()
-_loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+_loop_savers: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[str, BaseCheckpointSaver[Any]]
+] = weakref.WeakKeyDictionary()
+_loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def _open_async(spec: str) -> BaseCheckpointSaver[Any]:
@@ -122,7 +139,10 @@ async def _open_async(spec: str) -> BaseCheckpointSaver[Any]:
 
         url = database_url()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            url, min_size=1, max_size=4, open=False,
+            url,
+            min_size=1,
+            max_size=4,
+            open=False,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
             check=AsyncConnectionPool.check_connection,
         )

@@ -42,7 +42,9 @@ def _parse_env(name: str, raw: str, kind: type) -> Any:
             return value
         return raw
     except ValueError:
-        raise ValueError(f"environment variable {ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+        raise ValueError(
+            f"environment variable {ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.__name__}"
+        ) from None
 
 
 def _env(name: str, default: Any, kind: type) -> Any:
@@ -58,7 +60,11 @@ def _env(name: str, default: Any, kind: type) -> Any:
 def _opt(name: str, default: Any, kind: type, description: str) -> Any:
     return field(
         default_factory=_env(name, default, kind),
-        metadata={"description": description, "documented_default": default, "env": ENV_PREFIX + name.upper()},
+        metadata={
+            "description": description,
+            "documented_default": default,
+            "env": ENV_PREFIX + name.upper(),
+        },
     )
 
 
@@ -67,69 +73,148 @@ class LoopContext:
     """Options of one loop run. Every field has a default; see the module docstring for precedence."""
 
     controller_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
-        "controller_model", None, str,
+        "controller_model",
+        None,
+        str,
         "Model of the controller that picks a tool each turn, as 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'.",
     )
     answer_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
-        "answer_model", None, str,
+        "answer_model",
+        None,
+        str,
         "Optional stronger model that rewrites the final answer and writes the fallback synthesis.",
     )
-    max_iterations: int = _opt("max_iterations", 10, int, "Most controller turns before the run stops (then synthesis runs).")
-    chunk_cap: int = _opt("chunk_cap", 30, int, "Most chunks kept across searches; the lowest scores are evicted.")
-    system_prompt: str | None = _opt("system_prompt", None, str, "Replaces the default system prompt, used as given (pass a function to run() to build it from the options).")
-    answer_prompt: str | None = _opt("answer_prompt", None, str, "Replaces the instruction sent to the answer model.")
-    synthesis_prompt: str | None = _opt("synthesis_prompt", None, str, "Replaces the instruction of the fallback synthesis call.")
-    fallback_synthesis: bool = _opt("fallback_synthesis", True, bool, "Write an answer from the gathered chunks when max_iterations is hit.")
-    temperature: float | None = _opt("temperature", None, float, "Temperature of every model call, unless a role's own is set.")
-    controller_temperature: float | None = _opt("controller_temperature", None, float, "Temperature of the controller's calls.")
-    answer_temperature: float | None = _opt("answer_temperature", None, float, "Temperature of the answer model's rewrite.")
-    fallback_temperature: float | None = _opt("fallback_temperature", None, float, "Temperature of the fallback synthesis call.")
-    grounder: str | None = _opt("grounder", None, str, "Grounder that scores the answer: 'local' (offline heuristic) or 'llm_judge'.")
-    judge_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
-        "judge_model", None, str, "Model of the 'llm_judge' grounder (defaults to the answer model, then the controller)."
+    max_iterations: int = _opt(
+        "max_iterations",
+        10,
+        int,
+        "Most controller turns before the run stops (then synthesis runs).",
     )
-    search_opts: dict[str, Any] = _opt("search_opts", {}, dict, "Extra keyword options for every search call (e.g. mode, threshold).")
+    chunk_cap: int = _opt(
+        "chunk_cap", 30, int, "Most chunks kept across searches; the lowest scores are evicted."
+    )
+    system_prompt: str | None = _opt(
+        "system_prompt",
+        None,
+        str,
+        "Replaces the default system prompt, used as given (pass a function to run() to build it from the options).",
+    )
+    answer_prompt: str | None = _opt(
+        "answer_prompt", None, str, "Replaces the instruction sent to the answer model."
+    )
+    synthesis_prompt: str | None = _opt(
+        "synthesis_prompt", None, str, "Replaces the instruction of the fallback synthesis call."
+    )
+    fallback_synthesis: bool = _opt(
+        "fallback_synthesis",
+        True,
+        bool,
+        "Write an answer from the gathered chunks when max_iterations is hit.",
+    )
+    temperature: float | None = _opt(
+        "temperature", None, float, "Temperature of every model call, unless a role's own is set."
+    )
+    controller_temperature: float | None = _opt(
+        "controller_temperature", None, float, "Temperature of the controller's calls."
+    )
+    answer_temperature: float | None = _opt(
+        "answer_temperature", None, float, "Temperature of the answer model's rewrite."
+    )
+    fallback_temperature: float | None = _opt(
+        "fallback_temperature", None, float, "Temperature of the fallback synthesis call."
+    )
+    grounder: str | None = _opt(
+        "grounder",
+        None,
+        str,
+        "Grounder that scores the answer: 'local' (offline heuristic) or 'llm_judge'.",
+    )
+    judge_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
+        "judge_model",
+        None,
+        str,
+        "Model of the 'llm_judge' grounder (defaults to the answer model, then the controller).",
+    )
+    search_opts: dict[str, Any] = _opt(
+        "search_opts",
+        {},
+        dict,
+        "Extra keyword options for every search call (e.g. mode, threshold).",
+    )
     max_tool_calls_per_turn: int = _opt(
-        "max_tool_calls_per_turn", 16, int, "Tool calls of one turn past this many are answered as skipped, not run."
+        "max_tool_calls_per_turn",
+        16,
+        int,
+        "Tool calls of one turn past this many are answered as skipped, not run.",
     )
     max_parallel_searches: int = _opt(
-        "max_parallel_searches", 4, int, "Searches of one turn that run at once (worker threads in run(), tasks in arun())."
+        "max_parallel_searches",
+        4,
+        int,
+        "Searches of one turn that run at once (worker threads in run(), tasks in arun()).",
     )
     budget_ledger: bool = _opt(
-        "budget_ledger", True, bool, "Show the controller its budget status (turns, searches, chunks, tokens, time) every turn."
+        "budget_ledger",
+        True,
+        bool,
+        "Show the controller its budget status (turns, searches, chunks, tokens, time) every turn.",
     )
     max_tokens_total: int | None = _opt(
-        "max_tokens_total", None, int, "End the loop (with synthesis) once the models have used this many tokens."
+        "max_tokens_total",
+        None,
+        int,
+        "End the loop (with synthesis) once the models have used this many tokens.",
     )
     max_seconds: float | None = _opt(
-        "max_seconds", None, float,
+        "max_seconds",
+        None,
+        float,
         "End the loop (with synthesis) once this many seconds have passed; grounding gets only the time left.",
     )
     ground_timeout: float = _opt(
-        "ground_timeout", 60.0, float,
+        "ground_timeout",
+        60.0,
+        float,
         "Seconds the grounder may take; past them (or past max_seconds) grounding is None and error says so.",
     )
     duplicate_guard: bool = _opt(
-        "duplicate_guard", True, bool, "Answer a repeated search from the history instead of sending it again."
+        "duplicate_guard",
+        True,
+        bool,
+        "Answer a repeated search from the history instead of sending it again.",
     )
     duplicate_similarity: float | None = _opt(
-        "duplicate_similarity", None, float,
+        "duplicate_similarity",
+        None,
+        float,
         "Also treat a query as repeated when its embedding's cosine similarity to an earlier one is at least this.",
     )
     show_chunks_once: bool = _opt(
-        "show_chunks_once", True, bool, "Show a chunk's full text only in the first result that returned it."
+        "show_chunks_once",
+        True,
+        bool,
+        "Show a chunk's full text only in the first result that returned it.",
     )
     min_support: float | None = _opt(
-        "min_support", None, float, "Send an answer whose grounding score is below this back to the controller once."
+        "min_support",
+        None,
+        float,
+        "Send an answer whose grounding score is below this back to the controller once.",
     )
-    max_repairs: int = _opt("max_repairs", 1, int, "Most times an under-supported answer goes back to the controller.")
+    max_repairs: int = _opt(
+        "max_repairs", 1, int, "Most times an under-supported answer goes back to the controller."
+    )
     repair_turns: int = _opt("repair_turns", 2, int, "Extra controller turns each repair is given.")
     explore_tool: bool = _opt(
-        "explore_tool", False, bool,
+        "explore_tool",
+        False,
+        bool,
         "Offer the controller an 'explore' tool over the knowledge graph (an entity's description, neighbours and community).",
     )
     require_search: RequireSearch = _opt(
-        "require_search", "auto", str,
+        "require_search",
+        "auto",
+        str,
         "Send an answer made before any search back once with a note to search first: 'on', 'off', or 'auto' "
         "(on unless the question is small talk: a greeting, thanks, 'who are you').",
     )
@@ -142,28 +227,55 @@ class LoopContext:
             _check_int("max_tokens_total", self.max_tokens_total, minimum=1)
         for name in ("max_seconds", "duplicate_similarity", "min_support"):
             _check_number(name, getattr(self, name))
-        ground_timeout: Any = self.ground_timeout  # typed as a float, but server clients send any JSON
+        ground_timeout: Any = (
+            self.ground_timeout
+        )  # typed as a float, but server clients send any JSON
         _check_number("ground_timeout", ground_timeout)
         if ground_timeout is None or ground_timeout == 0:
-            raise ValueError(f"ground_timeout must be a number of seconds > 0, got {ground_timeout!r}")
+            raise ValueError(
+                f"ground_timeout must be a number of seconds > 0, got {ground_timeout!r}"
+            )
         for name in ("duplicate_similarity", "min_support"):
             value = getattr(self, name)
             if value is not None and value > 1:
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
         for name in ("max_tool_calls_per_turn", "max_parallel_searches"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("temperature", "controller_temperature", "answer_temperature", "fallback_temperature"):
+        for name in (
+            "temperature",
+            "controller_temperature",
+            "answer_temperature",
+            "fallback_temperature",
+        ):
             _check_number(name, getattr(self, name))
-        for name in ("controller_model", "answer_model", "system_prompt", "answer_prompt", "synthesis_prompt", "grounder", "judge_model"):
+        for name in (
+            "controller_model",
+            "answer_model",
+            "system_prompt",
+            "answer_prompt",
+            "synthesis_prompt",
+            "grounder",
+            "judge_model",
+        ):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
-        for name in ("fallback_synthesis", "budget_ledger", "duplicate_guard", "show_chunks_once", "explore_tool"):
+        for name in (
+            "fallback_synthesis",
+            "budget_ledger",
+            "duplicate_guard",
+            "show_chunks_once",
+            "explore_tool",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        require_search: Any = self.require_search  # typed as a Literal, but server clients send any JSON
+        require_search: Any = (
+            self.require_search
+        )  # typed as a Literal, but server clients send any JSON
         if require_search not in REQUIRE_SEARCH_VALUES:
-            raise ValueError(f"require_search must be one of {', '.join(REQUIRE_SEARCH_VALUES)}, got {require_search!r}")
+            raise ValueError(
+                f"require_search must be one of {', '.join(REQUIRE_SEARCH_VALUES)}, got {require_search!r}"
+            )
         search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
         if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
             raise TypeError("search_opts must be a dict with string keys")
@@ -175,7 +287,9 @@ class LoopContext:
         walk over every scalar field (this runs on every run's first turn).
         """
         return {
-            f.name: copy.deepcopy(value) if isinstance(value := getattr(self, f.name), dict | list) else value
+            f.name: copy.deepcopy(value)
+            if isinstance(value := getattr(self, f.name), dict | list)
+            else value
             for f in fields(self)
         }
 

@@ -77,7 +77,11 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p if isinstance(p, str) else p.get("text", "") for p in content if isinstance(p, str | dict)]
+        parts = [
+            p if isinstance(p, str) else p.get("text", "")
+            for p in content
+            if isinstance(p, str | dict)
+        ]
         return "".join(str(p) for p in parts if isinstance(p, str))
     return ""
 
@@ -142,13 +146,23 @@ def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
         if "question" in state and question is not None:
             raise TypeError(f"question must be a string, got {type(question).__name__}")
         raise ValueError(NO_QUESTION)
-    message = HumanMessage(content=question, id=str(uuid.uuid5(_QUESTION_IDS, f"{len(messages)}:{question}")))
+    message = HumanMessage(
+        content=question, id=str(uuid.uuid5(_QUESTION_IDS, f"{len(messages)}:{question}"))
+    )
     return NewQuestion(question, str(message.id), message, index)
 
 
 _FRESH: dict[str, Any] = {
-    "iterations": 0, "terminated_by": None, "answer": None, "error": None, "grounding": None, "coverage": None,
-    "repair": None, "repairs": 0, "budget_stop": None, "search_nudged": False,
+    "iterations": 0,
+    "terminated_by": None,
+    "answer": None,
+    "error": None,
+    "grounding": None,
+    "coverage": None,
+    "repair": None,
+    "repairs": 0,
+    "budget_stop": None,
+    "search_nudged": False,
 }
 """The per-question fields as a question starts (besides its tool history, chunks and usage)."""
 
@@ -168,7 +182,10 @@ def fresh_state(asked: NewQuestion, state: Mapping[str, Any]) -> dict[str, Any]:
         "question": asked.text,
         "question_message_id": asked.message_id,
         "question_index": asked.index,
-        "messages": [*_left_unfinished(messages, asked), *([] if asked.appended is None else [asked.appended])],
+        "messages": [
+            *_left_unfinished(messages, asked),
+            *([] if asked.appended is None else [asked.appended]),
+        ],
         "usage": {USAGE_RESET: True},
         "started_at": time.time(),
     }
@@ -191,7 +208,10 @@ def _left_unfinished(messages: Sequence[BaseMessage], asked: NewQuestion) -> lis
     last = messages[-1]
     if isinstance(last, AIMessage) and last.name == ANSWER_NAME:
         return []
-    return [*_unanswered(last, messages), AIMessage(content=UNFINISHED, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")]
+    return [
+        *_unanswered(last, messages),
+        AIMessage(content=UNFINISHED, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}"),
+    ]
 
 
 def _unanswered(message: BaseMessage, messages: Sequence[BaseMessage]) -> list[AnyMessage]:
@@ -199,8 +219,13 @@ def _unanswered(message: BaseMessage, messages: Sequence[BaseMessage]) -> list[A
     if not isinstance(message, AIMessage):
         return []
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    calls = [c for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id") not in answered]
-    return [ToolMessage(content=NOT_RUN, tool_call_id=str(c.get("id")), name=str(c.get("name"))) for c in calls]
+    calls = [
+        c for c in [*message.tool_calls, *message.invalid_tool_calls] if c.get("id") not in answered
+    ]
+    return [
+        ToolMessage(content=NOT_RUN, tool_call_id=str(c.get("id")), name=str(c.get("name")))
+        for c in calls
+    ]
 
 
 def fresh_view(state: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,19 +257,30 @@ def compact_earlier(messages: Sequence[AnyMessage], opening_id: str | None) -> l
         if is_instruction(message):
             continue
         if isinstance(message, HumanMessage) and earlier:
-            earlier.extend(_unanswered(earlier[-1], messages))  # a question left mid-turn: keep the conversation valid
+            earlier.extend(
+                _unanswered(earlier[-1], messages)
+            )  # a question left mid-turn: keep the conversation valid
         earlier.append(_compacted(message))
     return [*earlier, *_unanswered(earlier[-1], messages), *messages[opening:]]
 
 
 def _compacted(message: AnyMessage) -> AnyMessage:
-    if not isinstance(message, ToolMessage) or message.name != SEARCH or not isinstance(message.content, str):
+    if (
+        not isinstance(message, ToolMessage)
+        or message.name != SEARCH
+        or not isinstance(message.content, str)
+    ):
         return message
     if not message.content.startswith(_FOUND_PREFIX):
         return message
     first = message.content.split("\n", 1)[0]
     headers = _ENTRY_HEADER.findall(message.content)
-    text = "\n".join([first + " (texts left out: an earlier question's result; search again to read them)", *headers])
+    text = "\n".join(
+        [
+            first + " (texts left out: an earlier question's result; search again to read them)",
+            *headers,
+        ]
+    )
     return message.model_copy(update={"content": text})
 
 
@@ -260,7 +296,11 @@ def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
     text = closing_text(view)
     messages = view.get("messages") or []
     last = messages[-1] if messages else None
-    if isinstance(last, AIMessage) and not (last.tool_calls or last.invalid_tool_calls) and content_text(last.content) == text:
+    if (
+        isinstance(last, AIMessage)
+        and not (last.tool_calls or last.invalid_tool_calls)
+        and content_text(last.content) == text
+    ):
         return None if last.name == ANSWER_NAME else last.model_copy(update={"name": ANSWER_NAME})
     return AIMessage(content=text, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")
 
@@ -278,7 +318,14 @@ def closing_text(view: Mapping[str, Any]) -> str:
     outcome = view.get("terminated_by")
     if outcome == "gave_up":
         history = view.get("tool_history") or []
-        reason = next((str(e["args"].get("reason") or "") for e in reversed(history) if e.get("tool") == "give_up"), "")
+        reason = next(
+            (
+                str(e["args"].get("reason") or "")
+                for e in reversed(history)
+                if e.get("tool") == "give_up"
+            ),
+            "",
+        )
         return NO_ANSWER["gave_up"].format(reason=reason or "no reason given")
     if outcome == "max_iterations":
         stop = view.get("error") or view.get("budget_stop") or "iterations"

@@ -34,15 +34,28 @@ def coverage_of(grounding: Mapping[str, Any] | None, min_support: float | None) 
 def unsupported_claims(grounding: Mapping[str, Any]) -> list[str]:
     """Return the texts of the claims the evidence does not support, in answer order."""
     claims = grounding.get("claims") or []
-    texts = [c.get("text", "") for c in claims if isinstance(c, Mapping) and c.get("verdict") != "supported"]
+    texts = [
+        c.get("text", "")
+        for c in claims
+        if isinstance(c, Mapping) and c.get("verdict") != "supported"
+    ]
     if not texts:
-        texts = [s.get("text", "") for s in grounding.get("hallucinated_spans") or [] if isinstance(s, Mapping)]
+        texts = [
+            s.get("text", "")
+            for s in grounding.get("hallucinated_spans") or []
+            if isinstance(s, Mapping)
+        ]
     return [t for t in texts if t]
 
 
-def ground_update(state: Mapping[str, Any], ctx: LoopContext, grounding: dict[str, Any] | None) -> dict[str, Any]:
+def ground_update(
+    state: Mapping[str, Any], ctx: LoopContext, grounding: dict[str, Any] | None
+) -> dict[str, Any]:
     """Return the ``ground`` node's update: the grounding, its coverage, and a repair when due."""
-    update: dict[str, Any] = {"grounding": grounding, "coverage": coverage_of(grounding, ctx.min_support)}
+    update: dict[str, Any] = {
+        "grounding": grounding,
+        "coverage": coverage_of(grounding, ctx.min_support),
+    }
     repair = state.get("repair")
     score = None if grounding is None else float(grounding.get("score", 0.0))
     if repair is not None and repair.get("score_after") is None:
@@ -58,14 +71,23 @@ def ground_update(state: Mapping[str, Any], ctx: LoopContext, grounding: dict[st
         return update
     claims = unsupported_claims(grounding)[:MAX_LISTED_CLAIMS]
     listed = "\n".join(f"- {c}" for c in claims) or "- (the grounder listed none)"
-    instruction = prompts.REPAIR_PROMPT.format(score=score, min_support=ctx.min_support, claims=listed)
+    instruction = prompts.REPAIR_PROMPT.format(
+        score=score, min_support=ctx.min_support, claims=listed
+    )
     update.update(
         {
-            "messages": [instruction_message(instruction)],  # the loop's, not the user's: no new question
+            "messages": [
+                instruction_message(instruction)
+            ],  # the loop's, not the user's: no new question
             "terminated_by": None,
             "budget_stop": None,
             "repairs": int(state.get("repairs") or 0) + 1,
-            "repair": {"ran": True, "unsupported_claims": claims, "score_before": score, "score_after": None},
+            "repair": {
+                "ran": True,
+                "unsupported_claims": claims,
+                "score_before": score,
+                "score_after": None,
+            },
         }
     )
     return update

@@ -37,7 +37,13 @@ class ModelReplyError(RuntimeError):
 
 EMPTY_REPLY = "the model returned an empty reply (no choices)"
 
-_SCRUBBED_FIELDS = ("content", "tool_calls", "invalid_tool_calls", "additional_kwargs", "response_metadata")
+_SCRUBBED_FIELDS = (
+    "content",
+    "tool_calls",
+    "invalid_tool_calls",
+    "additional_kwargs",
+    "response_metadata",
+)
 
 
 def _as_ai_message(reply: Any) -> AIMessage:
@@ -54,7 +60,11 @@ def scrub_reply(reply: AIMessage) -> AIMessage:
     A provider may send them as JSON escapes; stored as they are, they would break the
     checkpointer and the message ids. The reply itself is returned when it holds none.
     """
-    update = {name: scrubbed for name in _SCRUBBED_FIELDS if (scrubbed := scrub_deep(value := getattr(reply, name))) is not value}
+    update = {
+        name: scrubbed
+        for name in _SCRUBBED_FIELDS
+        if (scrubbed := scrub_deep(value := getattr(reply, name))) is not value
+    }
     for name in ("id", "name"):
         value = getattr(reply, name)
         if isinstance(value, str) and scrub(value) is not value:
@@ -100,14 +110,18 @@ class ChatModelCaller:
     def _runnable(self, tools: Sequence[ToolSchema]) -> Runnable[Any, Any]:
         return self.model.bind_tools(list(tools)) if tools else self.model
 
-    def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
+    def invoke(
+        self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]
+    ) -> AIMessage:
         """Call the model once.
 
         Raises:
             ModelReplyError: for a reply with no choices (``choices: []`` from an OpenAI-compatible provider).
         """
         try:
-            reply = self._runnable(tools).invoke(messages, stream_config(opts), **_temperature_kwargs(opts))
+            reply = self._runnable(tools).invoke(
+                messages, stream_config(opts), **_temperature_kwargs(opts)
+            )
         except IndexError as exc:
             raise _empty_reply(exc) from exc
         return _as_ai_message(reply)
@@ -124,7 +138,9 @@ class FunctionCaller:
     def _opts(self, opts: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.extra, **opts}
 
-    def invoke(self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]) -> AIMessage:
+    def invoke(
+        self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]
+    ) -> AIMessage:
         """Call the function; an ``async def`` one is awaited through `graph.bridge`."""
         return _as_ai_message(bridge.call(self.fn, messages, list(tools), self._opts(opts)))
 
@@ -139,18 +155,24 @@ def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
         offline: BaseChatModel = OfflineController(**kwargs)
         return offline
     if ":" not in spec or not all(part.strip() for part in spec.split(":", 1)):
-        raise ModelSpecError(f"model spec {spec!r} is not of the form 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'")
+        raise ModelSpecError(
+            f"model spec {spec!r} is not of the form 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'"
+        )
     from langchain.chat_models import init_chat_model
 
     try:
         model: BaseChatModel = init_chat_model(spec, **kwargs)
         return model
     except ImportError as exc:
-        raise ModelSpecError(f"model spec {spec!r} needs a provider package that is not installed: {exc}") from exc
+        raise ModelSpecError(
+            f"model spec {spec!r} needs a provider package that is not installed: {exc}"
+        ) from exc
     except ValueError as exc:
         raise ModelSpecError(f"model spec {spec!r} is not usable: {exc}") from exc
     except Exception as exc:  # provider clients raise their own types, e.g. for a missing API key
-        raise ModelSpecError(f"model {spec!r} could not be created: {type(exc).__name__}: {exc}") from exc
+        raise ModelSpecError(
+            f"model {spec!r} could not be created: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def resolve_model(spec: ModelSpec) -> ModelCaller:
@@ -173,8 +195,12 @@ def resolve_model(spec: ModelSpec) -> ModelCaller:
         if isinstance(target, str):
             return ChatModelCaller(_init_chat_model(target, kwargs), name=target)
         if callable(target) and not isinstance(target, BaseChatModel):
-            return FunctionCaller(target, name=getattr(target, "__name__", "function"), extra=dict(kwargs))
-        raise TypeError("the first item of a model pair must be a 'provider:model' string or a function")
+            return FunctionCaller(
+                target, name=getattr(target, "__name__", "function"), extra=dict(kwargs)
+            )
+        raise TypeError(
+            "the first item of a model pair must be a 'provider:model' string or a function"
+        )
     if callable(spec):
         return FunctionCaller(spec, name=getattr(spec, "__name__", type(spec).__name__))
     raise TypeError(

@@ -49,7 +49,9 @@ _FILLER = re.compile(
     r"\b(how (do|can|should) i|what (is|are|does)|can you|could you|please|tell me|explain|i want to|is there a way to)\b",
     re.IGNORECASE,
 )
-_PARTS = re.compile(r"\?\s+|;\s*|\s+and also\s+|,?\s+and (?:how|what|which|when|why)\s+", re.IGNORECASE)
+_PARTS = re.compile(
+    r"\?\s+|;\s*|\s+and also\s+|,?\s+and (?:how|what|which|when|why)\s+", re.IGNORECASE
+)
 _FOLLOW_UP = re.compile(
     r"^\W*(?:and|also|but|so|then|what about|how about)\b|\b(?:it|its|it's|they|them|their|this|these|those)\b",
     re.IGNORECASE,
@@ -61,7 +63,9 @@ _HEADER = re.compile(r"^\d+\. \[([^\]]+)\](.*)$")
 
 def question_parts(question: str) -> list[str]:
     """Split a question into its parts and drop filler words from each."""
-    parts = [p for p in (_FILLER.sub(" ", part).strip(" ?.!,") for part in _PARTS.split(question)) if p]
+    parts = [
+        p for p in (_FILLER.sub(" ", part).strip(" ?.!,") for part in _PARTS.split(question)) if p
+    ]
     return [" ".join(p.split()) for p in parts] or [question.strip()]
 
 
@@ -82,7 +86,11 @@ def _results(messages: Sequence[BaseMessage]) -> list[Found]:
     texts: dict[str, tuple[str, str]] = {}
     ranks: dict[str, int] = {}
     for message in messages:
-        if isinstance(message, ToolMessage) and isinstance(message.content, str) and message.content.startswith("Found "):
+        if (
+            isinstance(message, ToolMessage)
+            and isinstance(message.content, str)
+            and message.content.startswith("Found ")
+        ):
             for rank, entry in enumerate(_ENTRY.split(message.content)[1:]):
                 header, _, text = entry.partition("\n")
                 if (m := _HEADER.match(header)) is None:
@@ -143,7 +151,14 @@ def extractive_answer(question: str, chunks: Sequence[Found]) -> str | None:
     lines: list[str] = []
     for p, part in enumerate(parts):
         scored = sorted(
-            ((sentence_score(float(meaning[p][i]), _overlap(part, full), chunk.rank), sentence, chunk) for i, (chunk, sentence, full) in enumerate(candidates)),
+            (
+                (
+                    sentence_score(float(meaning[p][i]), _overlap(part, full), chunk.rank),
+                    sentence,
+                    chunk,
+                )
+                for i, (chunk, sentence, full) in enumerate(candidates)
+            ),
             key=lambda s: s[0],
             reverse=True,
         )
@@ -182,7 +197,11 @@ def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
     for index, message in enumerate(messages):
         if is_user_turn(message):
             text = content_text(message.content)
-            question, position, earlier = with_subject(text, earlier), index, with_subject(text, earlier)
+            question, position, earlier = (
+                with_subject(text, earlier),
+                index,
+                with_subject(text, earlier),
+            )
     return question, position
 
 
@@ -206,21 +225,49 @@ class OfflineController(BaseChatModel):
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
         question, asked = current_question(messages)
         messages = messages[asked:]  # this question's turns only
-        searches = sum(1 for m in messages if isinstance(m, AIMessage) for c in m.tool_calls if c["name"] == "search")
+        searches = sum(
+            1
+            for m in messages
+            if isinstance(m, AIMessage)
+            for c in m.tool_calls
+            if c["name"] == "search"
+        )
         found = _results(messages)
         text = extractive_answer(question, found)
         if not self.tools_offered:
-            return AIMessage(content=text or "The gathered information does not answer the question.")
+            return AIMessage(
+                content=text or "The gathered information does not answer the question."
+            )
         if searches == 0:
-            return AIMessage(content="", tool_calls=[_call("search", i, query=p) for i, p in enumerate(question_parts(question))])
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    _call("search", i, query=p) for i, p in enumerate(question_parts(question))
+                ],
+            )
         if text is None and searches <= len(question_parts(question)):
             terms = " ".join(sorted(content_terms(question)))
-            return AIMessage(content="", tool_calls=[_call("search", searches, query=terms or question)])
+            return AIMessage(
+                content="", tool_calls=[_call("search", searches, query=terms or question)]
+            )
         if text is None:
-            return AIMessage(content="", tool_calls=[_call("give_up", searches, reason="no retrieved chunk matches the question's key terms")])
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    _call(
+                        "give_up",
+                        searches,
+                        reason="no retrieved chunk matches the question's key terms",
+                    )
+                ],
+            )
         return AIMessage(content="", tool_calls=[_call("answer", searches, text=text)])
 
     def _generate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
     ) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=self._decide(messages))])

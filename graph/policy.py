@@ -57,7 +57,9 @@ def has_searched(history: Sequence[Mapping[str, Any]]) -> bool:
     return any(entry["tool"] == SEARCH for entry in history)
 
 
-def should_send_back(state: Mapping[str, Any], ctx: LoopContext, turns_used: int, offered: Sequence[str]) -> bool:
+def should_send_back(
+    state: Mapping[str, Any], ctx: LoopContext, turns_used: int, offered: Sequence[str]
+) -> bool:
     """Whether an answer made now, with no search before it, goes back to the controller.
 
     Only once per run, only when ``search`` is offered, and only when at least two

@@ -86,15 +86,23 @@ def fork(
     context = _stored_context(snapshot.values, options)
     compiled = _compiled(saver, controller_llm, answer_llm, search_fn, grounder)
     target = new_thread_id or str(uuid.uuid4())
-    config: Any = {"configurable": {"thread_id": target}, "recursion_limit": recursion_limit(context)}
+    config: Any = {
+        "configurable": {"thread_id": target},
+        "recursion_limit": recursion_limit(context),
+    }
     if index == 0 or not snapshots[index - 1].tasks:
         # the input checkpoint: nothing ran yet, so the fork is a fresh run of the same question
-        inputs: Any = {"question": snapshot.values.get("question"), "collection": snapshot.values.get("collection", "all")}
+        inputs: Any = {
+            "question": snapshot.values.get("question"),
+            "collection": snapshot.values.get("collection", "all"),
+        }
         inputs.update(values or {})
     else:
         as_node = snapshots[index - 1].tasks[0].name
         compiled.update_state(config, dict(snapshot.values), as_node=as_node)
-        compiled.update_state(config, {**dict(values or {}), "options": asdict(context)}, as_node=as_node)
+        compiled.update_state(
+            config, {**dict(values or {}), "options": asdict(context)}, as_node=as_node
+        )
         inputs = None
     state = compiled.invoke(inputs, config, context=context, output_keys=list(RESULT_KEYS))
     return LoopResult.from_state(state, target)
@@ -120,7 +128,10 @@ def resume(
     saver = resolve_checkpointer(checkpointer)
     snapshots = history(thread_id, saver)
     context = _stored_context(snapshots[-1].values, {})
-    config: Any = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion_limit(context)}
+    config: Any = {
+        "configurable": {"thread_id": thread_id},
+        "recursion_limit": recursion_limit(context),
+    }
     compiled = _compiled(saver, controller_llm, answer_llm, search_fn, grounder)
     if not snapshots[-1].next:
         return LoopResult.from_state(snapshots[-1].values, thread_id)
@@ -130,16 +141,25 @@ def resume(
 
 def _stored_context(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> LoopContext:
     """The thread's recorded options, with the given ones (``None``: keep the thread's) on top."""
-    merged = {**dict(values.get("options") or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    merged = {
+        **dict(values.get("options") or {}),
+        **{k: v for k, v in overrides.items() if v is not None},
+    }
     return LoopContext(**{k: v for k, v in merged.items() if k in CONTEXT_FIELDS})
 
 
-def _compiled(saver: Any, controller_llm: Any, answer_llm: Any, search_fn: Any, grounder: Any) -> Any:
-    deps = make_deps(controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder)
+def _compiled(
+    saver: Any, controller_llm: Any, answer_llm: Any, search_fn: Any, grounder: Any
+) -> Any:
+    deps = make_deps(
+        controller_llm=controller_llm, answer_llm=answer_llm, search_fn=search_fn, grounder=grounder
+    )
     return build_graph(deps).compile(checkpointer=saver)
 
 
-def replay(thread_id: str, *, checkpointer: Any, checkpoint_id: str | None = None, **kwargs: Any) -> LoopResult:
+def replay(
+    thread_id: str, *, checkpointer: Any, checkpoint_id: str | None = None, **kwargs: Any
+) -> LoopResult:
     """Re-run a thread from one of its checkpoints in a new thread (a `fork` with no edits)."""
     return fork(thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id, **kwargs)
 
@@ -213,7 +233,12 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
         ReplayError: when the question has not finished, or the thread has no such question.
     """
     snapshots = history(thread_id, checkpointer)
-    tagged = [(i, task, _question_of(snapshot, task)) for i, snapshot in enumerate(snapshots) for task in snapshot.tasks if not task.name.startswith("__")]
+    tagged = [
+        (i, task, _question_of(snapshot, task))
+        for i, snapshot in enumerate(snapshots)
+        for task in snapshot.tasks
+        if not task.name.startswith("__")
+    ]
     asked = sorted({q for _, _, q in tagged})
     wanted = asked[-1] if question is None and asked else question
     if wanted is not None and wanted < 0 and -wanted <= len(asked):
@@ -224,7 +249,9 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
     end = own[-1][0] + 1
     final = snapshots[end].values if end < len(snapshots) else {}
     if end >= len(snapshots) or snapshots[end].next or not final.get("terminated_by"):
-        raise ReplayError(f"thread {thread_id!r} has not finished; only finished questions can be recorded")
+        raise ReplayError(
+            f"thread {thread_id!r} has not finished; only finished questions can be recorded"
+        )
     record = Record(
         question=final["question"],
         collection=final.get("collection", "all"),
@@ -243,7 +270,11 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
 def _question_of(snapshot: Any, task: Any) -> int:
     """The question of the conversation a task belongs to (the one it opened, or the one under way)."""
     result = task.result if isinstance(task.result, dict) else {}
-    return int(result["question_index"] if "question_index" in result else snapshot.values.get("question_index") or 0)
+    return int(
+        result["question_index"]
+        if "question_index" in result
+        else snapshot.values.get("question_index") or 0
+    )
 
 
 def _conversation_before(values: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -255,14 +286,18 @@ def _conversation_before(values: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _reply_of(result: Mapping[str, Any]) -> dict[str, Any] | None:
     # a model's reply, not the message the loop writes to close a question
-    replies = [m for m in result.get("messages") or [] if isinstance(m, AIMessage) and not is_closing(m)]
+    replies = [
+        m for m in result.get("messages") or [] if isinstance(m, AIMessage) and not is_closing(m)
+    ]
     return message_to_dict(replies[-1]) if replies else None
 
 
 def _record_task(record: Record, node: str, result: Mapping[str, Any]) -> None:
     if node == "controller" and ("messages" in result or "error" in result):
         reply = _reply_of(result)
-        record.controller_replies.append(reply if reply is not None else {"error": result.get("error") or "failed"})
+        record.controller_replies.append(
+            reply if reply is not None else {"error": result.get("error") or "failed"}
+        )
     elif node == "answerer":
         record.answerer_reply = _reply_of(result) or {"error": "failed"}
     elif node == "synthesis":
@@ -273,7 +308,9 @@ def _record_task(record: Record, node: str, result: Mapping[str, Any]) -> None:
 
 def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
     write = result.get("chunks")
-    found: list[Chunk] = list(write["merge"]) if isinstance(write, dict) and "merge" in write else []
+    found: list[Chunk] = (
+        list(write["merge"]) if isinstance(write, dict) and "merge" in write else []
+    )
     for event in result.get("tool_history") or []:
         args = event.get("args") or {}
         if event.get("tool") != "search" or "duplicate_of" in event or args.get("collection") == []:
@@ -281,9 +318,15 @@ def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
         ids = list(event.get("returned_chunk_ids") or [])
         summary = str(event.get("summary") or "")
         if not ids and summary.startswith(_SEARCH_ERROR_PREFIX):
-            record.searches.append({"query": args.get("query"), "result": None, "error": summary[len(_SEARCH_ERROR_PREFIX):]})
+            record.searches.append(
+                {
+                    "query": args.get("query"),
+                    "result": None,
+                    "error": summary[len(_SEARCH_ERROR_PREFIX) :],
+                }
+            )
             continue
-        taken, found = found[: len(ids)], found[len(ids):]
+        taken, found = found[: len(ids)], found[len(ids) :]
         if [c["id"] for c in taken] != ids:
             raise ReplayError("the thread's stored search results do not match its tool history")
         record.searches.append({"query": args.get("query"), "result": taken, "error": None})
@@ -341,7 +384,9 @@ class RecordedChatModel(ReplyingChatModel):
 
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> BaseMessage:
         if self.calls >= len(self.replies):
-            raise ReplayError(f"the record holds {len(self.replies)} replies; the replay asked for more")
+            raise ReplayError(
+                f"the record holds {len(self.replies)} replies; the replay asked for more"
+            )
         reply = self.replies[self.calls]
         self.calls += 1
         if "error" in reply:
@@ -380,10 +425,16 @@ def replay_record(record: Record) -> LoopResult:
 
     def synthesizer(messages: list[BaseMessage], opts: Mapping[str, Any]) -> str:
         if synthesis is None or "error" in synthesis:
-            raise _exception(str((synthesis or {}).get("error") or "synthesis did not run in the record"))
+            raise _exception(
+                str((synthesis or {}).get("error") or "synthesis did not run in the record")
+            )
         return str(messages_from_dict([synthesis])[0].content)
 
-    answer_llm = RecordedChatModel(replies=[record.answerer_reply]) if record.answerer_reply is not None else None
+    answer_llm = (
+        RecordedChatModel(replies=[record.answerer_reply])
+        if record.answerer_reply is not None
+        else None
+    )
     thread = _seeded_thread(record)
     return run(
         record.question,
@@ -414,7 +465,9 @@ def _seeded_thread(record: Record) -> tuple[Any, str] | None:
         "question_index": record.question_index - 1,
         "terminated_by": "answered",  # the earlier question is over: the run opens the recorded one
     }
-    build_graph(make_deps()).compile(checkpointer=saver).update_state({"configurable": {"thread_id": thread_id}}, seed, as_node="ground")
+    build_graph(make_deps()).compile(checkpointer=saver).update_state(
+        {"configurable": {"thread_id": thread_id}}, seed, as_node="ground"
+    )
     return saver, thread_id
 
 
@@ -422,7 +475,11 @@ def verify_record(record: Record) -> list[str]:
     """Replay a record and list every field that differs from the original run (empty: identical)."""
     replayed = replay_record(record)
     got = {k: getattr(replayed, k) for k in _COMPARED}
-    return [f"{k}: recorded {record.expected.get(k)!r}, replayed {got[k]!r}" for k in _COMPARED if _plain(got[k]) != _plain(record.expected.get(k))]
+    return [
+        f"{k}: recorded {record.expected.get(k)!r}, replayed {got[k]!r}"
+        for k in _COMPARED
+        if _plain(got[k]) != _plain(record.expected.get(k))
+    ]
 
 
 def _plain(value: Any) -> Any:

@@ -73,14 +73,18 @@ class Routers:
                 return "tools"
             if state.get("search_nudged"):
                 return "controller"
-            raise ValueError("the controller ended its turn without tool calls and without an outcome")
+            raise ValueError(
+                "the controller ended its turn without tool calls and without an outcome"
+            )
         match outcome:
             case "max_iterations":
                 if _context().fallback_synthesis and state.get("chunks"):
                     return "synthesis"
                 return self.after_answer(state)
             case "answered":
-                return "answerer" if self.deps.has_answerer(_context()) else self.after_answer(state)
+                return (
+                    "answerer" if self.deps.has_answerer(_context()) else self.after_answer(state)
+                )
             case "error" | "gave_up":
                 return self.after_answer(state)
             case _:

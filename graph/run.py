@@ -41,7 +41,6 @@ from arcana_loop.tools.scoping import normalize_scope
 """Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
 
-
 @dataclass
 class LoopResult:
     """What a run produced."""
@@ -98,7 +97,9 @@ class LoopResult:
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:
         """Return the result as plain JSON-serialisable data (messages only when asked)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "messages"}
+        out = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "messages"
+        }
         if messages:
             out["messages"] = [m.model_dump(mode="json") for m in self.messages]
         return out
@@ -115,7 +116,13 @@ def grounded_in_chunks(state: Mapping[str, Any]) -> bool:
 
 def _check_texts(collection: Any, context: LoopContext) -> None:
     """Refuse lone surrogates in the collection names and string options; they would break storage mid-run."""
-    for name in [collection] if isinstance(collection, str) else collection if isinstance(collection, list) else []:
+    for name in (
+        [collection]
+        if isinstance(collection, str)
+        else collection
+        if isinstance(collection, list)
+        else []
+    ):
         check_text("collection", name)
     for option in CONTEXT_FIELDS:
         value = getattr(context, option)
@@ -146,7 +153,9 @@ class _CompiledGraphs:
     """
 
     def __init__(self, size: int = 32) -> None:
-        self._entries: OrderedDict[tuple[Any, ...], tuple[Pregel[Any, Any, Any, Any], tuple[Any, ...]]] = OrderedDict()
+        self._entries: OrderedDict[
+            tuple[Any, ...], tuple[Pregel[Any, Any, Any, Any], tuple[Any, ...]]
+        ] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
@@ -158,7 +167,9 @@ class _CompiledGraphs:
             if hit is not None:
                 self._entries.move_to_end(key)
                 return hit[0]
-        compiled = build_graph(make_deps(**deps_kwargs), run_input=True).compile(checkpointer=checkpointer, name=GRAPH_NAME)
+        compiled = build_graph(make_deps(**deps_kwargs), run_input=True).compile(
+            checkpointer=checkpointer, name=GRAPH_NAME
+        )
         with self._lock:
             self._entries[key] = (compiled, values)
             while len(self._entries) > self._size:
@@ -188,7 +199,13 @@ DEPS_OPTIONS = frozenset(inspect.signature(make_deps).parameters)
 """The run options that are objects a graph is built with (`make_deps`'s keywords)."""
 RUN_OPTIONS = DEPS_OPTIONS | CONTEXT_FIELDS
 """Every keyword option of `run` and `arun`: `make_deps`'s keywords and `LoopContext`'s fields."""
-_NAMED_IN_CONTEXT = {"controller_llm": "controller_model", "grounder": "grounder", "system_prompt": "system_prompt", "answer_prompt": "answer_prompt", "synthesis_prompt": "synthesis_prompt"}
+_NAMED_IN_CONTEXT = {
+    "controller_llm": "controller_model",
+    "grounder": "grounder",
+    "system_prompt": "system_prompt",
+    "answer_prompt": "answer_prompt",
+    "synthesis_prompt": "synthesis_prompt",
+}
 """Dependencies that may be given as a string: the string travels in the context, under this field."""
 
 
@@ -205,10 +222,19 @@ class _Call:
 
     def invoke_kwargs(self) -> dict[str, Any]:
         # version="v2" streams only the values; v1 also maps every step's updates, to find interrupts
-        return {"context": self.context, "output_keys": list(RESULT_KEYS), "durability": self.durability, "version": "v2"}
+        return {
+            "context": self.context,
+            "output_keys": list(RESULT_KEYS),
+            "durability": self.durability,
+            "version": "v2",
+        }
 
     def stream_kwargs(self) -> dict[str, Any]:
-        return {"context": self.context, "stream_mode": ["custom", "values"], "durability": self.durability}
+        return {
+            "context": self.context,
+            "stream_mode": ["custom", "values"],
+            "durability": self.durability,
+        }
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -222,9 +248,15 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     """
     unknown = set(options) - RUN_OPTIONS
     if unknown:
-        raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(RUN_OPTIONS))}")
+        raise TypeError(
+            f"unknown run option(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(RUN_OPTIONS))}"
+        )
     deps = {name: options.get(name) for name in DEPS_OPTIONS}
-    context = {name: value for name, value in options.items() if name not in DEPS_OPTIONS and value is not None}
+    context = {
+        name: value
+        for name, value in options.items()
+        if name not in DEPS_OPTIONS and value is not None
+    }
     for name, field_name in _NAMED_IN_CONTEXT.items():
         if isinstance(deps[name], str):
             context[field_name] = deps[name]
@@ -242,7 +274,9 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return deps, context
 
 
-def _checked_context(question: Any, collection: Any, deps: dict[str, Any], options: dict[str, Any]) -> LoopContext:
+def _checked_context(
+    question: Any, collection: Any, deps: dict[str, Any], options: dict[str, Any]
+) -> LoopContext:
     """Check everything a run is given and return its context; raises before anything runs."""
     check_question(question)
     normalize_scope(collection)  # raises on a malformed collection before anything runs
@@ -251,21 +285,34 @@ def _checked_context(question: Any, collection: Any, deps: dict[str, Any], optio
     if context.grounder is not None:
         from arcana_loop.grounding.resolve import resolve_grounder
 
-        resolve_grounder(context.grounder)  # a name from the environment is checked like an argument
+        resolve_grounder(
+            context.grounder
+        )  # a name from the environment is checked like an argument
     if deps["controller_llm"] is None and context.controller_model is None:
         raise ConfigurationError(
             "run() needs a controller: pass controller_llm= (a 'provider:model' string, a chat model or a "
             "function) or set ARCANA_LOOP_CONTROLLER_MODEL"
         )
     if context.min_support is not None and deps["grounder"] is None and context.grounder is None:
-        raise ConfigurationError("min_support needs a grounder (grounder='local', 'llm_judge' or an object)")
+        raise ConfigurationError(
+            "min_support needs a grounder (grounder='local', 'llm_judge' or an object)"
+        )
     return context
 
 
-def _checked_call(question: Any, collection: Any, thread_id: str | None, on_event: Any, durability: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any], LoopContext]:
+def _checked_call(
+    question: Any,
+    collection: Any,
+    thread_id: str | None,
+    on_event: Any,
+    durability: Any,
+    options: Mapping[str, Any],
+) -> tuple[dict[str, Any], LoopContext]:
     """Check a run's arguments; return its dependencies and context."""
     if on_event is not None and not callable(on_event):
-        raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
+        raise TypeError(
+            f"on_event must be a function of one event dict, got {type(on_event).__name__}"
+        )
     if durability is not None and durability not in DURABILITIES:
         raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
     check_text("thread_id", thread_id)
@@ -273,7 +320,15 @@ def _checked_call(question: Any, collection: Any, thread_id: str | None, on_even
     return deps, _checked_context(question, collection, deps, context_options)
 
 
-def _call(question: str, collection: Any, deps: dict[str, Any], context: LoopContext, saver: Any, thread_id: str | None, durability: Durability | None) -> _Call:
+def _call(
+    question: str,
+    collection: Any,
+    deps: dict[str, Any],
+    context: LoopContext,
+    saver: Any,
+    thread_id: str | None,
+    durability: Durability | None,
+) -> _Call:
     compiled = _graphs.get(deps, saver)
     config: RunnableConfig = {"recursion_limit": recursion_limit(context)}
     # the options travel with the input, so the input checkpoint holds them before any model call:
@@ -287,8 +342,14 @@ def _call(question: str, collection: Any, deps: dict[str, Any], context: LoopCon
 
 
 def run(
-    question: str, *, collection: CollectionSpec = "all", checkpointer: Any = None, thread_id: str | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None, durability: Durability | None = None, **options: Any,
+    question: str,
+    *,
+    collection: CollectionSpec = "all",
+    checkpointer: Any = None,
+    thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    durability: Durability | None = None,
+    **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop.
 
@@ -308,9 +369,20 @@ def run(
         ConfigurationError: when no controller is configured.
     """
     deps, context = _checked_call(question, collection, thread_id, on_event, durability, options)
-    call = _call(question, collection, deps, context, resolve_checkpointer(checkpointer), thread_id, durability)
+    call = _call(
+        question,
+        collection,
+        deps,
+        context,
+        resolve_checkpointer(checkpointer),
+        thread_id,
+        durability,
+    )
     if on_event is None:
-        return LoopResult.from_state(call.compiled.invoke(call.inputs, call.config, **call.invoke_kwargs()).value, call.thread_id)
+        return LoopResult.from_state(
+            call.compiled.invoke(call.inputs, call.config, **call.invoke_kwargs()).value,
+            call.thread_id,
+        )
     state: Any = {}
     try:
         for mode, chunk in call.compiled.stream(call.inputs, call.config, **call.stream_kwargs()):
@@ -322,8 +394,14 @@ def run(
 
 
 async def arun(
-    question: str, *, collection: CollectionSpec = "all", checkpointer: Any = None, thread_id: str | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None, durability: Durability | None = None, **options: Any,
+    question: str,
+    *,
+    collection: CollectionSpec = "all",
+    checkpointer: Any = None,
+    thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    durability: Durability | None = None,
+    **options: Any,
 ) -> LoopResult:
     """Answer a question with the agentic loop, on the running event loop (see `run`).
 
@@ -339,7 +417,9 @@ async def arun(
             return LoopResult.from_state(output.value, call.thread_id)
         state: Any = {}
         try:
-            async for mode, chunk in call.compiled.astream(call.inputs, call.config, **call.stream_kwargs()):
+            async for mode, chunk in call.compiled.astream(
+                call.inputs, call.config, **call.stream_kwargs()
+            ):
                 state = _take(mode, chunk, on_event, state)
         except BaseException as exc:  # cancellation included; re-raised, as in run
             _emit_exception(on_event, context, question, state, exc)
@@ -347,9 +427,13 @@ async def arun(
     return LoopResult.from_state(state, call.thread_id)
 
 
-
-
-def _emit_exception(on_event: Callable[[dict[str, Any]], None], context: LoopContext, question: str, state: Any, exc: BaseException) -> None:
+def _emit_exception(
+    on_event: Callable[[dict[str, Any]], None],
+    context: LoopContext,
+    question: str,
+    state: Any,
+    exc: BaseException,
+) -> None:
     """Tell ``on_event`` the run raised; a listener that fails on it again cannot hide the run's own error."""
     iterations = state.get("iterations", 0) if isinstance(state, Mapping) else 0
     with contextlib.suppress(Exception):
@@ -390,9 +474,15 @@ def ground(
     from arcana_loop.grounding.resolve import resolve_grounder
 
     if on_event is not None and not callable(on_event):
-        raise TypeError(f"on_event must be a function of one event dict, got {type(on_event).__name__}")
+        raise TypeError(
+            f"on_event must be a function of one event dict, got {type(on_event).__name__}"
+        )
     timeout = opts.pop("timeout", None)
-    resolved = resolve_grounder(grounder, **opts) if isinstance(grounder, str) else resolve_grounder(grounder)
+    resolved = (
+        resolve_grounder(grounder, **opts)
+        if isinstance(grounder, str)
+        else resolve_grounder(grounder)
+    )
     state = result.to_dict() if isinstance(result, LoopResult) else dict(result)
     grounding = ground_answer(
         question=state["question"],

@@ -29,7 +29,9 @@ def check_text(name: str, value: Any) -> None:
         ValueError: naming the input.
     """
     if isinstance(value, str) and has_lone_surrogate(value):
-        raise ValueError(f"{name} holds a lone surrogate (an unpaired \\ud800-\\udfff code point), which is not valid text")
+        raise ValueError(
+            f"{name} holds a lone surrogate (an unpaired \\ud800-\\udfff code point), which is not valid text"
+        )
 
 
 def scrub(text: str) -> str:
@@ -69,7 +71,9 @@ def check_question(question: Any) -> str:
     if not question.strip():
         raise ValueError("question must not be empty or blank")
     if len(question) > MAX_QUESTION_CHARS:
-        raise ValueError(f"question is {len(question):,} characters; the most accepted is {MAX_QUESTION_CHARS:,}")
+        raise ValueError(
+            f"question is {len(question):,} characters; the most accepted is {MAX_QUESTION_CHARS:,}"
+        )
     if "\x00" in question:
         raise ValueError("question must not contain NUL characters")
     check_text("question", question)

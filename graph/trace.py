@@ -95,7 +95,9 @@ def _step(snapshot: StateSnapshot, task: Any) -> TraceStep:
         node=task.name,
         checkpoint_id=str(snapshot.config["configurable"]["checkpoint_id"]),
         iteration=iterations if task.name == "controller" else max(iterations - 1, 0),
-        question=int(result["question_index"] if opened else snapshot.values.get("question_index") or 0),
+        question=int(
+            result["question_index"] if opened else snapshot.values.get("question_index") or 0
+        ),
         terminated_by=result.get("terminated_by"),
         error=result.get("error"),
         seconds=seconds,
@@ -108,12 +110,16 @@ def _step(snapshot: StateSnapshot, task: Any) -> TraceStep:
     for event in _tool_events(result):
         row.events.append(f"{event['tool']}: {event['summary']}")
         if event["tool"] == "search":
-            row.searches.append({
-                "query": event["args"].get("query"),
-                "collection": None if "collection" in event.get("ignored_args", ()) else event["args"].get("collection"),
-                "returned_chunk_ids": list(event["returned_chunk_ids"]),
-                "duplicate_of": event.get("duplicate_of"),
-            })
+            row.searches.append(
+                {
+                    "query": event["args"].get("query"),
+                    "collection": None
+                    if "collection" in event.get("ignored_args", ())
+                    else event["args"].get("collection"),
+                    "returned_chunk_ids": list(event["returned_chunk_ids"]),
+                    "duplicate_of": event.get("duplicate_of"),
+                }
+            )
     return row
 
 

@@ -84,19 +84,37 @@ def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] 
         return None
 
 
-def _grounded(grounder: Any, answer: str, chunks: list[dict[str, Any]], question: str, timeout: float | None, opts: dict[str, Any]) -> Any:
+def _grounded(
+    grounder: Any,
+    answer: str,
+    chunks: list[dict[str, Any]],
+    question: str,
+    timeout: float | None,
+    opts: dict[str, Any],
+) -> Any:
     """Call the grounder within ``timeout`` seconds: an async one through the bridge (cancelled at the timeout), a sync one in a daemon thread."""
     aground = getattr(grounder, "aground", None)
-    if aground is not None and (not hasattr(grounder, "ground") or inspect.iscoroutinefunction(aground)):
+    if aground is not None and (
+        not hasattr(grounder, "ground") or inspect.iscoroutinefunction(aground)
+    ):
         return bridge.wait(aground(answer, chunks, question=question, **opts), timeout)
     call = functools.partial(grounder.ground, answer, chunks, question=question, **opts)
     return call() if timeout is None else _in_daemon_thread(call).result(timeout=timeout)
 
 
 def ground_answer(
-    *, question: str, answer: str | None, chunks: Sequence[dict[str, Any]], tool_history: Sequence[Any],
-    error: str | None = None, grounder: Any, timeout: float | None = None, emit: Emit | None = None,
-    on_timeout: OnTimeout | None = None, terminated_by: str | None = None, **opts: Any,
+    *,
+    question: str,
+    answer: str | None,
+    chunks: Sequence[dict[str, Any]],
+    tool_history: Sequence[Any],
+    error: str | None = None,
+    grounder: Any,
+    timeout: float | None = None,
+    emit: Emit | None = None,
+    on_timeout: OnTimeout | None = None,
+    terminated_by: str | None = None,
+    **opts: Any,
 ) -> dict[str, Any] | None:
     """Ground an answer; ``None`` when grounding does not apply, fails or takes over ``timeout`` seconds.
 
@@ -110,7 +128,9 @@ def ground_answer(
         emit({"event": "ground_start", "question": question, "grounder": name})
     result = None
     try:
-        result = _finish(_grounded(grounder, answer, list(chunks), question, timeout, opts), tool_history, name)
+        result = _finish(
+            _grounded(grounder, answer, list(chunks), question, timeout, opts), tool_history, name
+        )
     except TimeoutError:
         _timed_out(name, timeout or 0.0, on_timeout)
     except Exception as exc:  # a failing grounder never loses the answer

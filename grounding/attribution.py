@@ -20,7 +20,10 @@ def search_index(tool_history: Sequence[Mapping[str, Any]]) -> dict[str, tuple[i
             continue
         query = (entry.get("args") or {}).get("query")
         for chunk_id in entry.get("returned_chunk_ids") or []:
-            index.setdefault(str(chunk_id), (int(entry.get("iteration", 0)), query if isinstance(query, str) else None))
+            index.setdefault(
+                str(chunk_id),
+                (int(entry.get("iteration", 0)), query if isinstance(query, str) else None),
+            )
     return index
 
 
@@ -37,7 +40,10 @@ def enrich(grounding: dict[str, Any], tool_history: Sequence[Mapping[str, Any]])
 
     return {
         **grounding,
-        **{key: [item(i) for i in grounding.get(key) or []] for key in ("faithful_spans", "hallucinated_spans", "claims")},
+        **{
+            key: [item(i) for i in grounding.get(key) or []]
+            for key in ("faithful_spans", "hallucinated_spans", "claims")
+        },
     }
 
 
@@ -46,7 +52,9 @@ def word_set(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
-def overlap_sources(text: str, chunks: Sequence[Mapping[str, Any]], min_score: float = MIN_OVERLAP) -> list[dict[str, Any]]:
+def overlap_sources(
+    text: str, chunks: Sequence[Mapping[str, Any]], min_score: float = MIN_OVERLAP
+) -> list[dict[str, Any]]:
     """Return sources by word overlap: the share of the span's words found in each chunk, best first."""
     words = word_set(text)
     if not words:
@@ -55,5 +63,10 @@ def overlap_sources(text: str, chunks: Sequence[Mapping[str, Any]], min_score: f
     for chunk in chunks:
         share = len(words & word_set(str(chunk.get("text") or ""))) / len(words)
         if share >= min_score:
-            scored.append({"chunk_id": None if chunk.get("id") is None else str(chunk["id"]), "score": round(share, 4)})
+            scored.append(
+                {
+                    "chunk_id": None if chunk.get("id") is None else str(chunk["id"]),
+                    "score": round(share, 4),
+                }
+            )
     return sorted(scored, key=lambda s: s["score"], reverse=True)

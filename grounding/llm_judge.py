@@ -53,21 +53,45 @@ def parse_judge_json(text: str) -> dict[str, Any]:  # noqa: C901  # a small scan
     raise GroundingError("invalid judge response: unbalanced braces")
 
 
-def result_from_claims(answer: str, chunks: Sequence[dict[str, Any]], claims: Any) -> GroundingResult:
+def result_from_claims(
+    answer: str, chunks: Sequence[dict[str, Any]], claims: Any
+) -> GroundingResult:
     """Build a grounding result from judged claims: score = supported / claims."""
     if not isinstance(claims, list):
         raise GroundingError("invalid judge response: claims is not a list")
     kept: list[dict[str, Any]] = []
     for raw in claims:
-        if not isinstance(raw, dict) or not isinstance(raw.get("text"), str) or not raw["text"].strip():
+        if (
+            not isinstance(raw, dict)
+            or not isinstance(raw.get("text"), str)
+            or not raw["text"].strip()
+        ):
             continue
         verdict_text = str(raw.get("verdict") or "").strip().lower()
         verdict = verdict_text if verdict_text in VERDICTS else "unsupported"
-        indices = [i for i in raw.get("chunk_indices") or [] if isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= len(chunks)]
-        sources = [{"chunk_id": None if chunks[i - 1].get("id") is None else str(chunks[i - 1]["id"]), "score": 1.0} for i in indices]
+        indices = [
+            i
+            for i in raw.get("chunk_indices") or []
+            if isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= len(chunks)
+        ]
+        sources = [
+            {
+                "chunk_id": None if chunks[i - 1].get("id") is None else str(chunks[i - 1]["id"]),
+                "score": 1.0,
+            }
+            for i in indices
+        ]
         start = answer.find(raw["text"])
         span = (start, start + len(raw["text"])) if start >= 0 else (None, None)
-        kept.append({"text": raw["text"], "verdict": verdict, "start": span[0], "end": span[1], "sources": sources})
+        kept.append(
+            {
+                "text": raw["text"],
+                "verdict": verdict,
+                "start": span[0],
+                "end": span[1],
+                "sources": sources,
+            }
+        )
     if not kept:
         if claims:  # claims were sent, none of them usable: that is garbage, not a clean bill
             raise GroundingError("invalid judge response: no claim has a text")
@@ -96,7 +120,12 @@ class LLMJudgeGrounder:
 
     name = NAME
 
-    def __init__(self, judge_model: BaseChatModel | str | None = None, judge_temperature: float = DEFAULT_TEMPERATURE, judge_max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self,
+        judge_model: BaseChatModel | str | None = None,
+        judge_temperature: float = DEFAULT_TEMPERATURE,
+        judge_max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
         self.judge_model = judge_model
         self.judge_temperature = judge_temperature
         self.judge_max_tokens = judge_max_tokens
@@ -111,12 +140,21 @@ class LLMJudgeGrounder:
             created: BaseChatModel = init_chat_model(model)
             return created
         if not isinstance(model, BaseChatModel):
-            raise GroundingError(f"judge_model must be a chat model or a 'provider:model' string, got {type(model).__name__}")
+            raise GroundingError(
+                f"judge_model must be a chat model or a 'provider:model' string, got {type(model).__name__}"
+            )
         return model
 
     def _messages(self, answer: str, chunks: Sequence[dict[str, Any]], question: str) -> list[Any]:
-        numbered = "\n\n".join(f"[{i}] {c.get('text') or ''}" for i, c in enumerate(chunks, start=1))
-        return [SystemMessage(content=JUDGE_SYSTEM_PROMPT), HumanMessage(content=JUDGE_USER_PROMPT.format(question=question, answer=answer, chunks=numbered))]
+        numbered = "\n\n".join(
+            f"[{i}] {c.get('text') or ''}" for i, c in enumerate(chunks, start=1)
+        )
+        return [
+            SystemMessage(content=JUDGE_SYSTEM_PROMPT),
+            HumanMessage(
+                content=JUDGE_USER_PROMPT.format(question=question, answer=answer, chunks=numbered)
+            ),
+        ]
 
     def _kwargs(self, opts: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -124,28 +162,44 @@ class LLMJudgeGrounder:
             "max_tokens": opts.get("judge_max_tokens", self.judge_max_tokens),
         }
 
-    def ground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> GroundingResult:
+    def ground(
+        self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
+    ) -> GroundingResult:
         """Judge the answer's claims against the chunks."""
         if not answer.strip():
             return GroundingResult(score=1.0)
         if not chunks:
             return GroundingResult(score=0.0)
-        reply = self._model(opts.get("judge_model")).invoke(self._messages(answer, chunks, question), **self._kwargs(opts))
-        return _with_usage(result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))), reply)
+        reply = self._model(opts.get("judge_model")).invoke(
+            self._messages(answer, chunks, question), **self._kwargs(opts)
+        )
+        return _with_usage(
+            result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))),
+            reply,
+        )
 
-    async def aground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> GroundingResult:
+    async def aground(
+        self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
+    ) -> GroundingResult:
         """Judge the answer's claims against the chunks on the event loop."""
         if not answer.strip():
             return GroundingResult(score=1.0)
         if not chunks:
             return GroundingResult(score=0.0)
-        reply = await self._model(opts.get("judge_model")).ainvoke(self._messages(answer, chunks, question), **self._kwargs(opts))
-        return _with_usage(result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))), reply)
+        reply = await self._model(opts.get("judge_model")).ainvoke(
+            self._messages(answer, chunks, question), **self._kwargs(opts)
+        )
+        return _with_usage(
+            result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))),
+            reply,
+        )
 
 
 def _with_usage(result: GroundingResult, reply: Any) -> GroundingResult:
     """Attach the judge reply's token counts (from its usage metadata) to the result."""
     metadata = getattr(reply, "usage_metadata", None) or {}
-    counts = {k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")}
+    counts = {
+        k: int(metadata.get(k) or 0) for k in ("input_tokens", "output_tokens", "total_tokens")
+    }
     result.usage = counts if any(counts.values()) else None
     return result

@@ -36,7 +36,11 @@ _STOP = frozenset(
 
 def content_terms(text: str) -> set[str]:
     """Return the words that carry content: identifiers, numbers, and non-stopwords, lowercased."""
-    return {t.lower() for t in _TOKEN.findall(text) if t.lower() not in _STOP and (len(t) > 2 or t.isdigit())}
+    return {
+        t.lower()
+        for t in _TOKEN.findall(text)
+        if t.lower() not in _STOP and (len(t) > 2 or t.isdigit())
+    }
 
 
 class HeuristicSentenceGrounder:
@@ -59,14 +63,18 @@ class HeuristicSentenceGrounder:
         import numpy as np
 
         embedder = self._embedder()
-        vectors = np.asarray(embedder.embed_documents([*answer_sentences, *evidence]), dtype=np.float32)
+        vectors = np.asarray(
+            embedder.embed_documents([*answer_sentences, *evidence]), dtype=np.float32
+        )
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
         left, right = vectors[: len(answer_sentences)], vectors[len(answer_sentences) :]
         result: list[list[float]] = np.clip(left @ right.T, 0.0, 1.0).tolist()
         return result
 
-    def score_sentence(self, sentence: str, evidence: Sequence[str], similarities: Sequence[float]) -> tuple[float, int]:
+    def score_sentence(
+        self, sentence: str, evidence: Sequence[str], similarities: Sequence[float]
+    ) -> tuple[float, int]:
         """Return the sentence's score and the index of its best evidence sentence."""
         terms = content_terms(sentence)
         best, best_index = 0.0, 0
@@ -77,7 +85,15 @@ class HeuristicSentenceGrounder:
                 best, best_index = score, index
         return min(best, 1.0), best_index
 
-    def ground(self, answer: str, chunks: list[dict[str, Any]], *, question: str = "", threshold: float | None = None, **opts: Any) -> GroundingResult:
+    def ground(
+        self,
+        answer: str,
+        chunks: list[dict[str, Any]],
+        *,
+        question: str = "",
+        threshold: float | None = None,
+        **opts: Any,
+    ) -> GroundingResult:
         """Score the answer; the score is the length-weighted mean of its sentence scores."""
         sentences = split_sentences(answer)
         if not sentences:
@@ -85,7 +101,9 @@ class HeuristicSentenceGrounder:
         if not chunks:
             return GroundingResult(score=0.0)
         cut = self.threshold if threshold is None else threshold
-        evidence = [s for c in chunks for s, _, _ in split_sentences(str(c.get("text") or ""))] or [""]
+        evidence = [s for c in chunks for s, _, _ in split_sentences(str(c.get("text") or ""))] or [
+            ""
+        ]
         similarities = self._similarities([s for s, _, _ in sentences], evidence)
         spans: list[dict[str, Any]] = []
         weighted = 0.0
@@ -93,15 +111,24 @@ class HeuristicSentenceGrounder:
             score, _ = self.score_sentence(text, evidence, row)
             weighted += score * len(text)
             verdict = "supported" if score >= cut else "unsupported"
-            spans.append({"text": text, "start": start, "end": end, "score": round(score, 4), "verdict": verdict, "sources": overlap_sources(text, chunks)})
+            spans.append(
+                {
+                    "text": text,
+                    "start": start,
+                    "end": end,
+                    "score": round(score, 4),
+                    "verdict": verdict,
+                    "sources": overlap_sources(text, chunks),
+                }
+            )
         total = sum(len(s[0]) for s in sentences)
         return GroundingResult.from_mapping(
             {
                 "score": round(weighted / total, 4) if total else 1.0,
                 "faithful_spans": [s for s in spans if s["verdict"] == "supported"],
                 "hallucinated_spans": [s for s in spans if s["verdict"] != "supported"],
-                "claims": [{k: s[k] for k in ("text", "verdict", "start", "end", "sources")} for s in spans],
+                "claims": [
+                    {k: s[k] for k in ("text", "verdict", "start", "end", "sources")} for s in spans
+                ],
             }
         )
-
-

@@ -15,7 +15,9 @@ class FunctionGrounder:
         self.fn = fn
         self.name = getattr(fn, "__name__", "function")
 
-    def ground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> Any:
+    def ground(
+        self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
+    ) -> Any:
         """Call the function."""
         return self.fn(answer, chunks, question=question, **opts)
 
@@ -43,7 +45,9 @@ def resolve_grounder(spec: Any, **options: Any) -> Any:
         return spec
     if callable(spec):
         return FunctionGrounder(spec)
-    raise TypeError(f"a grounder must be a name ({', '.join(KNOWN)}), an object with ground(), or a function")
+    raise TypeError(
+        f"a grounder must be a name ({', '.join(KNOWN)}), an object with ground(), or a function"
+    )
 
 
 def grounder_name(grounder: Any) -> str:

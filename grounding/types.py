@@ -74,7 +74,9 @@ class GroundingResult:
         if isinstance(data, GroundingResult):
             data = data.to_dict()
         if not isinstance(data, Mapping):
-            raise GroundingError(f"a grounder returned {type(data).__name__}, not a grounding result")
+            raise GroundingError(
+                f"a grounder returned {type(data).__name__}, not a grounding result"
+            )
         score = _score(data.get("score"), "score")
         try:
             return cls(
@@ -92,12 +94,21 @@ def _usage(value: Any) -> dict[str, int] | None:
     """Keep a grounder's token counts when they are counts; anything else is dropped."""
     if not isinstance(value, Mapping):
         return None
-    counts = {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    counts = {
+        k: v
+        for k, v in value.items()
+        if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    }
     return counts or None
 
 
 def _score(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not 0 <= value <= 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= 1
+    ):
         raise GroundingError(f"{name} must be a number between 0 and 1, got {value!r}")
     return float(value)
 
@@ -143,7 +154,9 @@ def _claim(data: Mapping[str, Any]) -> Claim:
 class Grounder(Protocol):
     """Anything that grounds an answer: ``ground(answer, chunks, *, question, **opts)``."""
 
-    def ground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> GroundingResult | Mapping[str, Any]:
+    def ground(
+        self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
+    ) -> GroundingResult | Mapping[str, Any]:
         """Score ``answer`` against ``chunks``."""
         ...
 
@@ -152,6 +165,8 @@ class Grounder(Protocol):
 class AsyncGrounder(Protocol):
     """A grounder that does I/O: ``aground(answer, chunks, *, question, **opts)``."""
 
-    async def aground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> GroundingResult | Mapping[str, Any]:
+    async def aground(
+        self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
+    ) -> GroundingResult | Mapping[str, Any]:
         """Score ``answer`` against ``chunks`` on the event loop."""
         ...

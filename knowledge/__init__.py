@@ -124,7 +124,9 @@ def _signed(function: F, method: Callable[..., Any], doc: str) -> F:
     return function
 
 
-def ingest(source: str | os.PathLike[str] | Document | Sequence[Document], **kwargs: Any) -> IngestResult:
+def ingest(
+    source: str | os.PathLike[str] | Document | Sequence[Document], **kwargs: Any
+) -> IngestResult:
     """Ingest into the default knowledge base; see `KnowledgeBase.ingest`."""
     return default_knowledge_base().ingest(source, **kwargs)
 
@@ -136,7 +138,9 @@ async def aingest(
     return await (await _adefault_knowledge_base()).aingest(source, **kwargs)
 
 
-search = _on_default(KnowledgeBase.search, "Search the default knowledge base; see `KnowledgeBase.search`.")
+search = _on_default(
+    KnowledgeBase.search, "Search the default knowledge base; see `KnowledgeBase.search`."
+)
 asearch = _on_default_async(
     KnowledgeBase.asearch, "Search the default knowledge base without blocking the event loop."
 )

@@ -265,11 +265,14 @@ class KnowledgeBase:
         created = False
         with self.pool().connection() as conn:
             if create:
-                created = conn.execute(
-                    "INSERT INTO kb_collections (name, embedding_model, dimension)"
-                    " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id",
-                    (name, self.model_name, self.dimension),
-                ).fetchone() is not None
+                created = (
+                    conn.execute(
+                        "INSERT INTO kb_collections (name, embedding_model, dimension)"
+                        " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id",
+                        (name, self.model_name, self.dimension),
+                    ).fetchone()
+                    is not None
+                )
             row = conn.execute(
                 "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s",
                 (name,),
@@ -452,7 +455,9 @@ class KnowledgeBase:
         """
         # everything is checked before the first write, so a refused ingest stores nothing
         check_chunking(chunk_size, chunk_overlap)
-        _check_ingest_options(entities=entities, name=name, max_bytes=max_bytes, batch_size=batch_size)
+        _check_ingest_options(
+            entities=entities, name=name, max_bytes=max_bytes, batch_size=batch_size
+        )
         collection = new_collection_name(collection)
         meta = check_metadata(metadata)
         result = IngestResult()
@@ -492,7 +497,9 @@ class KnowledgeBase:
     ) -> None:
         with self.pool().connection() as conn:
             exists = entity_store.has_entities(conn, coll.id)
-        if (entities is True or (entities is None and exists)) and (result.chunks_added or not exists):
+        if (entities is True or (entities is None and exists)) and (
+            result.chunks_added or not exists
+        ):
             self._build_entities(coll, extractor, communities=False)  # it prunes what was replaced
         elif exists and result.chunks_removed:
             with self.pool().connection() as conn:
@@ -593,7 +600,9 @@ class KnowledgeBase:
             names = dict(conn.execute("SELECT id, name FROM kb_collections").fetchall())
         return {names[k]: v for k, v in done.items() if k in names}
 
-    async def aingest(self, source: Source | Document | Sequence[Document], **kwargs: Any) -> IngestResult:
+    async def aingest(
+        self, source: Source | Document | Sequence[Document], **kwargs: Any
+    ) -> IngestResult:
         """Run `ingest` in a worker thread (same arguments)."""
         return await asyncio.to_thread(self.ingest, source, **kwargs)
 
@@ -610,7 +619,9 @@ class KnowledgeBase:
     ) -> list[SourceDoc]:
         value: object = source  # callers may pass anything at runtime
         if is_documents(value):
-            return langchain_documents(value, name=name, metadata=metadata, check_metadata=check_metadata)
+            return langchain_documents(
+                value, name=name, metadata=metadata, check_metadata=check_metadata
+            )
         if not isinstance(value, str | os.PathLike):
             raise TypeError(
                 f"source must be text, a path or LangChain Documents, got {type(source).__name__}"
@@ -718,7 +729,9 @@ class KnowledgeBase:
             return []
         opts = self.entity_options
         plan = yield from entity_hooks.plan_steps(
-            ids=entity_hooks.entity_collection_ids(scope_rows, resolved.ids, self.model_name, self.dimension),
+            ids=entity_hooks.entity_collection_ids(
+                scope_rows, resolved.ids, self.model_name, self.dimension
+            ),
             dimension=self.dimension,
             vector=vector,
             opts=opts,
@@ -773,17 +786,29 @@ class KnowledgeBase:
 
         # checked here, so a bad retriever fails where it is built, not in the middle of a chain
         if mode not in SEARCH_MODES:
-            raise ValueError(f"invalid search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
+            raise ValueError(
+                f"invalid search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}"
+            )
         count: object = k  # callers may pass anything at runtime
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SEARCH_LIMIT:
+        if (
+            isinstance(count, bool)
+            or not isinstance(count, int)
+            or not 1 <= count <= MAX_SEARCH_LIMIT
+        ):
             raise ValueError(f"k must be an int in 1..{MAX_SEARCH_LIMIT}, got {k!r}")
         _check_limit_and_threshold(k, threshold)
         q.scope_names(collection)
         return KnowledgeBaseRetriever(
-            knowledge_base=self, collection=scope_list(collection), mode=mode, k=k, threshold=threshold
+            knowledge_base=self,
+            collection=scope_list(collection),
+            mode=mode,
+            k=k,
+            threshold=threshold,
         )
 
-    def _scan(self, req: q.SearchRequest, count_row: tuple[Any, ...] | None) -> tuple[bool, q.Statement | None]:
+    def _scan(
+        self, req: q.SearchRequest, count_row: tuple[Any, ...] | None
+    ) -> tuple[bool, q.Statement | None]:
         """Choose exact scan or HNSW from the planner's row estimate; return it with its settings."""
         rows = q.estimated_rows(count_row)
         exact = rows <= self.exact_max_rows
@@ -859,12 +884,16 @@ def _check_limit_and_threshold(limit: object, threshold: object) -> None:
     if threshold is None:
         return
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-        raise TypeError(f"threshold must be a number or None, got {type(threshold).__name__} {threshold!r}")
+        raise TypeError(
+            f"threshold must be a number or None, got {type(threshold).__name__} {threshold!r}"
+        )
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold!r}")
 
 
-def _check_ingest_options(*, entities: object, name: object, max_bytes: object, batch_size: object) -> None:
+def _check_ingest_options(
+    *, entities: object, name: object, max_bytes: object, batch_size: object
+) -> None:
     """Raise `TypeError`/`ValueError` for an ingest option of the wrong type or range."""
     if entities is not None and not isinstance(entities, bool):
         raise TypeError(f"entities must be True, False or None, got {entities!r}")

@@ -154,10 +154,14 @@ def _provider_embeddings(spec: str) -> Embeddings:
     try:
         embeddings = init_embeddings(spec, **kwargs)
     except ImportError as exc:
-        raise ValueError(f"embedding model {spec!r} needs a package that is not installed: {exc}") from None
+        raise ValueError(
+            f"embedding model {spec!r} needs a package that is not installed: {exc}"
+        ) from None
     except ValueError as exc:
         raise ValueError(f"unknown embedding model {spec!r}: {exc}") from None
-    if not isinstance(embeddings, Embeddings):  # init_embeddings may return a config-deferred wrapper
+    if not isinstance(
+        embeddings, Embeddings
+    ):  # init_embeddings may return a config-deferred wrapper
         raise ValueError(f"embedding model {spec!r} did not resolve to an Embeddings instance")
     return embeddings
 

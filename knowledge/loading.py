@@ -414,7 +414,11 @@ def split_document(
     """Split a document into chunks with stable ids and per-chunk metadata."""
     splitter = _splitter(doc.markdown, chunk_size, chunk_overlap)
     doc_id = document_id(collection, doc.source)
-    pieces = [p for p in _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap) if p[0].strip()]
+    pieces = [
+        p
+        for p in _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap)
+        if p[0].strip()
+    ]
     title = document_title(doc.source, doc.metadata)
     contents = [start + content_offset(text) for text, start in pieces]
     sections = section_paths(doc.text, contents)

@@ -54,7 +54,9 @@ def release(pid: int, pgdata: Path) -> bool:
         if info is None or not info.is_running():
             return False
         server = PostgresServer(pgdata, cleanup_mode=None)
-        server._postmaster_info = info  # what start() would have read; _stop runs pg_ctl stop as pgserver does
+        server._postmaster_info = (
+            info  # what start() would have read; _stop runs pg_ctl stop as pgserver does
+        )
         server._stop()
         return True
 

@@ -38,15 +38,22 @@ def unavailable(exc: BaseException, conninfo: str) -> DatabaseUnavailable:
 def connection_lost(exc: psycopg.Error) -> bool:
     """Tell whether `exc` means the server went away (not a failing statement)."""
     state = exc.sqlstate
-    return isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith("08") or state in _SERVER_GONE)
+    return isinstance(exc, psycopg.OperationalError) and (
+        state is None or state.startswith("08") or state in _SERVER_GONE
+    )
 
 
 def _probe_kwargs(kwargs: Any) -> dict[str, Any]:
-    return {**(kwargs if isinstance(kwargs, dict) else {}), "connect_timeout": PROBE_CONNECT_TIMEOUT}
+    return {
+        **(kwargs if isinstance(kwargs, dict) else {}),
+        "connect_timeout": PROBE_CONNECT_TIMEOUT,
+    }
 
 
 def _busy(total: float) -> DatabaseUnavailable:
-    return DatabaseUnavailable(f"no PostgreSQL connection came free within {total:g} s: every pooled connection is busy")
+    return DatabaseUnavailable(
+        f"no PostgreSQL connection came free within {total:g} s: every pooled connection is busy"
+    )
 
 
 class FailFastPool(ConnectionPool[Any]):

@@ -416,10 +416,16 @@ class Ranking:
 
     def __post_init__(self) -> None:
         if self.lexical not in LEXICAL_RANKINGS:
-            raise ValueError(f"lexical must be one of {', '.join(LEXICAL_RANKINGS)}, got {self.lexical!r}")
+            raise ValueError(
+                f"lexical must be one of {', '.join(LEXICAL_RANKINGS)}, got {self.lexical!r}"
+            )
         for name in ("rrf_k", "semantic_weight", "lexical_weight"):
             value: Any = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e6:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value < 1e6
+            ):
                 raise ValueError(f"{name} must be a number in [0, 1e6), got {value!r}")
         ratio: Any = self.lexical_min_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
@@ -476,16 +482,17 @@ def search_statement(
         "lex_ratio": ranking.lexical_min_ratio,
     }
     semantic = sql.SQL(_SEMANTIC).format(
-        t=embeddings_table(collections.dimension), order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER)
+        t=embeddings_table(collections.dimension),
+        order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER),
     )
     if req.mode == "semantic":
         head = sql.SQL("WITH ranked AS (SELECT chunk_id, sim AS score FROM ({s}) s)").format(
             s=semantic
         )
     elif req.mode == "fulltext":
-        head = sql.SQL(
-            "WITH {f}, ranked AS (SELECT chunk_id, rank AS score FROM fts)"
-        ).format(f=lexical_statement(req, ranking.lexical))
+        head = sql.SQL("WITH {f}, ranked AS (SELECT chunk_id, rank AS score FROM fts)").format(
+            f=lexical_statement(req, ranking.lexical)
+        )
     else:
         head = sql.SQL(_HYBRID).format(
             semantic=semantic, fulltext=lexical_statement(req, ranking.lexical)

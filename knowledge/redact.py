@@ -15,9 +15,13 @@ MASK = "***"
 
 # `scheme://user:password@` and the scheme-less `user:password@host` form (a password
 # may hold `@`: libpq splits at the last one)
-_USERINFO = re.compile(r"(?P<head>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@'\"]*):(?P<secret>[^\s'\"]*)@")
+_USERINFO = re.compile(
+    r"(?P<head>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s:/@'\"]*):(?P<secret>[^\s'\"]*)@"
+)
 # `password=value` in a keyword string or a URL query, quoted or not
-_KEYWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'?|[^\s&'\"]*)", re.IGNORECASE)
+_KEYWORD = re.compile(
+    r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'?|[^\s&'\"]*)", re.IGNORECASE
+)
 
 
 def secrets_in(conninfo: str) -> list[str]:

@@ -61,7 +61,11 @@ class KnowledgeBaseRetriever(BaseRetriever):
     ) -> list[Document]:
         kb: Searchable = self.knowledge_base
         chunks = kb.search(
-            query, collection=self.collection, limit=self.k, mode=self.mode, threshold=self.threshold
+            query,
+            collection=self.collection,
+            limit=self.k,
+            mode=self.mode,
+            threshold=self.threshold,
         )
         return [chunk_document(c) for c in chunks]
 
@@ -70,7 +74,11 @@ class KnowledgeBaseRetriever(BaseRetriever):
     ) -> list[Document]:
         kb: Searchable = self.knowledge_base
         chunks = await kb.asearch(
-            query, collection=self.collection, limit=self.k, mode=self.mode, threshold=self.threshold
+            query,
+            collection=self.collection,
+            limit=self.k,
+            mode=self.mode,
+            threshold=self.threshold,
         )
         return [chunk_document(c) for c in chunks]
 

@@ -50,7 +50,12 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _KEYWORD_FORM = re.compile(r"^\w+\s*=")
 # SQLAlchemy-style schemes that name a driver (what langchain-postgres users write): libpq
 # wants the bare scheme
-_DRIVER_SCHEMES = {"postgresql+psycopg", "postgres+psycopg", "postgresql+psycopg2", "postgres+psycopg2"}
+_DRIVER_SCHEMES = {
+    "postgresql+psycopg",
+    "postgres+psycopg",
+    "postgresql+psycopg2",
+    "postgres+psycopg2",
+}
 _SCHEMES = {"postgresql", "postgres"}
 
 
@@ -104,11 +109,20 @@ def _watch(pgdata: Path) -> None:
     if pgdata in _watched:
         return
     # -P: the script's folder is not put on sys.path, where knowledge/types.py would shadow the stdlib's types
-    args = [sys.executable, "-P", str(Path(__file__).with_name("pgwatch.py")), str(os.getpid()), str(pgdata)]
+    args = [
+        sys.executable,
+        "-P",
+        str(Path(__file__).with_name("pgwatch.py")),
+        str(os.getpid()),
+        str(pgdata),
+    ]
     try:
         _spawn_detached(args)
     except OSError as exc:
-        logger.warning("no watcher for the embedded PostgreSQL (a killed process may leave it running): %s", exc)
+        logger.warning(
+            "no watcher for the embedded PostgreSQL (a killed process may leave it running): %s",
+            exc,
+        )
         return
     _watched.add(pgdata)
 
@@ -123,7 +137,9 @@ def _spawn_detached(args: list[str]) -> None:
         quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
         os.posix_spawn(args[0], args, os.environ, file_actions=quiet, setsid=True)
     else:
-        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
 
 def database_url() -> str:
@@ -167,12 +183,16 @@ def normalize_url(url: str, *, name: str = "the database URL") -> str:
         if scheme in _DRIVER_SCHEMES:
             text = "postgresql" + text[match.end(1) :]
         elif scheme not in _SCHEMES:
-            raise InvalidDatabaseURL(f"{name} has the scheme {match[1]!r}, not a PostgreSQL one: expected {URL_FORM}")
+            raise InvalidDatabaseURL(
+                f"{name} has the scheme {match[1]!r}, not a PostgreSQL one: expected {URL_FORM}"
+            )
     try:
         conninfo_to_dict(text)
     except psycopg.Error as exc:
         # from None: the original error repeats the password, and a traceback would print it
-        raise InvalidDatabaseURL(f"{name} {redact(text, text)!r} is malformed: {describe(exc, text)}") from None
+        raise InvalidDatabaseURL(
+            f"{name} {redact(text, text)!r} is malformed: {describe(exc, text)}"
+        ) from None
     return text
 
 

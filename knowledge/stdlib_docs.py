@@ -38,7 +38,11 @@ def _member_docs(module: Any) -> Iterator[str]:
                 yield f"{module.__name__}.{name}\n{doc}"
             if inspect.isclass(member):
                 for attr, value in sorted(vars(member).items()):
-                    if not attr.startswith("_") and callable(value) and (doc := inspect.getdoc(value)):
+                    if (
+                        not attr.startswith("_")
+                        and callable(value)
+                        and (doc := inspect.getdoc(value))
+                    ):
                         yield f"{module.__name__}.{name}.{attr}\n{doc}"
 
 
@@ -53,7 +57,11 @@ def stdlib_documents() -> Iterator[tuple[str, str, dict[str, Any]]]:
         yield f"pydoc:{name}", "\n\n".join(parts), {"module": name, "kind": "module"}
 
 
-def ensure_python_docs(kb: KnowledgeBase, collection: str = COLLECTION, progress: Callable[[int, int], None] | None = None) -> IngestResult | None:
+def ensure_python_docs(
+    kb: KnowledgeBase,
+    collection: str = COLLECTION,
+    progress: Callable[[int, int], None] | None = None,
+) -> IngestResult | None:
     """Ingest the demo corpus unless the collection already holds it; return the counts when it ran."""
     if any(c.name == collection and c.chunks > 0 for c in kb.collections()):
         return None

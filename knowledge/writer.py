@@ -143,7 +143,9 @@ def _check_json_tree(data: dict[str, Any]) -> None:
     while stack:
         where, node, depth = stack.pop()
         if depth > MAX_METADATA_DEPTH:
-            raise ValueError(f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep at {where}")
+            raise ValueError(
+                f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep at {where}"
+            )
         if isinstance(node, str):
             check_text(node, f"the string at {where}")
         elif isinstance(node, float) and not math.isfinite(node):
@@ -399,11 +401,7 @@ def _write_batch(
     with pool.connection() as conn, conn.transaction():
         _hold_collection(conn, coll)
         keep = _upsert_documents(conn, coll, batch.items, delta)
-        kept = [
-            (item, part)
-            for item, part, ok in zip(batch.items, parts, keep, strict=True)
-            if ok
-        ]
+        kept = [(item, part) for item, part, ok in zip(batch.items, parts, keep, strict=True) if ok]
         _copy_chunks(conn, coll, kept)
         delta.chunks_added = sum(len(item.chunks) for item, _ in kept)
     return delta
@@ -523,7 +521,9 @@ def _copy_chunks(
     if not kept:
         return
     with conn.cursor() as cur:
-        rows = [(item, row, lexical.terms(row.searchable)) for item, _ in kept for row in item.chunks]
+        rows = [
+            (item, row, lexical.terms(row.searchable)) for item, _ in kept for row in item.chunks
+        ]
         avg_len = lexical.average_length(t for _, _, t in rows)
         with cur.copy(
             "COPY kb_chunks (id, document_id, collection_id, position, text, metadata, lex, lex_keys)"
@@ -562,7 +562,9 @@ _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, extens
 _COPY_TRAILER = b"\xff\xff"
 
 
-def _binary_embedding_rows(ids: list[str], collection_id: int, vectors: np.ndarray[Any, Any]) -> bytes:
+def _binary_embedding_rows(
+    ids: list[str], collection_id: int, vectors: np.ndarray[Any, Any]
+) -> bytes:
     """Encode embedding rows as one binary-COPY stream, built by numpy in one pass.
 
     Each row is three fields: the chunk id (always `CHUNK_ID_CHARS` ASCII

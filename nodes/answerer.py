@@ -38,9 +38,15 @@ class AnswererUpdate(TypedDict, total=False):
     usage: dict[str, Any]
 
 
-def _prepare(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> tuple[ModelCaller | None, list[BaseMessage], HumanMessage, dict[str, Any]]:
+def _prepare(
+    deps: LoopDeps, state: LoopState, ctx: LoopContext
+) -> tuple[ModelCaller | None, list[BaseMessage], HumanMessage, dict[str, Any]]:
     opts = loop_opts(ctx, state, [], "answer")
-    note = instruction_message(render_instruction(deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt"))
+    note = instruction_message(
+        render_instruction(
+            deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt"
+        )
+    )
     conversation = compact_earlier(state["messages"], state.get("question_message_id"))
     sent: list[BaseMessage] = [system_message(deps, ctx, state, opts), *conversation, note]
     try:
@@ -61,7 +67,11 @@ def _rewritten(instruction: HumanMessage, reply: AIMessage | BaseException) -> A
         return {}
     # the reply's id: a streaming client has its tokens under it
     written = AIMessage(content=text, id=reply.id, name=ANSWER_NAME)
-    return {"messages": [instruction, written], "answer": text, "usage": usage_of("answerer", reply)}
+    return {
+        "messages": [instruction, written],
+        "answer": text,
+        "usage": usage_of("answerer", reply),
+    }
 
 
 def answerer(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> AnswererUpdate:

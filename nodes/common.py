@@ -34,7 +34,11 @@ def run_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> dict[str
         return {}
     from arcana_loop.tools.explore import EXPLORE, loop_explore_tool
 
-    tool = None if EXPLORE in deps.custom_tools else loop_explore_tool(deps.search_fn, scope.to_value())
+    tool = (
+        None
+        if EXPLORE in deps.custom_tools
+        else loop_explore_tool(deps.search_fn, scope.to_value())
+    )
     return {} if tool is None else {tool.name: tool}
 
 
@@ -44,7 +48,9 @@ def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) 
     return controller_tools(scope, extra, deps.toolset)
 
 
-def loop_opts(ctx: LoopContext, state: Mapping[str, Any], tools: Sequence[ToolSchema], role: Role) -> dict[str, Any]:
+def loop_opts(
+    ctx: LoopContext, state: Mapping[str, Any], tools: Sequence[ToolSchema], role: Role
+) -> dict[str, Any]:
     """Return the resolved options a function model, synthesizer or prompt function receives.
 
     ``temperature`` is present only when one applies to the role.
@@ -64,7 +70,9 @@ def loop_opts(ctx: LoopContext, state: Mapping[str, Any], tools: Sequence[ToolSc
     return opts
 
 
-def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]) -> str:
+def render_system_prompt(
+    deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]
+) -> str:
     """Return the system prompt: the function given, else the context's string, else the default."""
     if deps.system_prompt is not None:
         return _checked(deps.system_prompt(dict(opts)), "system_prompt")
@@ -76,12 +84,18 @@ def render_system_prompt(deps: LoopDeps, ctx: LoopContext, state: Mapping[str, A
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
     return prompts.SYSTEM_PROMPT.format(
-        collections_section=section, max_iterations=ctx.max_iterations, budget_section=budget_section(state, ctx)
+        collections_section=section,
+        max_iterations=ctx.max_iterations,
+        budget_section=budget_section(state, ctx),
     )
 
 
 def render_instruction(
-    fn: Callable[[dict[str, Any]], str] | None, text: str | None, default: str, opts: Mapping[str, Any], name: str
+    fn: Callable[[dict[str, Any]], str] | None,
+    text: str | None,
+    default: str,
+    opts: Mapping[str, Any],
+    name: str,
 ) -> str:
     """Return an answer or synthesis instruction: the function given, else the string, else the default."""
     if fn is not None:
@@ -95,7 +109,9 @@ def _checked(value: Any, name: str) -> str:
     return value
 
 
-def system_message(deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]) -> SystemMessage:
+def system_message(
+    deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]
+) -> SystemMessage:
     """Return the system message sent ahead of the conversation."""
     return SystemMessage(content=render_system_prompt(deps, ctx, state, opts))
 
@@ -110,6 +126,10 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p if isinstance(p, str) else p.get("text", "") for p in content if isinstance(p, str | dict)]
+        parts = [
+            p if isinstance(p, str) else p.get("text", "")
+            for p in content
+            if isinstance(p, str | dict)
+        ]
         return "".join(str(p) for p in parts)
     return ""

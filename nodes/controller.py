@@ -83,7 +83,9 @@ def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
     if originals == [c["id"] for c in fixed]:
         return reply
     count = len(reply.tool_calls)
-    return reply.model_copy(update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]})
+    return reply.model_copy(
+        update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]}
+    )
 
 
 def bound_arguments(reply: AIMessage) -> AIMessage:
@@ -100,16 +102,30 @@ def bound_arguments(reply: AIMessage) -> AIMessage:
         if reason is None:
             kept.append(call)
         else:
-            refused.append(invalid_tool_call(name=call["name"], args=kept_arguments(call["args"]), id=call["id"], error=REFUSED_MARK + reason))
+            refused.append(
+                invalid_tool_call(
+                    name=call["name"],
+                    args=kept_arguments(call["args"]),
+                    id=call["id"],
+                    error=REFUSED_MARK + reason,
+                )
+            )
     invalid = [_bounded_invalid(call) for call in reply.invalid_tool_calls]
-    changed = [call for call, original in zip(invalid, reply.invalid_tool_calls, strict=True) if call is not original]
+    changed = [
+        call
+        for call, original in zip(invalid, reply.invalid_tool_calls, strict=True)
+        if call is not original
+    ]
     if not refused and not changed:
         return reply
     bounded_ids = {call["id"] for call in [*refused, *changed]}
     update: dict[str, Any] = {"tool_calls": kept, "invalid_tool_calls": [*refused, *invalid]}
     raw = reply.additional_kwargs.get("tool_calls")
     if isinstance(raw, list):
-        update["additional_kwargs"] = {**reply.additional_kwargs, "tool_calls": [_bounded_raw(c, bounded_ids) for c in raw]}
+        update["additional_kwargs"] = {
+            **reply.additional_kwargs,
+            "tool_calls": [_bounded_raw(c, bounded_ids) for c in raw],
+        }
     return reply.model_copy(update=update)
 
 
@@ -120,7 +136,11 @@ def _bounded_invalid(call: InvalidToolCall) -> InvalidToolCall:
     long_error = isinstance(error, str) and len(error) > KEPT_ARGUMENT_CHARS
     if not (long_args or long_error):
         return call
-    return {**call, "args": kept_arguments(args) if long_args else args, "error": kept_arguments(error) if long_error else error}
+    return {
+        **call,
+        "args": kept_arguments(args) if long_args else args,
+        "error": kept_arguments(error) if long_error else error,
+    }
 
 
 def _bounded_raw(call: Any, ids: set[str | None]) -> Any:
@@ -128,14 +148,20 @@ def _bounded_raw(call: Any, ids: set[str | None]) -> Any:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or call.get("id") not in ids:
         return call
-    return {**call, "function": {**function, "arguments": kept_arguments(function.get("arguments") or "")}}
+    return {
+        **call,
+        "function": {**function, "arguments": kept_arguments(function.get("arguments") or "")},
+    }
 
 
 def sent_back_last_turn(state: LoopState) -> bool:
     """Whether the last turn's plain-text reply was sent back to search first (it is the last message)."""
     messages = state.get("messages") or []
-    return bool(state.get("search_nudged")) and bool(messages) and isinstance(messages[-1], AIMessage) and not (
-        messages[-1].tool_calls or messages[-1].invalid_tool_calls
+    return (
+        bool(state.get("search_nudged"))
+        and bool(messages)
+        and isinstance(messages[-1], AIMessage)
+        and not (messages[-1].tool_calls or messages[-1].invalid_tool_calls)
     )
 
 
@@ -178,7 +204,9 @@ def _merged(opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpda
     return cast(ControllerUpdate, merged)
 
 
-def _prepare(deps: LoopDeps, state: LoopState, runtime: Runtime[LoopContext], opening: dict[str, Any]) -> Turn | ControllerUpdate:
+def _prepare(
+    deps: LoopDeps, state: LoopState, runtime: Runtime[LoopContext], opening: dict[str, Any]
+) -> Turn | ControllerUpdate:
     ctx = runtime.context
     iterations = state.get("iterations", 0)
     stop = exhausted(state, ctx)
@@ -191,21 +219,38 @@ def _prepare(deps: LoopDeps, state: LoopState, runtime: Runtime[LoopContext], op
     try:
         model = deps.controller(ctx)
     except Exception as exc:  # a model that cannot be created fails like a model call
-        return {"iterations": iterations + 1, "terminated_by": "error", "error": describe_error(exc)}
+        return {
+            "iterations": iterations + 1,
+            "terminated_by": "error",
+            "error": describe_error(exc),
+        }
     system = system_message(deps, ctx, state, opts)
     if sent_back_last_turn(state):
         # a note in the system prompt, not a forged user turn: the conversation stays the user's
         system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
-    sent: list[BaseMessage] = [system, *compact_earlier(state.get("messages", []), state.get("question_message_id"))]
+    sent: list[BaseMessage] = [
+        system,
+        *compact_earlier(state.get("messages", []), state.get("question_message_id")),
+    ]
     return Turn(model, sent, tools, opts)
 
 
-def _finish(state: LoopState, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException) -> ControllerUpdate:
+def _finish(
+    state: LoopState, ctx: LoopContext, turn: Turn, reply: AIMessage | BaseException
+) -> ControllerUpdate:
     iterations = state.get("iterations", 0)
     if isinstance(reply, BaseException):
-        return {"iterations": iterations + 1, "terminated_by": "error", "error": describe_error(reply)}
+        return {
+            "iterations": iterations + 1,
+            "terminated_by": "error",
+            "error": describe_error(reply),
+        }
     reply = bound_arguments(normalize_reply(reply, iterations))
-    update: ControllerUpdate = {"messages": [reply], "iterations": iterations + 1, "usage": usage_of("controller", reply)}
+    update: ControllerUpdate = {
+        "messages": [reply],
+        "iterations": iterations + 1,
+        "usage": usage_of("controller", reply),
+    }
     if not (reply.tool_calls or reply.invalid_tool_calls):
         text = message_text(reply.content)
         if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
@@ -220,7 +265,12 @@ def _finish(state: LoopState, ctx: LoopContext, turn: Turn, reply: AIMessage | B
     return update
 
 
-def _with_options(state: LoopState, runtime: Runtime[LoopContext], opening: dict[str, Any], update: ControllerUpdate) -> ControllerUpdate:
+def _with_options(
+    state: LoopState,
+    runtime: Runtime[LoopContext],
+    opening: dict[str, Any],
+    update: ControllerUpdate,
+) -> ControllerUpdate:
     """The turn's update on top of the writes that opened a question, with the run's options when they changed."""
     update = _merged(opening, update)
     if "options" not in state or opening:
@@ -233,7 +283,9 @@ def _with_options(state: LoopState, runtime: Runtime[LoopContext], opening: dict
     return update
 
 
-def controller(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ControllerUpdate:
+def controller(
+    state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps
+) -> ControllerUpdate:
     """Run one controller turn (the first of a new question when the run brings one)."""
     state, opening = open_question(state)
     turn = _prepare(deps, state, runtime, opening)

@@ -26,7 +26,9 @@ TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer sta
 NO_TIME_LEFT = "grounding timed out: max_seconds was spent before it could start; the answer stands, ungrounded"
 
 
-def ground_seconds(state: Mapping[str, Any], ctx: LoopContext, now: float | None = None) -> tuple[float, str]:
+def ground_seconds(
+    state: Mapping[str, Any], ctx: LoopContext, now: float | None = None
+) -> tuple[float, str]:
     """Return the seconds grounding may take and which limit set them: ``ground_timeout`` or ``max_seconds``.
 
     The seconds are 0 or less when ``max_seconds`` is already spent.
@@ -77,10 +79,17 @@ def _would_ground(state: LoopState) -> bool:
     """Whether grounding applies, as `grounding.apply` decides (a give-up, for one, is not grounded)."""
     from arcana_loop.grounding.apply import applies
 
-    return applies(state.get("answer"), state.get("chunks") or [], state.get("error"), state.get("terminated_by"))
+    return applies(
+        state.get("answer"),
+        state.get("chunks") or [],
+        state.get("error"),
+        state.get("terminated_by"),
+    )
 
 
-def _graded(state: LoopState, ctx: LoopContext, grounding: dict[str, Any] | None, note: str | None) -> dict[str, Any]:
+def _graded(
+    state: LoopState, ctx: LoopContext, grounding: dict[str, Any] | None, note: str | None
+) -> dict[str, Any]:
     tokens = None if grounding is None else grounding.pop("usage", None)
     update = ground_update(state, ctx, grounding)
     if tokens:
@@ -99,7 +108,10 @@ def ground(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
         return _graded(state, runtime.context, None, NO_TIME_LEFT if _would_ground(state) else None)
     notes: list[str] = []
     result = ground_answer(
-        **_inputs(state), grounder=grounder_for(deps, runtime.context), timeout=seconds, emit=lambda e: emit(runtime, e),
+        **_inputs(state),
+        grounder=grounder_for(deps, runtime.context),
+        timeout=seconds,
+        emit=lambda e: emit(runtime, e),
         on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
     )
     return _graded(state, runtime.context, result, notes[0] if notes else None)

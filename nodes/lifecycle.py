@@ -21,7 +21,12 @@ TOOL_CALL = "tool_call"
 
 def start_event(state: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> dict[str, Any]:
     """Return the run's start event."""
-    return {"event": LOOP_START, "question": state["question"], "max_iterations": ctx.max_iterations, "tool_count": tool_count}
+    return {
+        "event": LOOP_START,
+        "question": state["question"],
+        "max_iterations": ctx.max_iterations,
+        "tool_count": tool_count,
+    }
 
 
 def tool_call_event(entry: ToolEvent, history_size: int) -> dict[str, Any]:
@@ -41,7 +46,9 @@ def stop_event(view: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> di
     }
 
 
-def exception_event(question: str, max_iterations: int, iterations: int, exc: BaseException) -> dict[str, Any]:
+def exception_event(
+    question: str, max_iterations: int, iterations: int, exc: BaseException
+) -> dict[str, Any]:
     """Return the event of a run that raised: the start keys, the turns run, and the error's type and message."""
     return {
         "event": LOOP_EXCEPTION,

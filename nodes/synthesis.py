@@ -46,9 +46,19 @@ class SynthesisUpdate(TypedDict, total=False):
     error: str
 
 
-def _prepare(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> tuple[list[BaseMessage], HumanMessage, dict[str, Any]]:
+def _prepare(
+    deps: LoopDeps, state: LoopState, ctx: LoopContext
+) -> tuple[list[BaseMessage], HumanMessage, dict[str, Any]]:
     opts = loop_opts(ctx, state, [], "fallback")
-    note = instruction_message(render_instruction(deps.synthesis_prompt, ctx.synthesis_prompt, prompts.SYNTHESIS_PROMPT, opts, "synthesis_prompt"))
+    note = instruction_message(
+        render_instruction(
+            deps.synthesis_prompt,
+            ctx.synthesis_prompt,
+            prompts.SYNTHESIS_PROMPT,
+            opts,
+            "synthesis_prompt",
+        )
+    )
     conversation = compact_earlier(state["messages"], state.get("question_message_id"))
     return [system_message(deps, ctx, state, opts), *conversation, note], note, opts
 
@@ -61,7 +71,9 @@ def _write(deps: LoopDeps, ctx: LoopContext, sent: list[BaseMessage], opts: dict
     return model.invoke(sent, [], opts)
 
 
-def _written(state: LoopState, runtime: Runtime[LoopContext], instruction: HumanMessage, text: Any) -> SynthesisUpdate:
+def _written(
+    state: LoopState, runtime: Runtime[LoopContext], instruction: HumanMessage, text: Any
+) -> SynthesisUpdate:
     if isinstance(text, BaseException):
         # the run ends without an answer; error says why (terminated_by stays max_iterations)
         failed: SynthesisUpdate = {"error": SYNTHESIS_FAILED.format(reason=describe_error(text))}
@@ -89,7 +101,9 @@ def _written(state: LoopState, runtime: Runtime[LoopContext], instruction: Human
     }
 
 
-def synthesis(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> SynthesisUpdate:
+def synthesis(
+    state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps
+) -> SynthesisUpdate:
     """Write the fallback answer from the gathered chunks; a failure leaves it unset and says why in ``error``."""
     sent, instruction, opts = _prepare(deps, state, runtime.context)
     result: Any

@@ -65,10 +65,16 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
 def _plan(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> list[Planned]:
     last = state["messages"][-1]
     if not isinstance(last, AIMessage):
-        raise ValueError(f"the tools node expects an assistant message last, found {type(last).__name__}")
+        raise ValueError(
+            f"the tools node expects an assistant message last, found {type(last).__name__}"
+        )
     scope = scope_of(state)
     history = state.get("tool_history") or []
-    guard = DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity) if ctx.duplicate_guard else None
+    guard = (
+        DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity)
+        if ctx.duplicate_guard
+        else None
+    )
     toolset = deps.toolset
     extra = run_tools(deps, ctx, scope)
     return plan_calls(
@@ -80,7 +86,9 @@ def _plan(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> list[Planned]:
         iteration=_iteration(state),
         guard=guard,
         builtins=toolset.builtins,
-        search_first=should_send_back(state, ctx, state.get("iterations", 0), [*toolset.layout, *extra]),
+        search_first=should_send_back(
+            state, ctx, state.get("iterations", 0), [*toolset.layout, *extra]
+        ),
     )
 
 
@@ -92,17 +100,34 @@ def _run(plan: list[Planned], search_fn: SearchFn, ctx: LoopContext) -> list[Cal
         return [run_planned(step, search_fn, ctx.search_opts) for step in plan]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arcana-search") as pool:
         # each search keeps the node's context (callbacks, config, the caller's loop) as it would on this thread
-        running = {id(step): pool.submit(contextvars.copy_context().run, run_planned, step, search_fn, ctx.search_opts) for step in searches}
-        return [running[id(step)].result() if id(step) in running else run_planned(step, search_fn, ctx.search_opts) for step in plan]
+        running = {
+            id(step): pool.submit(
+                contextvars.copy_context().run, run_planned, step, search_fn, ctx.search_opts
+            )
+            for step in searches
+        }
+        return [
+            running[id(step)].result()
+            if id(step) in running
+            else run_planned(step, search_fn, ctx.search_opts)
+            for step in plan
+        ]
 
 
-def _fold(state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]) -> ToolsUpdate:
+def _fold(
+    state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]
+) -> ToolsUpdate:
     iteration = _iteration(state)
     outcomes = render_turn(
-        outcomes, state.get("tool_history") or [], iteration,
-        show_once=runtime.context.show_chunks_once, known=state.get("chunks") or [],
+        outcomes,
+        state.get("tool_history") or [],
+        iteration,
+        show_once=runtime.context.show_chunks_once,
+        known=state.get("chunks") or [],
     )
-    messages: list[BaseMessage] = [ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes]
+    messages: list[BaseMessage] = [
+        ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes
+    ]
     recorded = [o for o in outcomes if o.recorded]
     history = [_entry(o, iteration) for o in recorded]
     update: ToolsUpdate = {"messages": messages, "tool_history": history}

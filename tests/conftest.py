@@ -6,7 +6,11 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.openai_server", "tests.fixtures.langgraph_server"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.openai_server",
+    "tests.fixtures.langgraph_server",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -15,7 +19,13 @@ def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("ARCANA_LOOP_") and name not in ("ARCANA_LOOP_PGDATA",):
             monkeypatch.delenv(name, raising=False)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "LANGSMITH_TRACING",
+        "LANGCHAIN_TRACING_V2",
+    ):
         monkeypatch.delenv(name, raising=False)
     # Scripted models answer at once whatever they are asked; the search-first policy has its
     # own tests (tests/unit/test_design_points.py), which delete this to run with the default.

@@ -63,7 +63,11 @@ class ScriptedChatModel(ReplyingChatModel):
         self.calls.append({"messages": list(messages), "tools": tools, "kwargs": kwargs})
         if not self.responses:
             raise AssertionError("the scripted model ran out of responses")
-        response = self.responses[0] if (self.repeat_last and len(self.responses) == 1) else self.responses.pop(0)
+        response = (
+            self.responses[0]
+            if (self.repeat_last and len(self.responses) == 1)
+            else self.responses.pop(0)
+        )
         if callable(response) and not isinstance(response, BaseMessage):
             response = response(messages)
         if isinstance(response, BaseException):
@@ -93,8 +97,15 @@ class _Bound:
         return await self.model.ainvoke(messages, config, tools=self.tools, **kwargs)
 
 
-def chunk(chunk_id: str, text: str | None = None, score: float = 0.5, **extra: Any) -> dict[str, Any]:
-    return {"id": chunk_id, "text": text if text is not None else f"text of {chunk_id}", "score": score, **extra}
+def chunk(
+    chunk_id: str, text: str | None = None, score: float = 0.5, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": chunk_id,
+        "text": text if text is not None else f"text of {chunk_id}",
+        "score": score,
+        **extra,
+    }
 
 
 class ScriptedSearch:

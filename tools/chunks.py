@@ -39,7 +39,11 @@ def _score(value: Any) -> float:
         return 0.0
     try:
         score = float(value)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float range, e.g. 10**400
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+    ):  # OverflowError: an int past float range, e.g. 10**400
         return 0.0
     return score if math.isfinite(score) else 0.0
 
@@ -136,14 +140,20 @@ def where(chunk: Chunk) -> str:
     Control characters become spaces, so the label cannot start a new entry.
     """
     metadata = chunk.get("metadata") or {}
-    parts = [str(metadata[k]) for k in ("source", "section") if isinstance(metadata.get(k), str) and metadata[k]]
+    parts = [
+        str(metadata[k])
+        for k in ("source", "section")
+        if isinstance(metadata.get(k), str) and metadata[k]
+    ]
     label = _CONTROL.sub(" ", " > ".join(parts)).strip()
     if not label:
         return ""
     return " " + (label if len(label) <= _WHERE_CHARS else label[: _WHERE_CHARS - 3] + "...")
 
 
-def format_search_result(chunks: Sequence[Chunk], shown_before: Mapping[str, int] | None = None) -> str:
+def format_search_result(
+    chunks: Sequence[Chunk], shown_before: Mapping[str, int] | None = None
+) -> str:
     """Render a search result as the controller reads it: full text, stable ids, search order.
 
     Args:

@@ -79,14 +79,24 @@ def past_searches(history: Sequence[ToolEvent], scope: Scope) -> list[PastSearch
         if entry["summary"].startswith("search error") or limit is None:
             continue
         # a collection the schema did not offer was not used, so it did not narrow that search
-        requested = None if "collection" in entry.get("ignored_args", ()) else entry["args"].get("collection")
+        requested = (
+            None
+            if "collection" in entry.get("ignored_args", ())
+            else entry["args"].get("collection")
+        )
         try:
             resolved = scope.resolve(requested)
         except ScopeError:
             continue
         past.append(
             PastSearch(
-                query, search_key(query), scope_key(resolved), entry["iteration"], None, tuple(entry["returned_chunk_ids"]), limit
+                query,
+                search_key(query),
+                scope_key(resolved),
+                entry["iteration"],
+                None,
+                tuple(entry["returned_chunk_ids"]),
+                limit,
             )
         )
     return past

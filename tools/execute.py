@@ -44,7 +44,9 @@ MISSING_QUERY = "missing :query argument"
 TOOL_ERROR = "Tool error: {reason}"
 UNKNOWN_TOOL = "Unknown tool: {name}"
 INVALID_ARGUMENTS = "Tool error: the arguments of {name} are not valid JSON ({reason})"
-REFUSED_ARGUMENTS = "Tool error: the call to {name} was not run: {reason}. Send smaller, flatter arguments."
+REFUSED_ARGUMENTS = (
+    "Tool error: the call to {name} was not run: {reason}. Send smaller, flatter arguments."
+)
 REFUSED_MARK = "arguments refused: "
 """How the controller marks, in an invalid call's ``error``, a call whose arguments it would not keep."""
 MISSING_ANSWER_TEXT = "Tool error: answer needs a non-empty string `text` argument"
@@ -139,7 +141,9 @@ def _plan_search(
         return _search_error(call_id, args, "query must be a non-blank string")
     limit = schemas.effective_limit(args.get("limit"))
     if limit is None:
-        return _search_error(call_id, args, f"limit must be a positive integer, got {args.get('limit')!r}")
+        return _search_error(
+            call_id, args, f"limit must be a positive integer, got {args.get('limit')!r}"
+        )
     try:
         collection = scope.resolve(args.get("collection"))
     except ScopeError as exc:
@@ -152,12 +156,18 @@ def _plan_search(
         key = scope_key(collection)
         earlier = find_duplicate(query, key, guard.past, similarity=guard.similarity, limit=limit)
         if earlier is not None:
-            return CallOutcome(call_id, schemas.SEARCH, args, "", "", duplicate=earlier, rendered=False)
-        guard.past.append(PastSearch(query, search_key(query), key, iteration, call_id, limit=limit))
+            return CallOutcome(
+                call_id, schemas.SEARCH, args, "", "", duplicate=earlier, rendered=False
+            )
+        guard.past.append(
+            PastSearch(query, search_key(query), key, iteration, call_id, limit=limit)
+        )
     return SearchCall(call_id, args, query, collection, limit)
 
 
-def _offered_only(name: str, args: dict[str, Any], scope: Scope) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _offered_only(
+    name: str, args: dict[str, Any], scope: Scope
+) -> tuple[dict[str, Any], tuple[str, ...]]:
     """Split a default tool's arguments into those its schema offers and the names of the others.
 
     A model may send an argument the schema does not have (a ``collection`` in an
@@ -171,25 +181,46 @@ def _offered_only(name: str, args: dict[str, Any], scope: Scope) -> tuple[dict[s
 
 
 def _plan_builtin(
-    call_id: str, name: str, args: dict[str, Any], scope: Scope, guard: DuplicateGuard | None, iteration: int
+    call_id: str,
+    name: str,
+    args: dict[str, Any],
+    scope: Scope,
+    guard: DuplicateGuard | None,
+    iteration: int,
 ) -> Planned:
     """Plan a call of a default tool on its offered arguments, recording the ignored ones."""
     used, ignored = _offered_only(name, args, scope)
-    step = _plan_search(call_id, used, scope, guard, iteration) if name == schemas.SEARCH else _plan_terminal(call_id, name, used)
+    step = (
+        _plan_search(call_id, used, scope, guard, iteration)
+        if name == schemas.SEARCH
+        else _plan_terminal(call_id, name, used)
+    )
     # the history keeps the arguments as sent; what was ignored is listed beside them
     return replace(step, args=args, ignored_args=ignored) if ignored else step
 
 
 def _plan_terminal(call_id: str, name: str, args: dict[str, Any]) -> CallOutcome:
-    key, missing = ("text", MISSING_ANSWER_TEXT) if name == schemas.ANSWER else ("reason", MISSING_GIVE_UP_REASON)
+    key, missing = (
+        ("text", MISSING_ANSWER_TEXT)
+        if name == schemas.ANSWER
+        else ("reason", MISSING_GIVE_UP_REASON)
+    )
     value = args.get(key)
     if not isinstance(value, str) or not value.strip():
         return CallOutcome(call_id, name, args, missing, missing)
     if name == schemas.ANSWER:
-        return CallOutcome(call_id, name, args, value, ANSWERED_SUMMARY, terminal="answered", answer=value)
+        return CallOutcome(
+            call_id, name, args, value, ANSWERED_SUMMARY, terminal="answered", answer=value
+        )
     answer = GIVE_UP_ANSWER.format(reason=value)
     return CallOutcome(
-        call_id, name, args, answer, GAVE_UP_SUMMARY.format(answer=answer), terminal="gave_up", answer=answer
+        call_id,
+        name,
+        args,
+        answer,
+        GAVE_UP_SUMMARY.format(answer=answer),
+        terminal="gave_up",
+        answer=answer,
     )
 
 
@@ -246,7 +277,11 @@ def plan_calls(
         else:
             text = INVALID_ARGUMENTS.format(name=name, reason=error)
         raw = call.get("args")
-        planned.append(CallOutcome(str(call["id"]), name, {"raw_arguments": raw}, text, text, recorded=not ended))
+        planned.append(
+            CallOutcome(
+                str(call["id"]), name, {"raw_arguments": raw}, text, text, recorded=not ended
+            )
+        )
     return planned
 
 
@@ -278,17 +313,32 @@ def kept_arguments(args: Any) -> str:
     except (RecursionError, TypeError, ValueError):
         text = f"<{type(args).__name__} that cannot be shown>"
     if len(text) > KEPT_ARGUMENT_CHARS:
-        text = text[:KEPT_ARGUMENT_CHARS] + f"... [{len(text) - KEPT_ARGUMENT_CHARS:,} more characters]"
+        text = (
+            text[:KEPT_ARGUMENT_CHARS]
+            + f"... [{len(text) - KEPT_ARGUMENT_CHARS:,} more characters]"
+        )
     return scrub(text)  # parts nested too deep for the reply's scrubbing may hold lone surrogates
 
 
 def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
     if not isinstance(results, list | tuple):
-        return _failed_search(call, f"the search returned {type(results).__name__}, not a list of chunks")
-    found = to_chunks(results, call.limit)  # bounded: a search may return far more than it was asked for
+        return _failed_search(
+            call, f"the search returned {type(results).__name__}, not a list of chunks"
+        )
+    found = to_chunks(
+        results, call.limit
+    )  # bounded: a search may return far more than it was asked for
     ids = [c["id"] for c in found]
     return CallOutcome(
-        call.call_id, schemas.SEARCH, call.args, "", "", ids, found, rendered=False, entities=entity_usage(found),
+        call.call_id,
+        schemas.SEARCH,
+        call.args,
+        "",
+        "",
+        ids,
+        found,
+        rendered=False,
+        entities=entity_usage(found),
         ignored_args=call.ignored_args,
     )
 
@@ -299,7 +349,11 @@ def _failed_search(call: SearchCall, reason: str) -> CallOutcome:
 
 def entity_usage(found: Sequence[Chunk]) -> dict[str, Any] | None:
     """Read from the chunks' metadata whether the knowledge graph took part in a search."""
-    marks = [c["metadata"] for c in found if isinstance(c.get("metadata", {}).get("matched_entities"), int)]
+    marks = [
+        c["metadata"]
+        for c in found
+        if isinstance(c.get("metadata", {}).get("matched_entities"), int)
+    ]
     if not marks:
         return None
     return {
@@ -319,8 +373,14 @@ def _tool_text(result: Any) -> str:
         return str(content)
 
 
-def _custom_outcome(call: CustomCall, result: Any = None, error: BaseException | None = None) -> CallOutcome:
-    text = TOOL_ERROR.format(reason=str(error) or type(error).__name__) if error else _tool_text(result)
+def _custom_outcome(
+    call: CustomCall, result: Any = None, error: BaseException | None = None
+) -> CallOutcome:
+    text = (
+        TOOL_ERROR.format(reason=str(error) or type(error).__name__)
+        if error
+        else _tool_text(result)
+    )
     text = scrub(text)  # a tool's output is stored and sent like a model reply
     return CallOutcome(call.call_id, call.tool.name, call.args, text, text)
 
@@ -332,12 +392,18 @@ def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, An
     if isinstance(step, SearchCall):
         traced = tracing.start_search(step.query, step.collection, step.limit)
         try:
-            results = bridge.call(search_fn, step.query, collection=step.collection, limit=step.limit, **search_opts)
+            results = bridge.call(
+                search_fn, step.query, collection=step.collection, limit=step.limit, **search_opts
+            )
         except Exception as exc:  # the tool boundary: a failing search is a tool result
             tracing.search_failed(traced, exc)
             return _failed_search(step, describe_error(exc))
         outcome = _search_outcome(step, results)
-        tracing.end_search(traced, outcome.found, None if outcome.found or not _is_error(outcome) else outcome.summary)
+        tracing.end_search(
+            traced,
+            outcome.found,
+            None if outcome.found or not _is_error(outcome) else outcome.summary,
+        )
         return outcome
     try:
         return _custom_outcome(step, _invoke_tool(step.tool, step.args))
@@ -403,7 +469,9 @@ def render_turn(
             if earlier.call_id is not None and earlier.call_id in by_call:
                 ids = by_call[earlier.call_id].returned_chunk_ids
             text = DUPLICATE_SEARCH.format(
-                query=earlier.query, iteration=earlier.iteration, ids=", ".join(map(render_id, ids)) or "no chunks"
+                query=earlier.query,
+                iteration=earlier.iteration,
+                ids=", ".join(map(render_id, ids)) or "no chunks",
             )
         else:
             # an id shown before with another text points nowhere useful: show this text in full
@@ -411,7 +479,9 @@ def render_turn(
             pointers = {k: v for k, v in shown.items() if k not in changed} if changed else shown
             text = format_search_result(outcome.found, pointers if show_once else None)
             for chunk in outcome.found[:SHOWN_PER_SEARCH]:
-                shown[chunk["id"]] = iteration if chunk["id"] in changed else shown.get(chunk["id"], iteration)
+                shown[chunk["id"]] = (
+                    iteration if chunk["id"] in changed else shown.get(chunk["id"], iteration)
+                )
                 texts[chunk["id"]] = chunk["text"]
         rendered.append(replace(outcome, content=text, summary=text, rendered=True))
     return rendered

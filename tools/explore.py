@@ -30,7 +30,9 @@ def format_entities(name: str, found: Sequence[dict[str, Any]]) -> str:
         if ent["neighbours"]:
             lines.append("Related: " + ", ".join(n["name"] for n in ent["neighbours"]))
         if ent["community"] is not None:
-            lines.append(f"Community ({ent['community']['size']} entities): {ent['community']['summary']}")
+            lines.append(
+                f"Community ({ent['community']['size']} entities): {ent['community']['summary']}"
+            )
         if ent["chunk_ids"]:
             lines.append("Mentioned in chunks: " + ", ".join(ent["chunk_ids"]))
         parts.append("\n".join(lines))

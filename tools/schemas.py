@@ -47,10 +47,13 @@ def effective_limit(limit: object) -> int | None:
         return None
     return min(limit, MAX_SEARCH_LIMIT)
 
+
 ToolSchema = dict[str, Any]
 
 
-def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> ToolSchema:
+def _function(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> ToolSchema:
     return {
         "type": "function",
         "function": {
@@ -106,13 +109,19 @@ class BuiltinTool(BaseTool):
     """
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"the {self.name!r} tool is run by the loop; it cannot be called on its own")
+        raise NotImplementedError(
+            f"the {self.name!r} tool is run by the loop; it cannot be called on its own"
+        )
 
 
 def _builtin(schema: ToolSchema) -> BuiltinTool:
     function = schema["function"]
     # a copy: the schemas the controller is offered are shared and must never change
-    return BuiltinTool(name=function["name"], description=function["description"], args_schema=copy.deepcopy(function["parameters"]))
+    return BuiltinTool(
+        name=function["name"],
+        description=function["description"],
+        args_schema=copy.deepcopy(function["parameters"]),
+    )
 
 
 def search_schema_unscoped() -> ToolSchema:
@@ -120,7 +129,11 @@ def search_schema_unscoped() -> ToolSchema:
     return search_schema(Scope("all"))
 
 
-DEFAULT_TOOLS: tuple[BuiltinTool, ...] = (_builtin(search_schema_unscoped()), _builtin(ANSWER_SCHEMA), _builtin(GIVE_UP_SCHEMA))
+DEFAULT_TOOLS: tuple[BuiltinTool, ...] = (
+    _builtin(search_schema_unscoped()),
+    _builtin(ANSWER_SCHEMA),
+    _builtin(GIVE_UP_SCHEMA),
+)
 """The default tools, in the order the controller sees them: ``search``, ``answer``, ``give_up``."""
 
 
@@ -145,7 +158,9 @@ def _check_tool(tool: Any, seen: set[str]) -> None:
     if not isinstance(tool, BaseTool):
         raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
     if isinstance(tool, BuiltinTool) and tool.name not in DEFAULT_TOOL_NAMES:
-        raise ValueError(f"{tool.name!r} is not a default tool (the default tools are {DEFAULT_TOOL_NAMES})")
+        raise ValueError(
+            f"{tool.name!r} is not a default tool (the default tools are {DEFAULT_TOOL_NAMES})"
+        )
     if not isinstance(tool, BuiltinTool) and tool.name in CONTROL_TOOL_NAMES:
         raise ValueError(
             f"a custom tool cannot be named {tool.name!r}: {CONTROL_TOOL_NAMES} are control tools the loop "
@@ -213,7 +228,10 @@ def controller_tools(
     if toolset is None:
         return [*_default_tools(scope), *custom]
     defaults = builtin_schemas(scope)
-    return [toolset.custom_schemas[n] if n in toolset.custom_schemas else defaults[n] for n in toolset.layout] + list(custom)
+    return [
+        toolset.custom_schemas[n] if n in toolset.custom_schemas else defaults[n]
+        for n in toolset.layout
+    ] + list(custom)
 
 
 def tool_name(schema: ToolSchema) -> str:

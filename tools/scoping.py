@@ -76,7 +76,9 @@ class Scope:
                 return None
         elif isinstance(requested, str) and requested in self.names:
             return requested
-        raise ScopeError(NOT_ALLOWED_TEMPLATE.format(name=_shown(requested), allowed=self.allowed_text))
+        raise ScopeError(
+            NOT_ALLOWED_TEMPLATE.format(name=_shown(requested), allowed=self.allowed_text)
+        )
 
     def to_value(self) -> str | list[str]:
         """Return the scope as the ``collection`` value a caller would pass."""

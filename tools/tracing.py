@@ -27,7 +27,9 @@ def _metadata(collection: str | list[str] | None, limit: int) -> dict[str, Any]:
 
 
 def _manager(collection: str | list[str] | None, limit: int) -> CallbackManager:
-    config = ensure_config()  # inside a node: the node's config, whose callbacks are its run's children
+    config = (
+        ensure_config()
+    )  # inside a node: the node's config, whose callbacks are its run's children
     return CallbackManager.configure(
         config.get("callbacks"),
         None,
@@ -40,12 +42,18 @@ def _manager(collection: str | list[str] | None, limit: int) -> CallbackManager:
 def documents(found: Sequence[Chunk]) -> list[Document]:
     """Return chunks as LangChain documents: the text as page content, the rest as metadata."""
     return [
-        Document(page_content=c["text"], id=c["id"], metadata={k: v for k, v in c.items() if k not in ("id", "text")})
+        Document(
+            page_content=c["text"],
+            id=c["id"],
+            metadata={k: v for k, v in c.items() if k not in ("id", "text")},
+        )
         for c in found
     ]
 
 
-def start_search(query: str, collection: str | list[str] | None, limit: int) -> CallbackManagerForRetrieverRun | None:
+def start_search(
+    query: str, collection: str | list[str] | None, limit: int
+) -> CallbackManagerForRetrieverRun | None:
     """Open the retriever run of one search; ``None`` when nobody listens."""
     manager = _manager(collection, limit)
     if not manager.handlers:
@@ -53,7 +61,9 @@ def start_search(query: str, collection: str | list[str] | None, limit: int) -> 
     return manager.on_retriever_start(None, query, name=RUN_NAME)
 
 
-def end_search(run: CallbackManagerForRetrieverRun | None, found: Sequence[Chunk], error: str | None = None) -> None:
+def end_search(
+    run: CallbackManagerForRetrieverRun | None, found: Sequence[Chunk], error: str | None = None
+) -> None:
     """Close a search's run with the chunks it found, or with the error its result was."""
     if run is None:
         return

@@ -69,9 +69,7 @@ def llm_summarizer(model: BaseChatModel) -> comm.Summarizer:
 
 def _checked(batch: Sequence[ChunkText], extractions: Any, name: str) -> list[Extraction]:
     if not isinstance(extractions, list) or len(extractions) != len(batch):
-        raise EntityBuildError(
-            f"extractor {name!r} must return one Extraction per chunk, in order"
-        )
+        raise EntityBuildError(f"extractor {name!r} must return one Extraction per chunk, in order")
     for chunk, ext in zip(batch, extractions, strict=True):
         if not isinstance(ext, Extraction) or ext.chunk_id != chunk.id:
             raise EntityBuildError(

@@ -29,7 +29,13 @@ def explore(
         " WHERE e.collection_id = ANY(%(ids)s)"
         " AND (e.norm_name = %(key)s OR right(e.norm_name, %(n)s) = %(suffix)s)"
         " ORDER BY e.norm_name <> %(key)s, length(e.norm_name), e.id LIMIT %(limit)s",
-        {"ids": list(ids), "key": key, "suffix": "." + key, "n": len(key) + 1, "limit": MAX_MATCHES},
+        {
+            "ids": list(ids),
+            "key": key,
+            "suffix": "." + key,
+            "n": len(key) + 1,
+            "limit": MAX_MATCHES,
+        },
     ).fetchall()
     return [_context(conn, row, neighbours) for row in rows]
 

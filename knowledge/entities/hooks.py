@@ -19,7 +19,9 @@ from arcana_loop.knowledge.types import Chunk
 logger = logging.getLogger(__name__)
 
 
-def entity_collection_ids(rows: Sequence[tuple[Any, ...]], scope_ids: Sequence[int], model: str, dimension: int) -> list[int]:
+def entity_collection_ids(
+    rows: Sequence[tuple[Any, ...]], scope_ids: Sequence[int], model: str, dimension: int
+) -> list[int]:
     """Collections of the scope whose entity vectors this embedder can query."""
     allowed = set(scope_ids)
     return [r[0] for r in rows if r[0] in allowed and (r[2], r[3]) == (model, dimension)]

@@ -40,7 +40,9 @@ class EntityReply(BaseModel):
     """One entity as the model returns it."""
 
     name: str = Field(min_length=1, description="The entity's name, as the text writes it.")
-    type: str = Field(default="", description="A short type: module, class, function, concept, person, place...")
+    type: str = Field(
+        default="", description="A short type: module, class, function, concept, person, place..."
+    )
     description: str = Field(default="", description="One sentence from the text about the entity.")
 
 
@@ -51,7 +53,9 @@ class RelationshipReply(BaseModel):
     target: str = Field(min_length=1, description="Name of another entity of the list.")
     type: str = Field(default="related_to", description="A short type: part_of, raises, uses...")
     description: str = Field(default="", description="One sentence on how they relate.")
-    strength: float = Field(default=1.0, gt=0, le=10, description="1 (loose) to 10 (defined by each other).")
+    strength: float = Field(
+        default=1.0, gt=0, le=10, description="1 (loose) to 10 (defined by each other)."
+    )
 
 
 class ExtractionReply(BaseModel):

@@ -40,7 +40,9 @@ _DOTTED = re.compile(rf"(?<![\w.]){_IDENT}(?:\.{_IDENT})+(?:\(\))?")
 _CALL = re.compile(rf"(?<![\w.])(?:{_IDENT}\(\)|[A-Za-z0-9]*_[A-Za-z0-9_]*(?=\())")
 _SNAKE = re.compile(r"(?<![\w.])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w(]|\.\w)")
 _CAPITALISED = re.compile(r"(?<![\w.])[A-Z][A-Za-z0-9]+(?![\w(]|\.\w)")
-_TERM = re.compile(r"(?<![\w.])[A-Z][a-z]+(?:[ \t]+(?:of[ \t]+|de[ \t]+|du[ \t]+)?[A-Z][a-z]+)+(?!\w|\.\w)")
+_TERM = re.compile(
+    r"(?<![\w.])[A-Z][a-z]+(?:[ \t]+(?:of[ \t]+|de[ \t]+|du[ \t]+)?[A-Z][a-z]+)+(?!\w|\.\w)"
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 _LEADING_STOPWORDS = frozenset(

@@ -70,7 +70,11 @@ class EntitySearchOptions:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         check_depth(self.depth)
         weight: object = self.entity_weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or self.entity_weight < 0:
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or self.entity_weight < 0
+        ):
             raise ValueError(f"entity_weight must be a number >= 0, got {self.entity_weight!r}")
 
 

@@ -290,4 +290,6 @@ def entity_counts(conn: psycopg.Connection[Any], collection_id: int) -> dict[str
         {"c": collection_id},
     ).fetchone()
     assert row is not None  # an aggregate always returns a row
-    return dict(zip(("entities", "relationships", "mentions", "communities"), map(int, row), strict=True))
+    return dict(
+        zip(("entities", "relationships", "mentions", "communities"), map(int, row), strict=True)
+    )

@@ -25,17 +25,34 @@ def test_checkpointed_run_gets_a_thread_and_a_per_step_history(spec, tmp_path):
     result = run("Q?", controller_llm=script(), search_fn=found(), checkpointer=checkpointer)
     assert result.thread_id and result.answer == "done"
     saver = resolve_checkpointer(checkpointer)
-    compiled = build_graph(make_deps(controller_llm=script(), search_fn=found())).compile(checkpointer=saver)
+    compiled = build_graph(make_deps(controller_llm=script(), search_fn=found())).compile(
+        checkpointer=saver
+    )
     history = list(compiled.get_state_history({"configurable": {"thread_id": result.thread_id}}))
     steps = [h.next[0] for h in reversed(history) if h.next]
-    assert steps == ["__start__", "controller", "tools", "controller", "tools", "controller", "tools", "finish"]
+    assert steps == [
+        "__start__",
+        "controller",
+        "tools",
+        "controller",
+        "tools",
+        "controller",
+        "tools",
+        "finish",
+    ]
     assert history[0].values["terminated_by"] == "answered"
 
 
 @pytest.mark.postgres
 def test_postgres_checkpointer(pg_url, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", pg_url)
-    result = run("Q?", controller_llm=script(), search_fn=found(), checkpointer="postgres", thread_id="pg-thread-1")
+    result = run(
+        "Q?",
+        controller_llm=script(),
+        search_fn=found(),
+        checkpointer="postgres",
+        thread_id="pg-thread-1",
+    )
     assert result.thread_id == "pg-thread-1"
     saver = resolve_checkpointer("postgres")
     state = saver.get_tuple({"configurable": {"thread_id": "pg-thread-1"}})
@@ -44,15 +61,23 @@ def test_postgres_checkpointer(pg_url, monkeypatch):
 
 def test_replay_from_a_checkpoint_leaves_the_original_untouched():
     saver = resolve_checkpointer("memory")
-    compiled = build_graph(make_deps(controller_llm=script(), search_fn=found())).compile(checkpointer=saver)
+    compiled = build_graph(make_deps(controller_llm=script(), search_fn=found())).compile(
+        checkpointer=saver
+    )
     config = {"configurable": {"thread_id": "replay-1"}}
     compiled.invoke({"question": "Q?"}, config, context=LoopContext())
     original_final = compiled.get_state(config).config
     history = list(compiled.get_state_history(config))
-    before_answer = next(h for h in history if h.next == ("controller",) and len(h.values.get("tool_history", [])) == 2)
+    before_answer = next(
+        h
+        for h in history
+        if h.next == ("controller",) and len(h.values.get("tool_history", [])) == 2
+    )
     fork = compiled.update_state(before_answer.config, {"chunks": []})
     replay_model = ScriptedChatModel(responses=[answer("replayed")])
-    replayed = build_graph(make_deps(controller_llm=replay_model, search_fn=found())).compile(checkpointer=saver)
+    replayed = build_graph(make_deps(controller_llm=replay_model, search_fn=found())).compile(
+        checkpointer=saver
+    )
     out = replayed.invoke(None, fork, context=LoopContext())
     assert out["answer"] == "replayed"
     # A fork on the same thread becomes its head; the original run stays in its history.
@@ -74,7 +99,10 @@ async def test_arun_opens_an_async_saver_for_a_spec(kind, tmp_path, request, mon
     spec = f"sqlite:{tmp_path / 'a.sqlite'}" if kind == "sqlite" else "postgres"
     result = await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer=spec)
     assert result.answer == "done" and result.thread_id
-    assert [s.node for s in trace(result.thread_id, spec)] == [*["controller", "tools"] * 3, "finish"]  # the sync reader sees what arun wrote
+    assert [s.node for s in trace(result.thread_id, spec)] == [
+        *["controller", "tools"] * 3,
+        "finish",
+    ]  # the sync reader sees what arun wrote
 
 
 async def test_arun_rejects_a_bad_spec_before_opening_anything():
@@ -83,7 +111,13 @@ async def test_arun_rejects_a_bad_spec_before_opening_anything():
     with pytest.raises(ValueError, match="unknown checkpointer"):
         await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="redis")
     with pytest.raises(ValueError, match="durability must be one of"):
-        await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer="memory", durability="later")
+        await arun(
+            "Q?",
+            controller_llm=script(),
+            search_fn=found(),
+            checkpointer="memory",
+            durability="later",
+        )
 
 
 def test_a_program_using_arun_with_sqlite_exits_when_it_is_done(tmp_path):
@@ -99,5 +133,11 @@ def test_a_program_using_arun_with_sqlite_exits_when_it_is_done(tmp_path):
         "print(r.answer)\n"
     )
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", program, str(tmp_path / "t.sqlite")], cwd=root, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path / "t.sqlite")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr

@@ -13,8 +13,17 @@ from bench.loop_bench import instant_search
 
 
 def _run(saver: InMemorySaver, turns: int):
-    result = run("Q?", controller_llm=TurnsModel(turns=turns), search_fn=instant_search, checkpointer=saver, max_iterations=turns + 1, chunk_cap=5 * turns)
-    compiled = build_graph(make_deps(controller_llm=TurnsModel(turns=turns), search_fn=instant_search)).compile(checkpointer=saver)
+    result = run(
+        "Q?",
+        controller_llm=TurnsModel(turns=turns),
+        search_fn=instant_search,
+        checkpointer=saver,
+        max_iterations=turns + 1,
+        chunk_cap=5 * turns,
+    )
+    compiled = build_graph(
+        make_deps(controller_llm=TurnsModel(turns=turns), search_fn=instant_search)
+    ).compile(checkpointer=saver)
     config = {"configurable": {"thread_id": result.thread_id}}
     return result, compiled, config
 
@@ -47,8 +56,14 @@ def test_rebuilt_state_equals_the_live_result_at_every_read():
 
 
 def test_fold_messages_is_batching_invariant_and_gives_stable_ids():
-    writes = [[HumanMessage("q")], [AIMessage("", tool_calls=[{"name": "search", "args": {}, "id": "t1"}])], [ToolMessage("r", tool_call_id="t1")]]
-    one_by_one = fold_messages(fold_messages(fold_messages([], writes[:1]), writes[1:2]), writes[2:])
+    writes = [
+        [HumanMessage("q")],
+        [AIMessage("", tool_calls=[{"name": "search", "args": {}, "id": "t1"}])],
+        [ToolMessage("r", tool_call_id="t1")],
+    ]
+    one_by_one = fold_messages(
+        fold_messages(fold_messages([], writes[:1]), writes[1:2]), writes[2:]
+    )
     at_once = fold_messages([], writes)
     assert [m.id for m in one_by_one] == [m.id for m in at_once]
     assert all(m.id for m in at_once)

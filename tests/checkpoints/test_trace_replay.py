@@ -20,9 +20,22 @@ from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk,
 
 
 def _three_turns(checkpointer, **options):
-    model = ScriptedChatModel(responses=[search("alpha"), search("beta"), answer("Alpha is first [c1].")])
-    found = ScriptedSearch([[chunk("c1", "Alpha is first."), chunk("c9", score=0.2)], [chunk("c2", "Beta is second.", score=0.7)]])
-    return run("What is first?", controller_llm=model, search_fn=found, checkpointer=checkpointer, **options)
+    model = ScriptedChatModel(
+        responses=[search("alpha"), search("beta"), answer("Alpha is first [c1].")]
+    )
+    found = ScriptedSearch(
+        [
+            [chunk("c1", "Alpha is first."), chunk("c9", score=0.2)],
+            [chunk("c2", "Beta is second.", score=0.7)],
+        ]
+    )
+    return run(
+        "What is first?",
+        controller_llm=model,
+        search_fn=found,
+        checkpointer=checkpointer,
+        **options,
+    )
 
 
 @pytest.mark.parametrize("spec", ["memory", "sqlite"])
@@ -34,10 +47,19 @@ def test_trace_has_one_row_per_node_run_with_searches_and_the_ending(spec, tmp_p
     assert [r.step for r in rows] == list(range(1, 8))
     assert [r.iteration for r in rows] == [0, 0, 1, 1, 2, 2, 2]
     assert rows[0].tool_calls == [{"name": "search", "args": {"query": "alpha"}}]
-    assert rows[1].searches == [{"query": "alpha", "collection": None, "returned_chunk_ids": ["c1", "c9"], "duplicate_of": None}]
+    assert rows[1].searches == [
+        {
+            "query": "alpha",
+            "collection": None,
+            "returned_chunk_ids": ["c1", "c9"],
+            "duplicate_of": None,
+        }
+    ]
     assert rows[3].searches[0]["returned_chunk_ids"] == ["c2"]
     # the tools step wrote the outcome; the finish step after it only closes the question
-    assert rows[-2].terminated_by == "answered" and all(r.terminated_by is None for r in [*rows[:-2], rows[-1]])
+    assert rows[-2].terminated_by == "answered" and all(
+        r.terminated_by is None for r in [*rows[:-2], rows[-1]]
+    )
     assert all(r.seconds is not None and r.seconds >= 0 for r in rows)
     assert len({r.checkpoint_id for r in rows}) == len(rows)
     assert rows[1].to_dict()["searches"] == rows[1].searches
@@ -46,7 +68,12 @@ def test_trace_has_one_row_per_node_run_with_searches_and_the_ending(spec, tmp_p
 def test_trace_reports_tokens_when_the_model_does():
     reply = answer("done")
     reply.usage_metadata = {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15}
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[reply]), search_fn=ScriptedSearch([]), checkpointer="memory")
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[reply]),
+        search_fn=ScriptedSearch([]),
+        checkpointer="memory",
+    )
     assert trace(result.thread_id, "memory")[0].tokens == 15
 
 
@@ -60,10 +87,16 @@ def test_trace_of_an_unknown_thread_is_a_clear_error():
 def test_fork_with_fewer_iterations_runs_synthesis_and_leaves_the_original_untouched():
     result = _three_turns("memory")
     before = [r.to_dict() for r in trace(result.thread_id, "memory")]
-    after_first_search = trace(result.thread_id, "memory")[2].checkpoint_id  # the second controller turn
+    after_first_search = trace(result.thread_id, "memory")[
+        2
+    ].checkpoint_id  # the second controller turn
     forked = fork(
-        result.thread_id, checkpointer="memory", checkpoint_id=after_first_search,
-        controller_llm=ScriptedChatModel(responses=[]), search_fn=ScriptedSearch([]), max_iterations=1,
+        result.thread_id,
+        checkpointer="memory",
+        checkpoint_id=after_first_search,
+        controller_llm=ScriptedChatModel(responses=[]),
+        search_fn=ScriptedSearch([]),
+        max_iterations=1,
         fallback_synthesis=False,
     )
     assert forked.thread_id != result.thread_id
@@ -76,25 +109,42 @@ def test_fork_with_an_edited_search_query_searches_the_new_query():
     result = _three_turns("memory")
     rows = trace(result.thread_id, "memory")
     second_tools = rows[3]  # the tools step of the second turn, before it ran
-    snapshot = next(s for s in history(result.thread_id, "memory") if s.config["configurable"]["checkpoint_id"] == second_tools.checkpoint_id)
+    snapshot = next(
+        s
+        for s in history(result.thread_id, "memory")
+        if s.config["configurable"]["checkpoint_id"] == second_tools.checkpoint_id
+    )
     old = snapshot.values["messages"][-1]
-    edited = AIMessage(content="", id=old.id, tool_calls=[{**old.tool_calls[0], "args": {"query": "gamma"}}])
+    edited = AIMessage(
+        content="", id=old.id, tool_calls=[{**old.tool_calls[0], "args": {"query": "gamma"}}]
+    )
     seen = []
     forked = fork(
-        result.thread_id, checkpointer="memory", checkpoint_id=second_tools.checkpoint_id, values={"messages": [edited]},
+        result.thread_id,
+        checkpointer="memory",
+        checkpoint_id=second_tools.checkpoint_id,
+        values={"messages": [edited]},
         controller_llm=ScriptedChatModel(responses=[answer("Gamma.")]),
         search_fn=lambda query, **kw: seen.append(query) or [chunk("g1", "Gamma.")],
     )
     assert seen == ["gamma"]
-    assert [e["args"].get("query") for e in forked.tool_history if e["tool"] == "search"] == ["alpha", "gamma"]
+    assert [e["args"].get("query") for e in forked.tool_history if e["tool"] == "search"] == [
+        "alpha",
+        "gamma",
+    ]
     assert forked.answer == "Gamma."
 
 
 def test_replay_from_the_start_asks_the_question_again():
     result = _three_turns("memory")
     first = trace(result.thread_id, "memory")[0].checkpoint_id
-    again = replay(result.thread_id, checkpointer="memory", checkpoint_id=first,
-                   controller_llm=ScriptedChatModel(responses=[answer("again")]), search_fn=ScriptedSearch([]))
+    again = replay(
+        result.thread_id,
+        checkpointer="memory",
+        checkpoint_id=first,
+        controller_llm=ScriptedChatModel(responses=[answer("again")]),
+        search_fn=ScriptedSearch([]),
+    )
     assert again.answer == "again" and again.iterations == 1
 
 
@@ -109,18 +159,31 @@ def test_fork_from_an_unknown_checkpoint_is_a_clear_error():
 SCRIPTS = {
     "answered": dict(responses=[search("alpha"), search("beta"), answer("Alpha is first [c1].")]),
     "synthesis": dict(responses=[search("alpha"), search("beta")], options={"max_iterations": 2}),
-    "answerer": dict(responses=[search("alpha"), answer("draft")], answerer="Rewritten: alpha is first."),
+    "answerer": dict(
+        responses=[search("alpha"), answer("draft")], answerer="Rewritten: alpha is first."
+    ),
     "controller error": dict(responses=[search("alpha"), RuntimeError("rate limited")]),
     "search error": dict(responses=[search("boom"), answer("none")]),
-    "duplicate and parallel": dict(responses=[calls(tool_call("search", query="alpha"), tool_call("search", query="beta")), search("alpha"), answer("ok")]),
-    "grounded": dict(responses=[search("alpha"), answer("Alpha is first.")], options={"grounder": "local"}),
+    "duplicate and parallel": dict(
+        responses=[
+            calls(tool_call("search", query="alpha"), tool_call("search", query="beta")),
+            search("alpha"),
+            answer("ok"),
+        ]
+    ),
+    "grounded": dict(
+        responses=[search("alpha"), answer("Alpha is first.")], options={"grounder": "local"}
+    ),
 }
 
 
 def _search(query, **kw):
     if query == "boom":
         raise ConnectionError("database went away")
-    return {"alpha": [chunk("c1", "Alpha is first."), chunk("c9", score=0.2)], "beta": [chunk("c2", "Beta is second.", score=0.7)]}[query]
+    return {
+        "alpha": [chunk("c1", "Alpha is first."), chunk("c9", score=0.2)],
+        "beta": [chunk("c2", "Beta is second.", score=0.7)],
+    }[query]
 
 
 @pytest.mark.parametrize("case", sorted(SCRIPTS))
@@ -131,13 +194,23 @@ def test_a_recorded_replay_reproduces_the_run_exactly_without_model_or_database(
         kwargs["answer_llm"] = ScriptedChatModel(responses=[script["answerer"]])
     if case == "synthesis":
         kwargs["synthesizer"] = lambda messages, opts: "Synthesized: alpha [c1]."
-    original = run("What is first?", controller_llm=ScriptedChatModel(responses=script["responses"]), search_fn=_search, checkpointer="memory", **kwargs)
+    original = run(
+        "What is first?",
+        controller_llm=ScriptedChatModel(responses=script["responses"]),
+        search_fn=_search,
+        checkpointer="memory",
+        **kwargs,
+    )
     record = record_of(original.thread_id, "memory")
     saved = Record.load(record.save(tmp_path / "record.json"))
     assert verify_record(saved) == []
     replayed = replay_record(saved)
     assert (replayed.answer, replayed.terminated_by, replayed.tool_history, replayed.chunks) == (
-        original.answer, original.terminated_by, original.tool_history, original.chunks)
+        original.answer,
+        original.terminated_by,
+        original.tool_history,
+        original.chunks,
+    )
     if case == "grounded":
         assert replayed.grounding["score"] == original.grounding["score"]
 
@@ -149,7 +222,9 @@ def test_a_tampered_record_is_reported_not_hidden(tmp_path):
     record.expected["chunks"] = original.chunks
     assert any(d.startswith("chunks:") for d in verify_record(record))
     record.searches.pop()  # the replay's second search finds nothing recorded: a search error, and a diverging history
-    assert any(d.startswith("tool_history:") and "no (more) results" in d for d in verify_record(record))
+    assert any(
+        d.startswith("tool_history:") and "no (more) results" in d for d in verify_record(record)
+    )
 
 
 def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path):
@@ -166,7 +241,11 @@ async def test_on_event_sees_each_tool_call_live_and_the_result_is_unchanged(use
     from arcana_loop.graph import arun
 
     seen = []
-    kwargs = dict(controller_llm=ScriptedChatModel(responses=[search("alpha"), answer("done")]), search_fn=_search, on_event=seen.append)
+    kwargs = dict(
+        controller_llm=ScriptedChatModel(responses=[search("alpha"), answer("done")]),
+        search_fn=_search,
+        on_event=seen.append,
+    )
     result = await arun("Q?", **kwargs) if use_async else run("Q?", **kwargs)
     assert [e["event"] for e in seen] == ["loop_start", "tool_call", "tool_call", "loop_stop"]
     assert seen[1]["args"] == {"query": "alpha"} and seen[1]["returned_chunk_ids"] == ["c1", "c9"]

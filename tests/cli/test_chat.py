@@ -50,9 +50,25 @@ def _threads(output: str) -> list[str]:
     return re.findall(r"[Tt]hread ([0-9a-f-]{36})", output)
 
 
-def test_chat_answers_follow_ups_on_one_thread_and_new_starts_a_fresh_one(runner: CliRunner, collection: str) -> None:
+def test_chat_answers_follow_ups_on_one_thread_and_new_starts_a_fresh_one(
+    runner: CliRunner, collection: str
+) -> None:
     typed = "\n".join([FIRST, FOLLOW_UP, "/new", FOLLOW_UP, "/exit", OTHER]) + "\n"
-    done = runner.invoke(app, ["chat", "-c", collection, "--model", "offline", "--checkpointer", "memory", "--ground", "local"], input=typed)
+    done = runner.invoke(
+        app,
+        [
+            "chat",
+            "-c",
+            collection,
+            "--model",
+            "offline",
+            "--checkpointer",
+            "memory",
+            "--ground",
+            "local",
+        ],
+        input=typed,
+    )
     assert done.exit_code == 0, done.output
     out = done.output
     assert "zentrofy.deadline_call" in out
@@ -67,12 +83,18 @@ def test_chat_answers_follow_ups_on_one_thread_and_new_starts_a_fresh_one(runner
 
 
 def test_chat_refuses_to_run_without_a_checkpointer(runner: CliRunner, collection: str) -> None:
-    done = runner.invoke(app, ["chat", "-c", collection, "--model", "offline", "--checkpointer", "none"], input=FIRST + "\n")
+    done = runner.invoke(
+        app,
+        ["chat", "-c", collection, "--model", "offline", "--checkpointer", "none"],
+        input=FIRST + "\n",
+    )
     assert done.exit_code == 1
     assert "needs a checkpointer" in done.output and "Traceback" not in done.output
 
 
-def test_ask_with_thread_id_continues_the_conversation(runner: CliRunner, collection: str, tmp_path) -> None:
+def test_ask_with_thread_id_continues_the_conversation(
+    runner: CliRunner, collection: str, tmp_path
+) -> None:
     store = f"sqlite:{tmp_path / 'threads.sqlite'}"
     base = ["-c", collection, "--model", "offline", "--checkpointer", store, "--json"]
     first = runner.invoke(app, ["ask", FIRST, *base])
@@ -81,17 +103,25 @@ def test_ask_with_thread_id_continues_the_conversation(runner: CliRunner, collec
     second = runner.invoke(app, ["ask", FOLLOW_UP, *base, "--thread-id", thread])
     assert second.exit_code == 0, second.output
     result = json.loads(second.stdout)
-    assert (result["question"], result["question_index"], result["terminated_by"]) == (FOLLOW_UP, 1, "answered")
+    assert (result["question"], result["question_index"], result["terminated_by"]) == (
+        FOLLOW_UP,
+        1,
+        "answered",
+    )
     assert "ZentrofyDeadlineError" in result["answer"]
     assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
 
 
-def test_trace_and_record_one_question_of_a_conversation(runner: CliRunner, collection: str, tmp_path) -> None:
+def test_trace_and_record_one_question_of_a_conversation(
+    runner: CliRunner, collection: str, tmp_path
+) -> None:
     store = f"sqlite:{tmp_path / 'threads.sqlite'}"
     base = ["-c", collection, "--model", "offline", "--checkpointer", store, "--json"]
     thread = json.loads(runner.invoke(app, ["ask", FIRST, *base]).stdout)["thread_id"]
     assert runner.invoke(app, ["ask", OTHER, *base, "--thread-id", thread]).exit_code == 0
-    traced = runner.invoke(app, ["trace", thread, "--checkpointer", store, "--json", "--question", "0"])
+    traced = runner.invoke(
+        app, ["trace", thread, "--checkpointer", store, "--json", "--question", "0"]
+    )
     assert traced.exit_code == 0, traced.output
     queries = [s["query"] for row in json.loads(traced.stdout) for s in row["searches"]]
     assert queries == ["run a zentrofy coroutine with a deadline"]

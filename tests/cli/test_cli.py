@@ -13,7 +13,13 @@ pytestmark = pytest.mark.postgres
 
 
 def cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "arcana_loop.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
 
 
 @pytest.fixture
@@ -25,12 +31,21 @@ def env(pg_url, tmp_path):
 def test_ingest_ask_json_and_collections(env, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "timeouts.md").write_text("# Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n")
+    (docs / "timeouts.md").write_text(
+        "# Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n"
+    )
     (docs / "blob.bin").write_bytes(b"\x00\x01binary")
     ingested = cli("ingest", str(docs), "--collection", "cli-test", env=env)
     assert ingested.returncode == 0, ingested.stderr
     assert "blob.bin" in ingested.stderr
-    asked = cli("ask", "How do I run a coroutine with a timeout?", "--collection", "cli-test", "--json", env=env)
+    asked = cli(
+        "ask",
+        "How do I run a coroutine with a timeout?",
+        "--collection",
+        "cli-test",
+        "--json",
+        env=env,
+    )
     assert asked.returncode == 0, asked.stderr
     result = json.loads(asked.stdout)
     assert result["terminated_by"] == "answered" and "wait_for" in result["answer"]

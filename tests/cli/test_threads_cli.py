@@ -13,9 +13,18 @@ pytestmark = pytest.mark.postgres
 
 def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
     note = tmp_path / "timeouts.md"
-    note.write_text("# Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n")
+    note.write_text(
+        "# Timeouts\n\nasyncio.wait_for runs a coroutine with a timeout and cancels it when the time is up.\n"
+    )
     assert cli("ingest", str(note), "--collection", "threads-cli", env=env).returncode == 0
-    asked = cli("ask", "How do I run a coroutine with a timeout?", "--collection", "threads-cli", "--json", env=env)
+    asked = cli(
+        "ask",
+        "How do I run a coroutine with a timeout?",
+        "--collection",
+        "threads-cli",
+        "--json",
+        env=env,
+    )
     assert asked.returncode == 0, asked.stderr
     result = json.loads(asked.stdout)
     thread = result["thread_id"]
@@ -24,9 +33,16 @@ def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
     traced = cli("trace", thread, "--json", env=env)
     assert traced.returncode == 0, traced.stderr
     steps = json.loads(traced.stdout)
-    assert steps[0]["node"] == "controller" and steps[-2]["node"] == "ground" and steps[-1]["node"] == "finish"
+    assert (
+        steps[0]["node"] == "controller"
+        and steps[-2]["node"] == "ground"
+        and steps[-1]["node"] == "finish"
+    )
     searched = [s for step in steps for s in step["searches"]]
-    assert searched and searched[0]["returned_chunk_ids"] == result["tool_history"][0]["returned_chunk_ids"]
+    assert (
+        searched
+        and searched[0]["returned_chunk_ids"] == result["tool_history"][0]["returned_chunk_ids"]
+    )
     table = cli("trace", thread, env=env)
     assert table.returncode == 0 and "search" in table.stdout
 

@@ -19,10 +19,31 @@ DOCS = {
 def tiny_cases() -> CaseSet:
     return CaseSet(
         [
-            EvalCase(id="timeout", question="How do I run a coroutine with a timeout?", key_facts=["wait_for"], relevant_sources=["doc:asyncio"]),
-            EvalCase(id="json", question="Which function parses a JSON document from a string?", key_facts=["json.loads"], relevant_sources=["doc:json"]),
-            EvalCase(id="rmtree", question="Which function recursively deletes a directory tree?", key_facts=["shutil.rmtree"], relevant_sources=["doc:shutil"], kind="single"),
-            EvalCase(id="none", question="What is the capital of Australia?", expected="gave_up", kind="unanswerable"),
+            EvalCase(
+                id="timeout",
+                question="How do I run a coroutine with a timeout?",
+                key_facts=["wait_for"],
+                relevant_sources=["doc:asyncio"],
+            ),
+            EvalCase(
+                id="json",
+                question="Which function parses a JSON document from a string?",
+                key_facts=["json.loads"],
+                relevant_sources=["doc:json"],
+            ),
+            EvalCase(
+                id="rmtree",
+                question="Which function recursively deletes a directory tree?",
+                key_facts=["shutil.rmtree"],
+                relevant_sources=["doc:shutil"],
+                kind="single",
+            ),
+            EvalCase(
+                id="none",
+                question="What is the capital of Australia?",
+                expected="gave_up",
+                kind="unanswerable",
+            ),
         ],
         name="tiny",
         collection=COLLECTION,

@@ -8,7 +8,12 @@ from arcana_loop.knowledge.stdlib_docs import COLLECTION, stdlib_documents
 
 
 def test_save_and_load_round_trip(tmp_path):
-    cases = CaseSet([EvalCase(id="a", question="Q?", key_facts=["x"], relevant_ids=["c1"])], name="n", collection="col", description="d")
+    cases = CaseSet(
+        [EvalCase(id="a", question="Q?", key_facts=["x"], relevant_ids=["c1"])],
+        name="n",
+        collection="col",
+        description="d",
+    )
     path = save_cases(cases, tmp_path / "sub" / "cases.json")
     loaded = load_cases(path)
     assert loaded.name == "n" and loaded.collection == "col" and loaded.description == "d"
@@ -30,12 +35,18 @@ def test_a_bare_list_is_accepted_and_ids_default(tmp_path):
         ("not json", "not valid JSON"),
         ('{"name": "x"}', "expected a list of cases"),
         ("42", "expected a list of cases"),
-        ('[{"id": "a", "question": "Q"}, {"id": "a", "question": "R"}]', r"duplicate case ids \['a'\]"),
+        (
+            '[{"id": "a", "question": "Q"}, {"id": "a", "question": "R"}]',
+            r"duplicate case ids \['a'\]",
+        ),
         ('[{"id": "a", "question": "Q", "answer": "x"}]', r"unknown field\(s\) \['answer'\]"),
         ('[{"id": "a", "question": "  "}]', "question must be a non-empty string"),
         ('[{"id": "a", "question": "Q", "expected": "maybe"}]', "expected must be one of"),
         ('[{"id": "a", "question": "Q", "key_facts": "x"}]', "key_facts must be a list"),
-        ('[{"id": "a", "question": "Q", "expected": "gave_up", "key_facts": ["x"]}]', "cannot have key facts"),
+        (
+            '[{"id": "a", "question": "Q", "expected": "gave_up", "key_facts": ["x"]}]',
+            "cannot have key facts",
+        ),
         ('["just a string"]', "must be a JSON object"),
         ('[{"id": "", "question": "Q"}]', "case id must be a non-empty string"),
     ],
@@ -66,8 +77,14 @@ def test_the_shipped_python_docs_set_is_labelled_from_the_corpus_text():
         assert case.key_facts and case.relevant_sources, case.id
         assert all(s in texts for s in case.relevant_sources), case.id
         for fact in case.key_facts:
-            assert any(fact_found(fact, texts[s]) for s in case.relevant_sources), f"{case.id}: {fact!r} is not in {case.relevant_sources}"
+            assert any(fact_found(fact, texts[s]) for s in case.relevant_sources), (
+                f"{case.id}: {fact!r} is not in {case.relevant_sources}"
+            )
         if case.kind == "multi":
             assert len(case.relevant_sources) == 2, case.id
-            for source in case.relevant_sources:  # each labelled module holds at least one of the facts
-                assert any(fact_found(f, texts[source]) for f in case.key_facts), f"{case.id}: nothing from {source}"
+            for (
+                source
+            ) in case.relevant_sources:  # each labelled module holds at least one of the facts
+                assert any(fact_found(f, texts[source]) for f in case.key_facts), (
+                    f"{case.id}: nothing from {source}"
+                )

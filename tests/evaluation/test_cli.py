@@ -32,11 +32,19 @@ def text(result):
 
 
 def report(correctness):
-    return {"kind": "loop", "name": "set", "summary": {"answer_correctness": correctness, "errors": 0}, "per_case": []}
+    return {
+        "kind": "loop",
+        "name": "set",
+        "summary": {"answer_correctness": correctness, "errors": 0},
+        "per_case": [],
+    }
 
 
 def test_diff_prints_deltas_as_a_table_and_as_json(tmp_path):
-    a, b = save_report(report(0.5), tmp_path / "a.json"), save_report(report(0.75), tmp_path / "b.json")
+    a, b = (
+        save_report(report(0.5), tmp_path / "a.json"),
+        save_report(report(0.75), tmp_path / "b.json"),
+    )
     shown = invoke("diff", str(a), str(b))
     assert shown.exit_code == 0, shown.output
     assert "summary.answer_correctness" in text(shown) and "+0.250" in text(shown)
@@ -88,17 +96,48 @@ def cases_file(tmp_path):
 
 @pytest.mark.postgres
 def test_retrieval_and_loop_commands_write_reports(cli_kb, cases_file, tmp_path):
-    retrieval = invoke("retrieval", "--cases", str(cases_file), "--mode", "semantic", "--mode", "fulltext", "--k", "1", "--k", "3", "--json")
+    retrieval = invoke(
+        "retrieval",
+        "--cases",
+        str(cases_file),
+        "--mode",
+        "semantic",
+        "--mode",
+        "fulltext",
+        "--k",
+        "1",
+        "--k",
+        "3",
+        "--json",
+    )
     assert retrieval.exit_code == 0, retrieval.output
     data = json.loads(retrieval.stdout)
-    assert data["ks"] == [1, 3] and set(data["modes"]) == {"semantic", "fulltext"} and data["cases"] == 3
+    assert (
+        data["ks"] == [1, 3]
+        and set(data["modes"]) == {"semantic", "fulltext"}
+        and data["cases"] == 3
+    )
 
     out = tmp_path / "loop.json"
-    loop = invoke("loop", "--cases", str(cases_file), "--no-budget-ledger", "--option", "chunk_cap=5", "--out", str(out))
+    loop = invoke(
+        "loop",
+        "--cases",
+        str(cases_file),
+        "--no-budget-ledger",
+        "--option",
+        "chunk_cap=5",
+        "--out",
+        str(out),
+    )
     assert loop.exit_code == 0, loop.output
-    assert "answer correctness" in text(loop) and "controller input tokens / question (estimated)" in text(loop)
+    assert "answer correctness" in text(
+        loop
+    ) and "controller input tokens / question (estimated)" in text(loop)
     saved = json.loads(out.read_text())
-    assert saved["options"] == {"chunk_cap": 5, "budget_ledger": False} and saved["summary"]["cases"] == 4
+    assert (
+        saved["options"] == {"chunk_cap": 5, "budget_ledger": False}
+        and saved["summary"]["cases"] == 4
+    )
 
     bad = invoke("loop", "--cases", str(cases_file), "--max-parallel-searches", "0")
     assert bad.exit_code == 1 and "max_parallel_searches must be at least 1" in text(bad)
@@ -112,7 +151,13 @@ def test_compare_options_command(cli_kb, cases_file):
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
     assert data["kind"] == "options" and data["cases"] == 2
-    assert {r["option"] for r in data["rows"]} == {"duplicate_guard", "show_chunks_once", "budget_ledger", "parallel searches", "min_support"}
+    assert {r["option"] for r in data["rows"]} == {
+        "duplicate_guard",
+        "show_chunks_once",
+        "budget_ledger",
+        "parallel searches",
+        "min_support",
+    }
     mixed = invoke("loop", "--cases", str(cases_file), "--compare-options", "--no-duplicate-guard")
     assert mixed.exit_code == 1 and "sets the compared options itself" in text(mixed)
 
@@ -122,11 +167,30 @@ def test_generate_command_writes_a_case_file(cli_kb, tmp_path, monkeypatch):
     import arcana_loop.evaluation.generate as generate
     from arcana_loop.graph.models import resolve_model
 
-    replies = ['{"question": "What does json.loads parse?", "key_facts": ["JSON document"]}', "junk", "junk", "junk"]
+    replies = [
+        '{"question": "What does json.loads parse?", "key_facts": ["JSON document"]}',
+        "junk",
+        "junk",
+        "junk",
+    ]
     scripted = ScriptedChatModel(responses=replies)
-    monkeypatch.setattr(generate, "resolve_model", lambda spec: resolve_model(scripted) if spec == "scripted:model" else resolve_model(spec))
+    monkeypatch.setattr(
+        generate,
+        "resolve_model",
+        lambda spec: resolve_model(scripted) if spec == "scripted:model" else resolve_model(spec),
+    )
     out = tmp_path / "generated.json"
-    done = invoke("generate", "--collection", COLLECTION, "--model", "scripted:model", "--n", "4", "--out", str(out))
+    done = invoke(
+        "generate",
+        "--collection",
+        COLLECTION,
+        "--model",
+        "scripted:model",
+        "--n",
+        "4",
+        "--out",
+        str(out),
+    )
     assert done.exit_code == 0, done.output
     assert "Wrote 1 cases" in text(done) and "3 chunks skipped" in text(done)
     written = json.loads(out.read_text())

@@ -21,7 +21,9 @@ RELEVANT = {"a", "b", "c"}
 def test_recall_counts_distinct_relevant_keys():
     assert recall_at_k(RANKED, RELEVANT, 1) == 0.0
     assert recall_at_k(RANKED, RELEVANT, 2) == pytest.approx(1 / 3)
-    assert recall_at_k(RANKED, RELEVANT, 5) == pytest.approx(2 / 3)  # "a" twice counts once; "c" never found
+    assert recall_at_k(RANKED, RELEVANT, 5) == pytest.approx(
+        2 / 3
+    )  # "a" twice counts once; "c" never found
     assert recall_at_k(RANKED, set(), 3) == 1.0
 
 
@@ -41,8 +43,13 @@ def test_hit_and_reciprocal_rank():
 def test_retrieval_scores_and_means():
     scores = retrieval_scores(RANKED, RELEVANT, ks=(1, 4))
     assert scores == {
-        "recall@1": 0.0, "precision@1": 0.0, "hit@1": 0.0,
-        "recall@4": pytest.approx(2 / 3), "precision@4": 0.5, "hit@4": 1.0, "mrr": 0.5,
+        "recall@1": 0.0,
+        "precision@1": 0.0,
+        "hit@1": 0.0,
+        "recall@4": pytest.approx(2 / 3),
+        "precision@4": 0.5,
+        "hit@4": 1.0,
+        "mrr": 0.5,
     }
     assert mean_scores([{"m": 1.0, "n": 0.0}, {"m": 0.0}]) == {"m": 0.5, "n": 0.0}
 
@@ -63,7 +70,10 @@ def test_normalized_fact_matching():
 
 
 def test_key_fact_recall():
-    assert key_fact_recall("It raises TimeoutError and cancels the task.", ["TimeoutError", "cancels the task", "shield"]) == pytest.approx(2 / 3)
+    assert key_fact_recall(
+        "It raises TimeoutError and cancels the task.",
+        ["TimeoutError", "cancels the task", "shield"],
+    ) == pytest.approx(2 / 3)
     assert key_fact_recall(None, ["x"]) == 0.0
     assert key_fact_recall("anything", []) == 1.0
 
@@ -74,5 +84,12 @@ def test_quantile_and_distribution():
     assert quantile([], 0.5) is None
     with pytest.raises(ValueError):
         quantile([1], 1.5)
-    assert distribution([1, 2, 3, 6]) == {"count": 4, "mean": 3.0, "p50": 3.0, "p95": 6.0, "min": 1.0, "max": 6.0}
+    assert distribution([1, 2, 3, 6]) == {
+        "count": 4,
+        "mean": 3.0,
+        "p50": 3.0,
+        "p95": 6.0,
+        "min": 1.0,
+        "max": 6.0,
+    }
     assert distribution([])["count"] == 0

@@ -7,9 +7,18 @@ from arcana_loop.evaluation.report import diff_reports, flatten_metrics, load_re
 
 def loop_report(correctness, tokens, created="t1"):
     return {
-        "kind": "loop", "name": "set", "controller": "offline", "created_at": created, "options": {"chunk_cap": 5},
-        "summary": {"answer_correctness": correctness, "tokens_per_question": tokens, "latency_s": {"p50": 0.5},
-                    "distributions": {"tokens": {"mean": tokens}}, "terminated_by": {"answered": 3}},
+        "kind": "loop",
+        "name": "set",
+        "controller": "offline",
+        "created_at": created,
+        "options": {"chunk_cap": 5},
+        "summary": {
+            "answer_correctness": correctness,
+            "tokens_per_question": tokens,
+            "latency_s": {"p50": 0.5},
+            "distributions": {"tokens": {"mean": tokens}},
+            "terminated_by": {"answered": 3},
+        },
         "per_case": [{"correctness": 1.0}],
     }
 
@@ -17,8 +26,10 @@ def loop_report(correctness, tokens, created="t1"):
 def test_flatten_keeps_numeric_metrics_by_dotted_path():
     metrics = flatten_metrics(loop_report(0.5, 100))
     assert metrics == {
-        "summary.answer_correctness": 0.5, "summary.tokens_per_question": 100.0,
-        "summary.latency_s.p50": 0.5, "summary.terminated_by.answered": 3.0,
+        "summary.answer_correctness": 0.5,
+        "summary.tokens_per_question": 100.0,
+        "summary.latency_s.p50": 0.5,
+        "summary.terminated_by.answered": 3.0,
     }
 
 
@@ -31,7 +42,12 @@ def test_diff_reports_metric_deltas():
     assert rows["summary.answer_correctness"]["delta"] == pytest.approx(0.25)
     assert rows["summary.tokens_per_question"]["delta"] == -20
     assert rows["summary.terminated_by.answered"]["delta"] == 0
-    assert rows["summary.latency_s.p50"] == {"name": "summary.latency_s.p50", "before": 0.5, "after": None, "delta": None}
+    assert rows["summary.latency_s.p50"] == {
+        "name": "summary.latency_s.p50",
+        "before": 0.5,
+        "after": None,
+        "delta": None,
+    }
     assert rows["summary.repairs"]["before"] is None and rows["summary.repairs"]["delta"] is None
 
 

@@ -20,12 +20,28 @@ from arcana_loop.grounding.types import GroundingError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 CHUNKS = [
-    chunk("c1", "asyncio.wait_for runs a coroutine with a timeout and cancels it when the timeout expires.", 0.9),
+    chunk(
+        "c1",
+        "asyncio.wait_for runs a coroutine with a timeout and cancels it when the timeout expires.",
+        0.9,
+    ),
     chunk("c2", "json.loads parses a JSON document from a string into Python objects.", 0.8),
 ]
 HISTORY = [
-    {"tool": "search", "args": {"query": "first"}, "iteration": 0, "summary": "", "returned_chunk_ids": ["c1"]},
-    {"tool": "search", "args": {"query": "second"}, "iteration": 2, "summary": "", "returned_chunk_ids": ["c1", "c2"]},
+    {
+        "tool": "search",
+        "args": {"query": "first"},
+        "iteration": 0,
+        "summary": "",
+        "returned_chunk_ids": ["c1"],
+    },
+    {
+        "tool": "search",
+        "args": {"query": "second"},
+        "iteration": 2,
+        "summary": "",
+        "returned_chunk_ids": ["c1", "c2"],
+    },
 ]
 
 
@@ -41,19 +57,55 @@ class Recorder:
         return self.result
 
 
-GOOD = {"score": 0.5, "faithful_spans": [{"text": "A", "start": 0, "end": 1, "score": 1.0, "verdict": "supported", "sources": [{"chunk_id": "c2", "score": 1.0}]}],
-        "hallucinated_spans": [], "claims": [{"text": "A", "verdict": "supported", "start": 0, "end": 1, "sources": [{"chunk_id": "zz", "score": 1.0}]}]}
+GOOD = {
+    "score": 0.5,
+    "faithful_spans": [
+        {
+            "text": "A",
+            "start": 0,
+            "end": 1,
+            "score": 1.0,
+            "verdict": "supported",
+            "sources": [{"chunk_id": "c2", "score": 1.0}],
+        }
+    ],
+    "hallucinated_spans": [],
+    "claims": [
+        {
+            "text": "A",
+            "verdict": "supported",
+            "start": 0,
+            "end": 1,
+            "sources": [{"chunk_id": "zz", "score": 1.0}],
+        }
+    ],
+}
 
 
-@pytest.mark.parametrize(("answer_text", "chunks", "error"), [("A", CHUNKS, "boom"), (None, CHUNKS, None), ("A", [], None)])
+@pytest.mark.parametrize(
+    ("answer_text", "chunks", "error"),
+    [("A", CHUNKS, "boom"), (None, CHUNKS, None), ("A", [], None)],
+)
 def test_short_circuits_never_call_the_grounder(answer_text, chunks, error):
     grounder = Recorder(GOOD)
-    assert ground_answer(question="q", answer=answer_text, chunks=chunks, tool_history=HISTORY, error=error, grounder=grounder) is None
+    assert (
+        ground_answer(
+            question="q",
+            answer=answer_text,
+            chunks=chunks,
+            tool_history=HISTORY,
+            error=error,
+            grounder=grounder,
+        )
+        is None
+    )
     assert grounder.calls == []
 
 
 def test_attribution_uses_the_earliest_search_and_none_for_unknown_ids():
-    result = ground_answer(question="q", answer="A.", chunks=CHUNKS, tool_history=HISTORY, grounder=Recorder(GOOD))
+    result = ground_answer(
+        question="q", answer="A.", chunks=CHUNKS, tool_history=HISTORY, grounder=Recorder(GOOD)
+    )
     source = result["faithful_spans"][0]["sources"][0]
     assert (source["search_iteration"], source["search_query"]) == (2, "second")
     unknown = result["claims"][0]["sources"][0]
@@ -61,10 +113,25 @@ def test_attribution_uses_the_earliest_search_and_none_for_unknown_ids():
     assert search_index(HISTORY)["c1"] == (0, "first")
 
 
-@pytest.mark.parametrize("grounder", [Recorder(error=RuntimeError("model failed")), Recorder({"score": 7}), Recorder("garbage"), Recorder(GOOD, delay=0.5)])
+@pytest.mark.parametrize(
+    "grounder",
+    [
+        Recorder(error=RuntimeError("model failed")),
+        Recorder({"score": 7}),
+        Recorder("garbage"),
+        Recorder(GOOD, delay=0.5),
+    ],
+)
 def test_failing_grounders_leave_none_and_log(grounder, caplog):
     with caplog.at_level(logging.WARNING, logger="arcana_loop.grounding"):
-        out = ground_answer(question="q", answer="A.", chunks=CHUNKS, tool_history=HISTORY, grounder=grounder, timeout=0.2)
+        out = ground_answer(
+            question="q",
+            answer="A.",
+            chunks=CHUNKS,
+            tool_history=HISTORY,
+            grounder=grounder,
+            timeout=0.2,
+        )
     assert out is None and caplog.records
 
 
@@ -87,23 +154,54 @@ def test_async_grounders_are_awaited_and_timeouts_bounded():
         async def aground(self, answer, chunks, *, question, **opts):
             return GOOD
 
-    assert ground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Slow(), timeout=0.1) is None
+    assert (
+        ground_answer(
+            question="q",
+            answer="A",
+            chunks=CHUNKS,
+            tool_history=HISTORY,
+            grounder=Slow(),
+            timeout=0.1,
+        )
+        is None
+    )
     assert cancelled.wait(1), "a timed-out async grounder is cancelled, not left running"
-    assert ground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Quick())["score"] == 0.5
+    assert (
+        ground_answer(
+            question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Quick()
+        )["score"]
+        == 0.5
+    )
 
 
 def test_events_are_emitted_start_and_stop():
     events = []
-    ground_answer(question="q", answer="A", chunks=CHUNKS, tool_history=HISTORY, grounder=Recorder(GOOD), emit=events.append)
+    ground_answer(
+        question="q",
+        answer="A",
+        chunks=CHUNKS,
+        tool_history=HISTORY,
+        grounder=Recorder(GOOD),
+        emit=events.append,
+    )
     assert [e["event"] for e in events] == ["ground_start", "ground_stop"]
-    assert events[1]["score"] == 0.5 and events[1]["faithful_span_count"] == 1 and events[1]["hallucinated_span_count"] == 0
+    assert (
+        events[1]["score"] == 0.5
+        and events[1]["faithful_span_count"] == 1
+        and events[1]["hallucinated_span_count"] == 0
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [('Sure! {"claims": []} hope that helps', {"claims": []}),
-     ('{"claims": [{"text": "a } b {", "verdict": "supported"}]}', {"claims": [{"text": "a } b {", "verdict": "supported"}]}),
-     ('{"claims": [{"text": "say \\"}\\" now"}]}', {"claims": [{"text": 'say "}" now'}]})],
+    [
+        ('Sure! {"claims": []} hope that helps', {"claims": []}),
+        (
+            '{"claims": [{"text": "a } b {", "verdict": "supported"}]}',
+            {"claims": [{"text": "a } b {", "verdict": "supported"}]},
+        ),
+        ('{"claims": [{"text": "say \\"}\\" now"}]}', {"claims": [{"text": 'say "}" now'}]}),
+    ],
 )
 def test_judge_json_extraction(text, expected):
     assert parse_judge_json(text) == expected
@@ -117,12 +215,16 @@ def test_judge_json_extraction_errors(text):
 
 def test_llm_judge_verdicts_spans_and_indices_with_non_ascii_text():
     answer_text = "Zoë's café — 東京 opens at nine. It serves naïve tea."
-    reply = ('{"claims": [{"text": "Zoë\'s café — 東京 opens at nine.", "verdict": "supported", "chunk_indices": [1, 5, "2"]},'
-             '{"text": "It serves naïve tea.", "verdict": "contradicted", "chunk_indices": [2]},'
-             '{"text": "not in the answer", "verdict": "Supported"}, {"text": "", "verdict": "supported"}]}')
+    reply = (
+        '{"claims": [{"text": "Zoë\'s café — 東京 opens at nine.", "verdict": "supported", "chunk_indices": [1, 5, "2"]},'
+        '{"text": "It serves naïve tea.", "verdict": "contradicted", "chunk_indices": [2]},'
+        '{"text": "not in the answer", "verdict": "Supported"}, {"text": "", "verdict": "supported"}]}'
+    )
     judge_model = ScriptedChatModel(responses=[AIMessage(content=reply)])
     result = LLMJudgeGrounder(judge_model).ground(answer_text, CHUNKS, question="q")
-    assert result.score == pytest.approx(2 / 3)  # "Supported" is case-folded; the empty claim is dropped
+    assert result.score == pytest.approx(
+        2 / 3
+    )  # "Supported" is case-folded; the empty claim is dropped
     span = result.faithful_spans[0]
     assert answer_text[span.start : span.end] == span.text
     assert [s.chunk_id for s in span.sources] == ["c1"]
@@ -142,13 +244,22 @@ def test_sentence_offsets_are_exact():
     text = "  Première phrase. Deuxième? 3.5 stays whole\n- a bullet"
     for sentence, start, end in split_sentences(text):
         assert text[start:end] == sentence
-    assert [s for s, _, _ in split_sentences(text)] == ["Première phrase.", "Deuxième?", "3.5 stays whole", "- a bullet"]
+    assert [s for s, _, _ in split_sentences(text)] == [
+        "Première phrase.",
+        "Deuxième?",
+        "3.5 stays whole",
+        "- a bullet",
+    ]
 
 
 def test_local_grounder_separates_supported_from_invented():
     grounder = HeuristicSentenceGrounder()
-    good = grounder.ground("asyncio.wait_for runs a coroutine with a timeout.", CHUNKS, question="q")
-    bad = grounder.ground("The moon landing happened in 1969 with Apollo eleven.", CHUNKS, question="q")
+    good = grounder.ground(
+        "asyncio.wait_for runs a coroutine with a timeout.", CHUNKS, question="q"
+    )
+    bad = grounder.ground(
+        "The moon landing happened in 1969 with Apollo eleven.", CHUNKS, question="q"
+    )
     assert good.score >= grounder.threshold > bad.score
     assert good.faithful_spans[0].sources[0].chunk_id == "c1"
     assert bad.hallucinated_spans
@@ -165,8 +276,14 @@ def test_resolve_grounder_by_object_function_and_name():
 
 def test_node_and_function_agree():
     def loop():
-        return run("How?", controller_llm=ScriptedChatModel(responses=[search("q"), answer("asyncio.wait_for runs a coroutine with a timeout.")]),
-                   search_fn=ScriptedSearch([CHUNKS]), grounder="local")
+        return run(
+            "How?",
+            controller_llm=ScriptedChatModel(
+                responses=[search("q"), answer("asyncio.wait_for runs a coroutine with a timeout.")]
+            ),
+            search_fn=ScriptedSearch([CHUNKS]),
+            grounder="local",
+        )
 
     in_graph = loop()
     assert in_graph.grounding is not None
@@ -175,8 +292,12 @@ def test_node_and_function_agree():
 
 
 def test_grounding_never_loses_the_answer():
-    result = run("How?", controller_llm=ScriptedChatModel(responses=[search("q"), answer("draft")]), search_fn=ScriptedSearch([CHUNKS]),
-                 grounder=Recorder(error=RuntimeError("judge down")))
+    result = run(
+        "How?",
+        controller_llm=ScriptedChatModel(responses=[search("q"), answer("draft")]),
+        search_fn=ScriptedSearch([CHUNKS]),
+        grounder=Recorder(error=RuntimeError("judge down")),
+    )
     assert result.answer == "draft" and result.grounding is None
 
 
@@ -187,18 +308,44 @@ def test_low_support_sends_the_answer_back_once():
     def judge(answer, chunks, *, question, **opts):
         score = next(scores)
         verdict = "supported" if score == 1.0 else "unsupported"
-        return {"score": score, "claims": [{"text": answer, "verdict": verdict, "start": 0, "end": len(answer)}]}
+        return {
+            "score": score,
+            "claims": [{"text": answer, "verdict": verdict, "start": 0, "end": len(answer)}],
+        }
 
-    model = ScriptedChatModel(responses=[search("q"), answer("Invented claim."), answer("Supported claim.")])
-    result = run("How?", controller_llm=model, search_fn=ScriptedSearch([CHUNKS]), grounder=judge, min_support=0.8, max_iterations=2)
+    model = ScriptedChatModel(
+        responses=[search("q"), answer("Invented claim."), answer("Supported claim.")]
+    )
+    result = run(
+        "How?",
+        controller_llm=model,
+        search_fn=ScriptedSearch([CHUNKS]),
+        grounder=judge,
+        min_support=0.8,
+        max_iterations=2,
+    )
     assert result.answer == "Supported claim."
-    assert result.repair == {"ran": True, "unsupported_claims": ["Invented claim."], "score_before": 0.2, "score_after": 1.0}
+    assert result.repair == {
+        "ran": True,
+        "unsupported_claims": ["Invented claim."],
+        "score_before": 0.2,
+        "score_after": 1.0,
+    }
     assert result.coverage == "supported" and result.terminated_by == "answered"
     assert "Invented claim." in model.calls[2]["messages"][-1].content
     del grounder
 
 
 def test_ground_stop_event_in_the_graph_stream():
-    compiled = build_graph(make_deps(controller_llm=ScriptedChatModel(responses=[search("q"), answer("a")]), search_fn=ScriptedSearch([CHUNKS]), grounder="local")).compile()
-    kinds = [e["event"] for e in compiled.stream({"question": "Q?"}, context=LoopContext(), stream_mode="custom")]
+    compiled = build_graph(
+        make_deps(
+            controller_llm=ScriptedChatModel(responses=[search("q"), answer("a")]),
+            search_fn=ScriptedSearch([CHUNKS]),
+            grounder="local",
+        )
+    ).compile()
+    kinds = [
+        e["event"]
+        for e in compiled.stream({"question": "Q?"}, context=LoopContext(), stream_mode="custom")
+    ]
     assert kinds[-3:] == ["ground_start", "ground_stop", "loop_stop"]

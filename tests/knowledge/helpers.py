@@ -46,7 +46,9 @@ def load_topics(kb: KnowledgeBase, collection: str = "default", **kwargs: Any) -
     """Ingest every topic as a named text document; return the summed counts."""
     total = IngestResult()
     for topic in TOPICS:
-        res = ingest_topic(kb, topic, collection=collection, name=topic, metadata={"topic": topic}, **kwargs)
+        res = ingest_topic(
+            kb, topic, collection=collection, name=topic, metadata={"topic": topic}, **kwargs
+        )
         total.documents_added += res.documents_added
         total.chunks_added += res.chunks_added
     return total

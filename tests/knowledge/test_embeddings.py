@@ -23,11 +23,21 @@ def test_a_provider_spec_goes_through_init_embeddings(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     embeddings = resolve_embeddings("openai:text-embedding-3-small")
     assert isinstance(embeddings, OpenAIEmbeddings)
-    assert embeddings.check_embedding_ctx_length is False  # no tokenizer download before the first request
+    assert (
+        embeddings.check_embedding_ctx_length is False
+    )  # no tokenizer download before the first request
     assert embedding_model_name(embeddings) == "openai:text-embedding-3-small"
 
 
-@pytest.mark.parametrize(("spec", "message"), [("nosuch:model", "not supported"), ("huggingface:some/model", "not installed"), ("openai:", "unknown"), ("bare", "unknown")])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nosuch:model", "not supported"),
+        ("huggingface:some/model", "not installed"),
+        ("openai:", "unknown"),
+        ("bare", "unknown"),
+    ],
+)
 def test_bad_specs_say_what_is_wrong(spec, message):
     with pytest.raises(ValueError, match=message) as info:
         resolve_embeddings(spec)
@@ -45,5 +55,7 @@ def test_loading_wordllama_leaves_logging_unconfigured():
         "root = logging.getLogger()\n"
         "print(len(root.handlers), root.level)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["0", str(logging.WARNING)]

@@ -62,23 +62,32 @@ def _query(kb: KnowledgeBase, sql_text: str, *params: Any) -> list[tuple[Any, ..
 
 def _assert_consistent(kb: KnowledgeBase) -> None:
     """No entity without a mention, no mention or relationship outside its entity's collection."""
-    assert _query(
-        kb,
-        "SELECT e.name FROM kb_graph_entities e WHERE NOT EXISTS"
-        " (SELECT 1 FROM kb_graph_mentions m WHERE m.entity_id = e.id)",
-    ) == []
-    assert _query(
-        kb,
-        "SELECT m.chunk_id FROM kb_graph_mentions m JOIN kb_graph_entities e ON e.id = m.entity_id"
-        " JOIN kb_chunks c ON c.id = m.chunk_id WHERE c.collection_id <> e.collection_id",
-    ) == []
-    assert _query(
-        kb,
-        "SELECT r.chunk_id FROM kb_graph_relationships r"
-        " JOIN kb_graph_entities s ON s.id = r.source_id"
-        " JOIN kb_graph_entities t ON t.id = r.target_id"
-        " WHERE s.collection_id <> r.collection_id OR t.collection_id <> r.collection_id",
-    ) == []
+    assert (
+        _query(
+            kb,
+            "SELECT e.name FROM kb_graph_entities e WHERE NOT EXISTS"
+            " (SELECT 1 FROM kb_graph_mentions m WHERE m.entity_id = e.id)",
+        )
+        == []
+    )
+    assert (
+        _query(
+            kb,
+            "SELECT m.chunk_id FROM kb_graph_mentions m JOIN kb_graph_entities e ON e.id = m.entity_id"
+            " JOIN kb_chunks c ON c.id = m.chunk_id WHERE c.collection_id <> e.collection_id",
+        )
+        == []
+    )
+    assert (
+        _query(
+            kb,
+            "SELECT r.chunk_id FROM kb_graph_relationships r"
+            " JOIN kb_graph_entities s ON s.id = r.source_id"
+            " JOIN kb_graph_entities t ON t.id = r.target_id"
+            " WHERE s.collection_id <> r.collection_id OR t.collection_id <> r.collection_id",
+        )
+        == []
+    )
 
 
 def _entities(kb: KnowledgeBase, collection: str) -> set[str]:
@@ -271,7 +280,13 @@ def test_failing_extractor_leaves_chunks_stored_and_entities_pending(hkb: Knowle
             raise RuntimeError("extractor down")
 
     with pytest.raises(EntityBuildError, match="extractor down"):
-        hkb.ingest("AlphaNode and BetaNode.", collection="f", name="x", entities=True, entity_extractor=Boom())
+        hkb.ingest(
+            "AlphaNode and BetaNode.",
+            collection="f",
+            name="x",
+            entities=True,
+            entity_extractor=Boom(),
+        )
     assert [c.chunks for c in hkb.collections() if c.name == "f"] == [1]
     assert _query(hkb, "SELECT count(*) FROM kb_graph_entities") == [(0,)]
     result = hkb.build_entities("f")
@@ -307,12 +322,16 @@ def test_expand_step_decays_per_hop_and_respects_fanout() -> None:
 @pytest.mark.parametrize(
     ("depth", "expected"), [(0, {"d1"}), (1, {"d1", "d2"}), (2, {"d1", "d2", "d3"})]
 )
-def test_entity_depth_reaches_further_chunks(hkb: KnowledgeBase, depth: int, expected: set[str]) -> None:
+def test_entity_depth_reaches_further_chunks(
+    hkb: KnowledgeBase, depth: int, expected: set[str]
+) -> None:
     _load_chain(hkb)
     hits = hkb.search("AlphaNode", collection="chain", entity_depth=depth, limit=10)
     by_entities = {h["metadata"]["source"] for h in hits if h["metadata"]["entity_enhanced"]}
     assert by_entities == expected
-    assert {h["metadata"]["source"] for h in hkb.search("AlphaNode", collection="chain", entities=False)} == {"d1"}
+    assert {
+        h["metadata"]["source"] for h in hkb.search("AlphaNode", collection="chain", entities=False)
+    } == {"d1"}
     assert all(h["metadata"]["matched_entities"] == 1 for h in hits)
 
 
@@ -320,7 +339,9 @@ async def test_async_search_matches_sync(hkb: KnowledgeBase) -> None:
     _load_chain(hkb)
     for mode in ("hybrid", "fulltext"):
         sync = hkb.search("AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode)
-        asynced = await hkb.asearch("AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode)
+        asynced = await hkb.asearch(
+            "AlphaNode", collection="chain", entity_depth=2, limit=10, mode=mode
+        )
         assert len([c for c in sync if c["metadata"]["entity_enhanced"]]) == 3
         assert [(c["id"], round(c["score"], 9), c["metadata"]) for c in asynced] == [
             (c["id"], round(c["score"], 9), c["metadata"]) for c in sync
@@ -332,7 +353,15 @@ async def test_async_search_matches_sync(hkb: KnowledgeBase) -> None:
 
 
 def _chunk(chunk_id: str) -> Chunk:
-    return Chunk(id=chunk_id, text=chunk_id, score=0.0, collection="c", document_id="d", position=0, metadata={})
+    return Chunk(
+        id=chunk_id,
+        text=chunk_id,
+        score=0.0,
+        collection="c",
+        document_id="d",
+        position=0,
+        metadata={},
+    )
 
 
 def test_fusion_orders_by_reciprocal_rank_and_marks_paths() -> None:
@@ -368,7 +397,12 @@ def test_rank_chunks_discounts_entities_named_everywhere() -> None:
 
 def test_entity_path_is_scoped_in_sql(hkb: KnowledgeBase) -> None:
     _load_chain(hkb, "chain")
-    hkb.ingest("AlphaNode also appears with EpsilonNode elsewhere.", collection="other", name="o1", entities=True)
+    hkb.ingest(
+        "AlphaNode also appears with EpsilonNode elsewhere.",
+        collection="other",
+        name="o1",
+        entities=True,
+    )
     one = hkb.search("AlphaNode", collection="chain", entity_depth=2, limit=10)
     assert {h["collection"] for h in one} == {"chain"}
     assert all("EpsilonNode" not in h["metadata"]["entity_names"] for h in one)
@@ -384,23 +418,35 @@ def _plain(kb: KnowledgeBase, query: str, **kwargs: Any) -> list[tuple[str, floa
     return [(c["id"], c["score"]) for c in kb.search(query, entities=False, **kwargs)]
 
 
-def test_without_entities_or_match_the_search_is_unchanged(hkb: KnowledgeBase, caplog: pytest.LogCaptureFixture) -> None:
+def test_without_entities_or_match_the_search_is_unchanged(
+    hkb: KnowledgeBase, caplog: pytest.LogCaptureFixture
+) -> None:
     _load_chain(hkb, "plain", entities=False)
     for mode in ("hybrid", "semantic", "fulltext"):
         got = hkb.search("AlphaNode stage", collection="plain", mode=mode, entities=True)
-        assert [(c["id"], c["score"]) for c in got] == _plain(hkb, "AlphaNode stage", collection="plain", mode=mode)
+        assert [(c["id"], c["score"]) for c in got] == _plain(
+            hkb, "AlphaNode stage", collection="plain", mode=mode
+        )
         assert all("entity_enhanced" not in c["metadata"] for c in got)
     _load_chain(hkb, "chain")
-    strict = KnowledgeBase(hkb.url, embeddings=hkb.embeddings, schema=hkb.schema,
-                           entity_options=EntitySearchOptions(entity_threshold=1.0))
+    strict = KnowledgeBase(
+        hkb.url,
+        embeddings=hkb.embeddings,
+        schema=hkb.schema,
+        entity_options=EntitySearchOptions(entity_threshold=1.0),
+    )
     try:
         got = strict.search("yeast dough", collection="chain")
-        assert [(c["id"], c["score"]) for c in got] == _plain(strict, "yeast dough", collection="chain")
+        assert [(c["id"], c["score"]) for c in got] == _plain(
+            strict, "yeast dough", collection="chain"
+        )
     finally:
         strict.close()
 
 
-def test_failing_matcher_falls_back_and_logs(hkb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_failing_matcher_falls_back_and_logs(
+    hkb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     _load_chain(hkb)
 
     def broken(*args: Any, **kwargs: Any) -> Any:
@@ -449,7 +495,10 @@ def test_louvain_finds_known_communities_deterministically() -> None:
 
 def test_communities_use_a_summariser_and_fall_back_when_it_fails() -> None:
     network = comm.build_network([(1, "a", ""), (2, "b", "about b")], [(1, 2, 1.0)])
-    assert comm.communities(network, summarizer=lambda members: "Both letters.")[0].summary == "Both letters."
+    assert (
+        comm.communities(network, summarizer=lambda members: "Both letters.")[0].summary
+        == "Both letters."
+    )
 
     def boom(members: Any) -> str:
         raise RuntimeError("model down")
@@ -468,8 +517,11 @@ def test_only_dirty_collections_are_recomputed(hkb: KnowledgeBase) -> None:
     after = _query(hkb, "SELECT id, collection_id FROM kb_graph_communities ORDER BY id")
     chain_id = _query(hkb, "SELECT id FROM kb_collections WHERE name = 'chain'")[0][0]
     assert [r for r in after if r[1] == chain_id] == [r for r in before if r[1] == chain_id]
-    members = _query(hkb, "SELECT summary FROM kb_graph_communities c JOIN kb_collections k"
-                     " ON k.id = c.collection_id WHERE k.name = 'side'")
+    members = _query(
+        hkb,
+        "SELECT summary FROM kb_graph_communities c JOIN kb_collections k"
+        " ON k.id = c.collection_id WHERE k.name = 'side'",
+    )
     assert "3 entities" in members[0][0]
     assert hkb.update_communities() == {}
 

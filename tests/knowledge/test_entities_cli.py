@@ -13,7 +13,13 @@ pytestmark = pytest.mark.postgres
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", *args], capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "arcana_loop.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
 
 
 def counts(done: subprocess.CompletedProcess[str]) -> list[str]:
@@ -24,12 +30,21 @@ def counts(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_ingest_with_entities_then_build(pg_url: str, tmp_path: Path) -> None:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}, "DATABASE_URL": pg_url}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))},
+        "DATABASE_URL": pg_url,
+    }
     doc = tmp_path / "tasks.md"
-    doc.write_text("# Tasks\n\nasyncio.wait_for raises TimeoutError; ThreadPoolExecutor runs blocking calls.\n")
+    doc.write_text(
+        "# Tasks\n\nasyncio.wait_for raises TimeoutError; ThreadPoolExecutor runs blocking calls.\n"
+    )
     ingested = cli("ingest", str(doc), "--collection", "entities-cli", "--entities", env=env)
     assert ingested.returncode == 0, ingested.stderr
-    assert counts(cli("entities", "build", "entities-cli", env=env)) == ["0", "0", "3"]  # ingest built it
+    assert counts(cli("entities", "build", "entities-cli", env=env)) == [
+        "0",
+        "0",
+        "3",
+    ]  # ingest built it
     assert counts(cli("entities", "build", "entities-cli", "--rebuild", env=env)) == ["1", "0", "3"]
     missing = cli("entities", "build", "no-such-collection", env=env)
     assert missing.returncode == 1

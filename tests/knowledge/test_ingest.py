@@ -322,7 +322,9 @@ def test_stored_vectors_are_the_embedder_output(kb: KnowledgeBase) -> None:
     assert len(rows) > 1 and all(r[2] for r in rows)
     stored = np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
     # each chunk is embedded under its context: the document's title (its name, here)
-    expected = np.asarray(kb.embeddings.embed_documents([f"tcp\n{r[0]}" for r in rows]), dtype=np.float32)
+    expected = np.asarray(
+        kb.embeddings.embed_documents([f"tcp\n{r[0]}" for r in rows]), dtype=np.float32
+    )
     assert np.array_equal(stored, expected)
 
 
@@ -342,9 +344,15 @@ def test_bulk_load_rebuilds_both_indexes(
     monkeypatch.setattr(ingest_mod, "drop_fulltext_index", record)
     result = kb.ingest(tmp_path, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, batch_size=4)
     assert dropped == ["gin"] and result.chunks_added > 4
-    indexes = {r[0] for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+    indexes = {
+        r[0]
+        for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    }
     assert {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"} <= indexes
-    stats = _rows(kb, "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' AND attname = 'tsv'")
+    stats = _rows(
+        kb,
+        "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' AND attname = 'tsv'",
+    )
     assert stats == [(1,)]  # analysed for the full-text OR fallback
     assert kb.search("sourdough", mode="fulltext")
     # a second load, small against the table, keeps the indexes live

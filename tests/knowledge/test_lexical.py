@@ -13,15 +13,29 @@ pytestmark = pytest.mark.postgres
 
 
 def test_terms_keep_identifiers_whole_and_split_them():
-    assert lexical.terms("asyncio.wait_for(aw, timeout)") == ["asyncio.wait_for", "asyncio", "wait_for", "wait", "aw", "timeout"]
-    assert lexical.terms("ThreadPoolExecutor") == ["threadpoolexecutor", "thread", "pool", "executor"]
+    assert lexical.terms("asyncio.wait_for(aw, timeout)") == [
+        "asyncio.wait_for",
+        "asyncio",
+        "wait_for",
+        "wait",
+        "aw",
+        "timeout",
+    ]
+    assert lexical.terms("ThreadPoolExecutor") == [
+        "threadpoolexecutor",
+        "thread",
+        "pool",
+        "executor",
+    ]
     # stop words and question filler go; stems meet their inflections
     assert lexical.terms("How do I use the timeouts?") == lexical.terms("timeout")
 
 
 def test_operators_are_quoted_phrases_and_exclusions_only():
     assert lexical.has_operators('a "quoted phrase"') and lexical.has_operators("python -snake")
-    assert not any(lexical.has_operators(q) for q in ("C++ threads", "x - y", "well-known", '"', "-5 degrees"))
+    assert not any(
+        lexical.has_operators(q) for q in ("C++ threads", "x - y", "well-known", '"', "-5 degrees")
+    )
 
 
 def test_sections_follow_markdown_rst_and_dotted_names():
@@ -65,7 +79,9 @@ def test_chunks_stored_before_the_lexical_index_are_backfilled(kb: KnowledgeBase
     kb.close()
     reopened = KnowledgeBase(pg_url, embeddings=kb.embeddings, schema=kb.schema)
     try:
-        assert [h["text"] for h in reopened.search("sourdough", mode="fulltext")] == ["The sourdough starter needs flour and water."]
+        assert [h["text"] for h in reopened.search("sourdough", mode="fulltext")] == [
+            "The sourdough starter needs flour and water."
+        ]
         assert _df(reopened) == before
     finally:
         reopened.close()
@@ -74,7 +90,11 @@ def test_chunks_stored_before_the_lexical_index_are_backfilled(kb: KnowledgeBase
 def test_bm25_ranks_by_rare_terms_and_term_frequency(kb: KnowledgeBase):
     for i in range(20):
         kb.ingest(f"note {i}: the function returns a value", collection="c", name=f"n{i}")
-    kb.ingest("heapq.merge merges sorted inputs; the function returns an iterator", collection="c", name="merge")
+    kb.ingest(
+        "heapq.merge merges sorted inputs; the function returns an iterator",
+        collection="c",
+        name="merge",
+    )
     kb.ingest("merge merge merge: merging things, merged", collection="c", name="spam")
     hits = kb.search("which function merges sorted inputs", mode="fulltext", limit=3)
     assert hits[0]["metadata"]["source"] == "merge"
@@ -104,4 +124,6 @@ def test_operators_never_fall_back_to_any_word(kb: KnowledgeBase, mode: str, ran
     assert kb.search('"constrictor programming"', mode="fulltext") == []
     if mode == "hybrid":  # the semantic side may still find things; the lexical side adds none
         hits: list[Any] = kb.search('"zzqx nowhere phrase"', mode="hybrid")
-        assert all(h["score"] <= kb.ranking.semantic_weight / (kb.ranking.rrf_k + 1) + 1e-9 for h in hits)
+        assert all(
+            h["score"] <= kb.ranking.semantic_weight / (kb.ranking.rrf_k + 1) + 1e-9 for h in hits
+        )

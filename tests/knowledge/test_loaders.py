@@ -22,7 +22,9 @@ def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     for i, lines in enumerate(pages):
-        stream = ("BT /F1 12 Tf 14 TL 72 720 Td " + " ".join(f"({line}) Tj T*" for line in lines) + " ET").encode()
+        stream = (
+            "BT /F1 12 Tf 14 TL 72 720 Td " + " ".join(f"({line}) Tj T*" for line in lines) + " ET"
+        ).encode()
         objects.append(
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
             f" /Contents {5 + 2 * i} 0 R >>".encode()
@@ -41,7 +43,9 @@ def make_pdf(pages: list[list[str]], title: str | None = None) -> bytes:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
         out += b"%010d 00000 n \n" % offset
-    trailer = f"<< /Size {len(objects) + 1} /Root 1 0 R" + (f" /Info {info} 0 R" if info else "") + " >>"
+    trailer = (
+        f"<< /Size {len(objects) + 1} /Root 1 0 R" + (f" /Info {info} 0 R" if info else "") + " >>"
+    )
     out += f"trailer\n{trailer}\nstartxref\n{xref}\n%%EOF\n".encode()
     return bytes(out)
 
@@ -66,7 +70,9 @@ def _hits(kb: KnowledgeBase, query: str, collection: str) -> list[dict]:
     return list(kb.search(query, collection=collection, mode="fulltext", limit=10))
 
 
-def test_pdf_is_read_page_by_page_with_the_page_in_chunk_metadata(kb: KnowledgeBase, tmp_path: Path) -> None:
+def test_pdf_is_read_page_by_page_with_the_page_in_chunk_metadata(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
     pdf = tmp_path / "manual.pdf"
     pdf.write_bytes(make_pdf([PAGE_ONE, PAGE_TWO], title="Frobnicator manual"))
     result = kb.ingest(pdf, collection="pdf", chunk_size=120, chunk_overlap=0)
@@ -80,7 +86,9 @@ def test_pdf_is_read_page_by_page_with_the_page_in_chunk_metadata(kb: KnowledgeB
     assert first["metadata"]["page"] == 1
 
 
-def test_html_is_stored_as_text_with_its_headings_as_the_section_path(kb: KnowledgeBase, tmp_path: Path) -> None:
+def test_html_is_stored_as_text_with_its_headings_as_the_section_path(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
     page = tmp_path / "deploy.html"
     page.write_bytes(HTML)
     kb.ingest(page, collection="html", chunk_size=120, chunk_overlap=0)
@@ -90,15 +98,21 @@ def test_html_is_stored_as_text_with_its_headings_as_the_section_path(kb: Knowle
     assert hit["metadata"]["section"] == "Deploying > Rolling back"
     assert hit["metadata"]["title"] == "Deploy guide"
     (run,) = _hits(kb, "release branch", "html")
-    assert "Run the deploy command from the release branch." in run["text"]  # one sentence, not cut by source line breaks
+    assert (
+        "Run the deploy command from the release branch." in run["text"]
+    )  # one sentence, not cut by source line breaks
     assert _hits(kb, "trackingCode", "html") == []  # scripts are not content
 
 
-def test_rst_and_markdown_headings_become_the_section_path(kb: KnowledgeBase, tmp_path: Path) -> None:
+def test_rst_and_markdown_headings_become_the_section_path(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
     (tmp_path / "guide.rst").write_text(
         "User guide\n==========\n\nIntro text.\n\nConfiguration\n-------------\n\nSet plonkvalue to seven.\n"
     )
-    (tmp_path / "notes.md").write_text("# Notes\n\n## Caching\n\nThe wibblecache keeps entries an hour.\n")
+    (tmp_path / "notes.md").write_text(
+        "# Notes\n\n## Caching\n\nThe wibblecache keeps entries an hour.\n"
+    )
     kb.ingest(tmp_path, collection="docs", chunk_size=60, chunk_overlap=0)
     (rst,) = _hits(kb, "plonkvalue", "docs")
     assert rst["metadata"]["section"] == "User guide > Configuration"
@@ -112,7 +126,9 @@ def test_a_pdf_named_directly_without_its_extra_is_a_clear_error(
     monkeypatch.setitem(sys.modules, "pypdf", None)  # importing it now raises ImportError
     pdf = tmp_path / "manual.pdf"
     pdf.write_bytes(make_pdf([PAGE_ONE]))
-    with pytest.raises(MissingExtra, match=r"'pdf' extra \(pip install 'arcana-loop\[pdf\]'\)") as caught:
+    with pytest.raises(
+        MissingExtra, match=r"'pdf' extra \(pip install 'arcana-loop\[pdf\]'\)"
+    ) as caught:
         kb.ingest(pdf, collection="pdf")
     assert isinstance(caught.value, IngestError)
     assert kb.collections() == []  # refused before anything was written
@@ -127,11 +143,16 @@ def test_a_directory_walk_skips_files_whose_extra_is_missing_and_says_why(
     result = kb.ingest(tmp_path, collection="mixed")
     assert result.documents_added == 1
     assert result.skipped_files == [
-        (str(tmp_path / "page.html"), "reading HTML files needs the 'html' extra (pip install 'arcana-loop[html]')")
+        (
+            str(tmp_path / "page.html"),
+            "reading HTML files needs the 'html' extra (pip install 'arcana-loop[html]')",
+        )
     ]
 
 
-def test_damaged_and_textless_pdfs_are_refused_with_their_reason(kb: KnowledgeBase, tmp_path: Path) -> None:
+def test_damaged_and_textless_pdfs_are_refused_with_their_reason(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(b"%PDF-1.4\nnot really a pdf\n")
     with pytest.raises(IngestError, match="not a readable PDF"):

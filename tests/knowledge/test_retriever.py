@@ -12,8 +12,14 @@ from arcana_loop.knowledge import IngestError, KnowledgeBase
 pytestmark = pytest.mark.postgres
 
 PAGES = [
-    Document(page_content="# Setup\n\nThe glorpmeter needs a nine volt battery.", metadata={"source": "manual.pdf", "page": 1}),
-    Document(page_content="# Care\n\nClean the glorpmeter lens with a dry cloth.", metadata={"source": "manual.pdf", "page": 2}),
+    Document(
+        page_content="# Setup\n\nThe glorpmeter needs a nine volt battery.",
+        metadata={"source": "manual.pdf", "page": 1},
+    ),
+    Document(
+        page_content="# Care\n\nClean the glorpmeter lens with a dry cloth.",
+        metadata={"source": "manual.pdf", "page": 2},
+    ),
     Document(page_content="Snarfblat tea is brewed for four minutes.", metadata={"author": "ann"}),
 ]
 
@@ -30,9 +36,15 @@ def test_ingest_takes_langchain_documents_named_by_their_source(kb: KnowledgeBas
     assert tea["metadata"]["author"] == "ann" and tea["metadata"]["source"].startswith("text:")
     again = kb.ingest(PAGES, collection="lc", metadata={"team": "docs"})
     assert (again.documents_added, again.documents_skipped) == (0, 3)
-    single = kb.ingest(Document(page_content="Zibble is a board game.", metadata={"source": "games.txt"}), collection="lc")
+    single = kb.ingest(
+        Document(page_content="Zibble is a board game.", metadata={"source": "games.txt"}),
+        collection="lc",
+    )
     assert single.documents_added == 1
-    assert kb.search("zibble", collection="lc", mode="fulltext")[0]["metadata"]["source"] == "games.txt"
+    assert (
+        kb.search("zibble", collection="lc", mode="fulltext")[0]["metadata"]["source"]
+        == "games.txt"
+    )
 
 
 def test_bad_documents_are_refused_before_anything_is_written(kb: KnowledgeBase) -> None:
@@ -53,8 +65,14 @@ async def test_as_retriever_returns_documents_sync_and_async(kb: KnowledgeBase) 
     (doc,) = retriever.invoke("battery")
     assert doc.page_content.endswith("The glorpmeter needs a nine volt battery.")
     meta = doc.metadata
-    assert meta["source"] == "manual.pdf#1" and meta["section"] == "Setup" and meta["collection"] == "lc"
-    assert doc.id == meta["id"] and len(meta["id"]) == 32 and meta["score"] > 0 and meta["page"] == 1
+    assert (
+        meta["source"] == "manual.pdf#1"
+        and meta["section"] == "Setup"
+        and meta["collection"] == "lc"
+    )
+    assert (
+        doc.id == meta["id"] and len(meta["id"]) == 32 and meta["score"] > 0 and meta["page"] == 1
+    )
     (adoc,) = await retriever.ainvoke("battery")
     assert adoc == doc
     wide = kb.as_retriever(mode="fulltext", k=10).invoke("glorpmeter")
@@ -81,6 +99,8 @@ def test_the_retriever_drops_into_a_langchain_chain(kb: KnowledgeBase) -> None:
         ({"collection": [1]}, TypeError, "collection must be"),
     ],
 )
-def test_as_retriever_refuses_bad_options_where_it_is_built(kb: KnowledgeBase, kwargs: dict, error: type, message: str) -> None:
+def test_as_retriever_refuses_bad_options_where_it_is_built(
+    kb: KnowledgeBase, kwargs: dict, error: type, message: str
+) -> None:
     with pytest.raises(error, match=message):
         kb.as_retriever(**kwargs)

@@ -79,7 +79,9 @@ def test_fulltext_or_fallback_ranks_only_the_rarest_words(kb: KnowledgeBase) -> 
     assert len(everything) == 31 and everything[0]["text"] == "zebra crossings stripe the road"
     # by default, rows far below the best (only the common word) are not candidates
     kb.ranking = replace(kb.ranking, lexical_min_ratio=0.3)
-    assert [h["text"] for h in kb.search("alpha zebra", mode="fulltext", limit=50)] == ["zebra crossings stripe the road"]
+    assert [h["text"] for h in kb.search("alpha zebra", mode="fulltext", limit=50)] == [
+        "zebra crossings stripe the road"
+    ]
     kb.ranking = replace(kb.ranking, or_budget=1)  # room for one word: the rare one
     rare = kb.search("alpha zebra", mode="fulltext", limit=50)
     assert [h["text"] for h in rare] == ["zebra crossings stripe the road"]
@@ -106,7 +108,10 @@ def test_hybrid_ranks_by_fusion(loaded: KnowledgeBase) -> None:
     hits = loaded.search("checkmate king", mode="hybrid", limit=5)
     assert _topics(hits)[0] == "chess"
     r = loaded.ranking  # the best a chunk can score: first on both sides
-    assert all(0 < h["score"] <= (r.semantic_weight + r.lexical_weight) / (r.rrf_k + 1) + 1e-9 for h in hits)
+    assert all(
+        0 < h["score"] <= (r.semantic_weight + r.lexical_weight) / (r.rrf_k + 1) + 1e-9
+        for h in hits
+    )
 
 
 def test_scoping(loaded: KnowledgeBase) -> None:
@@ -162,7 +167,9 @@ def test_bad_queries(loaded: KnowledgeBase) -> None:
         loaded.search("lava", mode="vector")
     with pytest.raises(TypeError):
         loaded.search("lava", bogus=1)  # type: ignore[call-arg]
-    assert loaded.search("lava", entities=True)  # accepted: no collection has entities, so the plain search
+    assert loaded.search(
+        "lava", entities=True
+    )  # accepted: no collection has entities, so the plain search
 
 
 def test_long_query_is_truncated_not_fatal(loaded: KnowledgeBase) -> None:
@@ -243,7 +250,9 @@ async def test_module_level_api_fits_search_fn(
 def test_only_large_exact_scans_get_parallel_settings() -> None:
     from arcana_loop.knowledge import queries as q
 
-    req = q.make_request("x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=None)
+    req = q.make_request(
+        "x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=None
+    )
     assert req is not None
     big = q.PARALLEL_EXACT_MIN_ROWS
     assert q.scan_settings(req, exact=True, rows=big - 1) is None

@@ -68,7 +68,9 @@ def test_schema_creation_is_idempotent(pg_url: str) -> None:
     kb2 = KnowledgeBase(pg_url, schema="kb_idem")
     assert [c.name for c in kb2.collections()] == ["c"]
     kb2.close()
-    assert tables is not None and tables[0] == 5  # collections, documents, chunks, lexical terms and stats
+    assert (
+        tables is not None and tables[0] == 5
+    )  # collections, documents, chunks, lexical terms and stats
 
 
 def test_bad_schema_name_rejected(pg_url: str) -> None:

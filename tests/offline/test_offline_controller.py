@@ -15,19 +15,32 @@ TEXTS = {
 
 def memory_search(query, collection=None, limit=5, **_):
     words = {w.lower() for w in query.split()}
-    hits = [chunk(k, t, score=len(words & set(t.lower().split())) / len(words)) for k, t in TEXTS.items()]
-    return sorted([h for h in hits if h["score"] > 0], key=lambda h: h["score"], reverse=True)[:limit]
+    hits = [
+        chunk(k, t, score=len(words & set(t.lower().split())) / len(words))
+        for k, t in TEXTS.items()
+    ]
+    return sorted([h for h in hits if h["score"] > 0], key=lambda h: h["score"], reverse=True)[
+        :limit
+    ]
 
 
 def test_single_part_question_searches_once_and_answers_with_chunk_ids():
-    result = run("How do I run a coroutine with a timeout?", controller_llm="offline", search_fn=memory_search)
+    result = run(
+        "How do I run a coroutine with a timeout?",
+        controller_llm="offline",
+        search_fn=memory_search,
+    )
     assert [e["tool"] for e in result.tool_history] == ["search", "answer"]
     assert result.tool_history[0]["args"]["query"] == "run a coroutine with a timeout"
     assert "asyncio.wait_for" in result.answer and "[wait]" in result.answer
 
 
 def test_multi_part_question_gets_one_search_per_part():
-    result = run("How do I parse a JSON string; and how do I check a filesystem path exists?", controller_llm="offline", search_fn=memory_search)
+    result = run(
+        "How do I parse a JSON string; and how do I check a filesystem path exists?",
+        controller_llm="offline",
+        search_fn=memory_search,
+    )
     queries = [e["args"]["query"] for e in result.tool_history if e["tool"] == "search"]
     assert len(queries) == 2
     assert "[json]" in result.answer and "[path]" in result.answer
@@ -46,11 +59,27 @@ def test_filler_is_dropped_from_queries():
 def test_sentences_are_chosen_by_meaning_and_led_by_their_subject():
     def labelled(query, collection=None, limit=5, **_):
         return [
-            {**chunk("t1", "Create and return a temporary file that is deleted when closed.", score=0.9), "metadata": {"source": "pydoc:tempfile", "section": "tempfile.TemporaryFile"}},
-            {**chunk("h1", "Return the smallest item of the heap without popping it.", score=0.5), "metadata": {"source": "pydoc:heapq", "section": "heapq.nsmallest"}},
+            {
+                **chunk(
+                    "t1",
+                    "Create and return a temporary file that is deleted when closed.",
+                    score=0.9,
+                ),
+                "metadata": {"source": "pydoc:tempfile", "section": "tempfile.TemporaryFile"},
+            },
+            {
+                **chunk(
+                    "h1", "Return the smallest item of the heap without popping it.", score=0.5
+                ),
+                "metadata": {"source": "pydoc:heapq", "section": "heapq.nsmallest"},
+            },
         ]
 
-    result = run("How do I get a temporary file that is deleted once it is closed?", controller_llm="offline", search_fn=labelled)
+    result = run(
+        "How do I get a temporary file that is deleted once it is closed?",
+        controller_llm="offline",
+        search_fn=labelled,
+    )
     assert result.terminated_by == "answered"
     first = result.answer.splitlines()[0]
     assert first.startswith("tempfile.TemporaryFile: ") and first.endswith("[t1].")
@@ -60,5 +89,7 @@ def test_an_unrelated_result_is_given_up():
     def unrelated(query, collection=None, limit=5, **_):
         return [chunk("b1", "Bread dough rises when the yeast releases carbon dioxide.", score=0.2)]
 
-    result = run("How do I open a TLS connection to a server?", controller_llm="offline", search_fn=unrelated)
+    result = run(
+        "How do I open a TLS connection to a server?", controller_llm="offline", search_fn=unrelated
+    )
     assert result.terminated_by == "gave_up"

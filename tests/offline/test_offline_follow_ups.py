@@ -17,25 +17,56 @@ TEXTS = {
 
 def memory_search(query, collection=None, limit=5, **_):
     words = {w.lower().strip("?.,") for w in query.split()}
-    hits = [chunk(k, t, score=len(words & set(t.lower().replace(".", " ").split())) / len(words)) for k, t in TEXTS.items()]
-    return sorted([h for h in hits if h["score"] > 0], key=lambda h: h["score"], reverse=True)[:limit]
+    hits = [
+        chunk(k, t, score=len(words & set(t.lower().replace(".", " ").split())) / len(words))
+        for k, t in TEXTS.items()
+    ]
+    return sorted([h for h in hits if h["score"] > 0], key=lambda h: h["score"], reverse=True)[
+        :limit
+    ]
 
 
 def test_a_follow_up_searches_with_the_earlier_subject_and_answers_it():
     saver = InMemorySaver()
-    first = run("How do I parse a JSON document from a string?", controller_llm="offline", search_fn=memory_search, checkpointer=saver)
+    first = run(
+        "How do I parse a JSON document from a string?",
+        controller_llm="offline",
+        search_fn=memory_search,
+        checkpointer=saver,
+    )
     assert "[json]" in first.answer
-    second = run("What error does it raise?", controller_llm="offline", search_fn=memory_search, checkpointer=saver, thread_id=first.thread_id)
+    second = run(
+        "What error does it raise?",
+        controller_llm="offline",
+        search_fn=memory_search,
+        checkpointer=saver,
+        thread_id=first.thread_id,
+    )
     query = second.tool_history[0]["args"]["query"]
     assert "JSON document" in query and "error" in query
     assert second.terminated_by == "answered" and "JSONDecodeError" in second.answer
-    third = run("How do I run a coroutine with a timeout?", controller_llm="offline", search_fn=memory_search, checkpointer=saver, thread_id=first.thread_id)
-    assert third.tool_history[0]["args"]["query"] == "run a coroutine with a timeout"  # a standalone question stays as asked
-    assert "[wait]" in third.answer and "[json]" not in third.answer  # only this question's results are read
+    third = run(
+        "How do I run a coroutine with a timeout?",
+        controller_llm="offline",
+        search_fn=memory_search,
+        checkpointer=saver,
+        thread_id=first.thread_id,
+    )
+    assert (
+        third.tool_history[0]["args"]["query"] == "run a coroutine with a timeout"
+    )  # a standalone question stays as asked
+    assert (
+        "[wait]" in third.answer and "[json]" not in third.answer
+    )  # only this question's results are read
 
 
 def test_follow_ups_are_told_from_standalone_questions():
     assert is_follow_up("what about its timeout?") and is_follow_up("And the exceptions?")
     assert not is_follow_up("How do I parse JSON?")
-    assert with_subject("what about its timeout?", "How do I run a coroutine?") == "run a coroutine its timeout?"
-    assert with_subject("How do I parse JSON?", "How do I run a coroutine?") == "How do I parse JSON?"
+    assert (
+        with_subject("what about its timeout?", "How do I run a coroutine?")
+        == "run a coroutine its timeout?"
+    )
+    assert (
+        with_subject("How do I parse JSON?", "How do I run a coroutine?") == "How do I parse JSON?"
+    )

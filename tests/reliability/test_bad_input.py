@@ -44,11 +44,21 @@ REJECTED = [
     ("empty model spec", {"controller_llm": ""}, ModelSpecError, "provider:model"),
     ("search_fn not callable", {"search_fn": 42}, TypeError, "search_fn must be callable"),
     ("misspelt option", {"max_iteration": 3}, TypeError, "unknown run option(s): max_iteration"),
-    ("min_support without a grounder", {"min_support": 0.5}, ConfigurationError, "needs a grounder"),
+    (
+        "min_support without a grounder",
+        {"min_support": 0.5},
+        ConfigurationError,
+        "needs a grounder",
+    ),
     ("min_support 2", {"min_support": 2.0, "grounder": "local"}, ValueError, "between 0 and 1"),
     ("search_opts a list", {"search_opts": [1]}, TypeError, "mapping"),
     ("collection an int", {"collection": 5}, TypeError, "collection must be"),
-    ("collection a list of ints", {"collection": [1, 2]}, TypeError, "collection name must be a str, got int"),
+    (
+        "collection a list of ints",
+        {"collection": [1, 2]},
+        TypeError,
+        "collection name must be a str, got int",
+    ),
     ("collection a dict", {"collection": {"a": 1}}, TypeError, "collection must be"),
     ("max_seconds -1", {"max_seconds": -1.0}, ValueError, "finite number >= 0"),
     ("max_tokens_total 0", {"max_tokens_total": 0}, ValueError, "at least 1"),
@@ -56,7 +66,12 @@ REJECTED = [
     ("max_parallel_searches 0", {"max_parallel_searches": 0}, ValueError, "at least 1"),
     ("max_tool_calls_per_turn 0", {"max_tool_calls_per_turn": 0}, ValueError, "at least 1"),
     ("unknown checkpointer", {"checkpointer": "redis"}, ValueError, "unknown checkpointer"),
-    ("sqlite checkpointer without a path", {"checkpointer": "sqlite:"}, ValueError, "unknown checkpointer"),
+    (
+        "sqlite checkpointer without a path",
+        {"checkpointer": "sqlite:"},
+        ValueError,
+        "unknown checkpointer",
+    ),
     ("system_prompt an int", {"system_prompt": 5}, TypeError, "system_prompt must be"),
     ("answer_prompt an int", {"answer_prompt": 5}, TypeError, "answer_prompt must be"),
     ("chunk_cap '30'", {"chunk_cap": "30"}, TypeError, "chunk_cap must be an integer"),
@@ -69,18 +84,33 @@ REJECTED = [
     ("judge_model an int", {"judge_model": 5}, TypeError, "judge_model must be a string"),
     ("grounder an int", {"grounder": 5}, TypeError, "a grounder must be"),
     ("grounder a plain object", {"grounder": object()}, TypeError, "a grounder must be"),
-    ("min_support -0.1", {"min_support": -0.1, "grounder": "local"}, ValueError, "finite number >= 0"),
+    (
+        "min_support -0.1",
+        {"min_support": -0.1, "grounder": "local"},
+        ValueError,
+        "finite number >= 0",
+    ),
     ("max_seconds inf", {"max_seconds": float("inf")}, ValueError, "finite number"),
     ("synthesizer not callable", {"synthesizer": 5}, TypeError, "synthesizer must be a function"),
     ("controller_llm an int", {"controller_llm": 5}, TypeError, "a model must be"),
-    ("controller_llm a one-item pair", {"controller_llm": ("openai:gpt-4o-mini",)}, TypeError, "a model pair must be"),
+    (
+        "controller_llm a one-item pair",
+        {"controller_llm": ("openai:gpt-4o-mini",)},
+        TypeError,
+        "a model pair must be",
+    ),
     ("answer_llm malformed", {"answer_llm": "gpt4"}, ModelSpecError, "provider:model"),
     ("answer_llm an int", {"answer_llm": 5}, TypeError, "a model must be"),
     ("tools [42]", {"tools": [42]}, TypeError, "BaseTool instances, got int"),
     ("tools a string", {"tools": "search"}, TypeError, "BaseTool instances, got str"),
     ("on_event not callable", {"on_event": 5}, TypeError, "on_event must be a function"),
     ("search_opts with int keys", {"search_opts": {1: 2}}, TypeError, "string keys"),
-    ("durability 'fast'", {"durability": "fast", "checkpointer": "memory"}, ValueError, "durability must be one of"),
+    (
+        "durability 'fast'",
+        {"durability": "fast", "checkpointer": "memory"},
+        ValueError,
+        "durability must be one of",
+    ),
     ("checkpointer an int", {"checkpointer": 5}, ValueError, "unknown checkpointer"),
     ("collection blank", {"collection": " "}, ValueError, "must not be empty or blank"),
     ("collection ['']", {"collection": [""]}, ValueError, "must not be empty or blank"),
@@ -90,7 +120,9 @@ REJECTED = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "kwargs", "error", "fragment"), REJECTED, ids=[r[0] for r in REJECTED])
+@pytest.mark.parametrize(
+    ("kind", "kwargs", "error", "fragment"), REJECTED, ids=[r[0] for r in REJECTED]
+)
 def test_bad_run_input_is_rejected_before_anything_runs(kind, kwargs, error, fragment):
     kwargs = dict(kwargs)
     question = kwargs.pop("question", "Q?")
@@ -115,8 +147,12 @@ ENV_REJECTED = [
 ]
 
 
-@pytest.mark.parametrize(("variable", "value", "fragment"), ENV_REJECTED, ids=[f"{v}={x}" for v, x, _ in ENV_REJECTED])
-def test_bad_environment_defaults_are_rejected_before_anything_runs(monkeypatch, variable, value, fragment):
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"), ENV_REJECTED, ids=[f"{v}={x}" for v, x, _ in ENV_REJECTED]
+)
+def test_bad_environment_defaults_are_rejected_before_anything_runs(
+    monkeypatch, variable, value, fragment
+):
     monkeypatch.setenv(variable, value)
     model = ScriptedChatModel(responses=[answer("never")])
     with pytest.raises(ValueError, match=fragment):
@@ -133,15 +169,32 @@ def test_a_malformed_controller_model_option_ends_the_run_as_error_without_a_cal
 
 
 def test_a_malformed_answer_model_option_keeps_the_controllers_draft():
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[answer("draft")]), answer_model="gpt4", search_fn=ScriptedSearch([]))
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[answer("draft")]),
+        answer_model="gpt4",
+        search_fn=ScriptedSearch([]),
+    )
     assert (result.terminated_by, result.answer) == ("answered", "draft")
 
 
 def test_zero_iterations_and_zero_chunk_cap_are_defined_outcomes():
     model = ScriptedChatModel(responses=[search("q"), answer("x")])
-    none = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("a")]]), max_iterations=0)
-    assert (none.terminated_by, none.iterations, none.answer, model.calls) == ("max_iterations", 0, None, [])
-    capped = run("Q?", controller_llm=ScriptedChatModel(responses=[search("q"), answer("x")]), search_fn=ScriptedSearch([[chunk("a")]]), chunk_cap=0)
+    none = run(
+        "Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("a")]]), max_iterations=0
+    )
+    assert (none.terminated_by, none.iterations, none.answer, model.calls) == (
+        "max_iterations",
+        0,
+        None,
+        [],
+    )
+    capped = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("q"), answer("x")]),
+        search_fn=ScriptedSearch([[chunk("a")]]),
+        chunk_cap=0,
+    )
     assert capped.terminated_by == "answered" and capped.chunks == []
 
 
@@ -171,9 +224,16 @@ def test_hostile_collection_names_match_nothing_and_break_nothing(kb, name):
     model = ScriptedChatModel(responses=[search("launch code"), answer("unknown")])
     if len(name) > 200:
         with pytest.raises(ValueError, match="at most 200 characters"):
-            run("What is the launch code?", collection=name, controller_llm=model, search_fn=kb.search)
+            run(
+                "What is the launch code?",
+                collection=name,
+                controller_llm=model,
+                search_fn=kb.search,
+            )
     else:
-        result = run("What is the launch code?", collection=name, controller_llm=model, search_fn=kb.search)
+        result = run(
+            "What is the launch code?", collection=name, controller_llm=model, search_fn=kb.search
+        )
         assert result.tool_history[0]["returned_chunk_ids"] == []
     assert [c.name for c in kb.collections()] == ["secret"]
     assert kb.search("launch code", collection="secret")  # the table survived
@@ -183,24 +243,50 @@ def test_hostile_collection_names_match_nothing_and_break_nothing(kb, name):
 
 
 def _model(server):
-    return ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test", max_retries=0)
+    return ChatOpenAI(
+        model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test", max_retries=0
+    )
 
 
 MALFORMED = [
-    ("invalid JSON arguments", [{"name": "search", "raw_arguments": "{query: oops"}], "not valid json"),
-    ("wrong argument types", [{"name": "search", "arguments": {"query": 42, "limit": "many"}}], "query must be"),
+    (
+        "invalid JSON arguments",
+        [{"name": "search", "raw_arguments": "{query: oops"}],
+        "not valid json",
+    ),
+    (
+        "wrong argument types",
+        [{"name": "search", "arguments": {"query": 42, "limit": "many"}}],
+        "query must be",
+    ),
     ("missing call id", [{"name": "search", "id": "", "arguments": {"query": "q"}}], ""),
-    ("duplicate call ids", [{"name": "search", "id": "same", "arguments": {"query": "a"}}, {"name": "search", "id": "same", "arguments": {"query": "b"}}], ""),
+    (
+        "duplicate call ids",
+        [
+            {"name": "search", "id": "same", "arguments": {"query": "a"}},
+            {"name": "search", "id": "same", "arguments": {"query": "b"}},
+        ],
+        "",
+    ),
     ("unknown tool", [{"name": "rm_rf", "arguments": {"path": "/"}}], "unknown tool"),
     ("answer without text", [{"name": "answer", "arguments": {}}], "text"),
     ("give_up without reason", [{"name": "give_up", "arguments": {}}], "reason"),
-    ("a thousand calls in one turn", [{"name": "search", "arguments": {"query": f"q{i}"}} for i in range(1000)], ""),
+    (
+        "a thousand calls in one turn",
+        [{"name": "search", "arguments": {"query": f"q{i}"}} for i in range(1000)],
+        "",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("kind", "calls", "fragment"), MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_controller_output_gets_a_tool_result_and_the_conversation_stays_valid(openai_server, kind, calls, fragment):
-    openai_server.enqueue({"tool_calls": calls}, {"tool_calls": [{"name": "answer", "arguments": {"text": "recovered"}}]})
+def test_malformed_controller_output_gets_a_tool_result_and_the_conversation_stays_valid(
+    openai_server, kind, calls, fragment
+):
+    openai_server.enqueue(
+        {"tool_calls": calls},
+        {"tool_calls": [{"name": "answer", "arguments": {"text": "recovered"}}]},
+    )
     found = ScriptedSearch(lambda query, **kw: [chunk(f"c-{query}")])
     result = run("Q?", controller_llm=_model(openai_server), search_fn=found, max_iterations=3)
     assert result.terminated_by == "answered" and result.answer == "recovered"
@@ -208,32 +294,55 @@ def test_malformed_controller_output_gets_a_tool_result_and_the_conversation_sta
     assert conversation_problem(second) is None
     tool_messages = [m for m in second if m["role"] == "tool"]
     assert len(tool_messages) == len(calls)  # every call answered, skipped ones included
-    assert fragment.lower() in " ".join(m["content"] for m in tool_messages).lower(), [m["content"] for m in tool_messages][:3]
+    assert fragment.lower() in " ".join(m["content"] for m in tool_messages).lower(), [
+        m["content"] for m in tool_messages
+    ][:3]
     assert len(found.calls) <= 16  # at most max_tool_calls_per_turn searches ran
-    sent_ids = [c["id"] for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-    assert all(sent_ids) and len(set(sent_ids)) == len(sent_ids) == len(calls)  # missing and repeated ids were made unique
+    sent_ids = [
+        c["id"] for m in second if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    ]
+    assert all(sent_ids) and len(set(sent_ids)) == len(sent_ids) == len(
+        calls
+    )  # missing and repeated ids were made unique
 
 
 def test_an_empty_reply_is_an_error_not_an_empty_answer(openai_server):
-    openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "q"}}]}, {"tool_calls": []})
-    result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([[chunk("c1")]]))
+    openai_server.enqueue(
+        {"tool_calls": [{"name": "search", "arguments": {"query": "q"}}]}, {"tool_calls": []}
+    )
+    result = run(
+        "Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert (result.terminated_by, result.answer) == ("error", None)
     assert result.error == "the controller replied with neither a tool call nor any text"
-    assert [e["returned_chunk_ids"] for e in result.tool_history] == [["c1"]]  # the search it made is kept
+    assert [e["returned_chunk_ids"] for e in result.tool_history] == [
+        ["c1"]
+    ]  # the search it made is kept
 
 
 def test_arguments_that_are_not_an_object_end_the_run_as_error(openai_server):
     # the OpenAI client itself refuses to build the reply; the loop reports it and keeps what it had
-    openai_server.enqueue({"tool_calls": [{"name": "search", "arguments": {"query": "q"}}]}, {"tool_calls": [{"name": "search", "raw_arguments": "[1, 2]"}]})
-    result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([[chunk("c1")]]))
+    openai_server.enqueue(
+        {"tool_calls": [{"name": "search", "arguments": {"query": "q"}}]},
+        {"tool_calls": [{"name": "search", "raw_arguments": "[1, 2]"}]},
+    )
+    result = run(
+        "Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert result.terminated_by == "error" and "valid dictionary" in (result.error or "")
     assert [c["id"] for c in result.chunks] == ["c1"] and result.answer is None
 
 
 def test_null_arguments_are_a_missing_query(openai_server):
-    openai_server.enqueue({"tool_calls": [{"name": "search", "raw_arguments": "null"}]}, {"tool_calls": [{"name": "answer", "arguments": {"text": "ok"}}]})
+    openai_server.enqueue(
+        {"tool_calls": [{"name": "search", "raw_arguments": "null"}]},
+        {"tool_calls": [{"name": "answer", "arguments": {"text": "ok"}}]},
+    )
     result = run("Q?", controller_llm=_model(openai_server), search_fn=ScriptedSearch([]))
-    assert result.tool_history[0]["summary"] == "search error: missing :query argument" and result.answer == "ok"
+    assert (
+        result.tool_history[0]["summary"] == "search error: missing :query argument"
+        and result.answer == "ok"
+    )
     assert conversation_problem(openai_server.requests[1]["messages"]) is None
 
 
@@ -263,7 +372,12 @@ def test_malformed_search_results_are_normalised_or_reported_and_the_loop_goes_o
     assert result.terminated_by == "answered" and result.answer == "done"
     json.dumps(result.to_dict())  # whatever came back is plain JSON now
     for c in result.chunks:
-        assert isinstance(c["id"], str) and c["id"] and isinstance(c["text"], str) and isinstance(c["score"], float)
+        assert (
+            isinstance(c["id"], str)
+            and c["id"]
+            and isinstance(c["text"], str)
+            and isinstance(c["score"], float)
+        )
 
 
 # ----- ingest of bad input ------------------------------------------------------------------
@@ -281,7 +395,11 @@ BAD_FILES = [
     ("png header", b"\x89PNG\r\n\x1a\n" + bytes(200), "binary file"),
     ("empty", b"", "file is empty"),
     ("whitespace only", b" \n\t\n ", "file is empty"),
-    ("latin-1 encoded", "Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"), "not valid UTF-8"),
+    (
+        "latin-1 encoded",
+        "Caf\xe9 cr\xe8me br\xfbl\xe9e, na\xefve fa\xe7ade.".encode("latin-1"),
+        "not valid UTF-8",
+    ),
     ("utf-16 encoded", "Sixteen-bit text about ferrets.".encode("utf-16"), "binary file"),
     ("a cut multi-byte character", b"na\xc3ve text about lone lead bytes", "not valid UTF-8"),
     ("enormous (25 MB)", b"word " * 5_000_000, "file is too large"),
@@ -290,7 +408,9 @@ BAD_FILES = [
 
 @pytest.mark.postgres
 @pytest.mark.parametrize(("kind", "data", "fragment"), BAD_FILES, ids=[b[0] for b in BAD_FILES])
-def test_ingest_of_a_bad_file_is_a_clear_error_and_writes_nothing(kb, tmp_path, kind, data, fragment):
+def test_ingest_of_a_bad_file_is_a_clear_error_and_writes_nothing(
+    kb, tmp_path, kind, data, fragment
+):
     kb.ingest("A good document about otters.", collection="bad-files")
     path = tmp_path / "input.txt"
     path.write_bytes(data)
@@ -325,7 +445,9 @@ def test_a_directory_walk_skips_each_bad_file_with_its_reason_and_keeps_the_good
     for index, (kind, _, fragment) in enumerate(BAD_FILES):
         assert fragment in reasons[f"bad{index}.txt"], (kind, reasons[f"bad{index}.txt"])
     assert _counts(kb)[1:] == (before[1] + 1, before[2] + outcome.chunks_added)
-    assert [h["text"] for h in kb.search("otters sleep", collection="mixed")] == ["# Otters\n\nOtters hold hands while they sleep."]
+    assert [h["text"] for h in kb.search("otters sleep", collection="mixed")] == [
+        "# Otters\n\nOtters hold hands while they sleep."
+    ]
 
 
 BAD_TEXTS = [
@@ -344,7 +466,9 @@ def test_ingest_of_bad_text_is_a_clear_error_and_writes_nothing(kb, kind, text, 
     assert _counts(kb) == before  # an empty string is not the working directory either
 
 
-STORABLE_NAMES = [n for n in HOSTILE_NAMES[1:] if len(n) <= 200]  # longer names are refused at ingest
+STORABLE_NAMES = [
+    n for n in HOSTILE_NAMES[1:] if len(n) <= 200
+]  # longer names are refused at ingest
 
 
 @pytest.mark.postgres

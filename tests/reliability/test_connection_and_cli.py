@@ -56,7 +56,9 @@ def _error_line(result):
     assert "Traceback" not in result.output and isinstance(result.exception, SystemExit | None)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("Error:")]
-    assert len(errors) == 1 and all(line.startswith(("Error:", "Hint:")) for line in lines), result.stderr
+    assert len(errors) == 1 and all(line.startswith(("Error:", "Hint:")) for line in lines), (
+        result.stderr
+    )
     return errors[0]
 
 
@@ -64,18 +66,28 @@ def _error_line(result):
 
 
 @pytest.mark.parametrize("url", BAD_URLS)
-def test_a_bad_database_url_never_reaches_the_model_history_checkpoint_or_logs(url, monkeypatch, tmp_path, caplog, capfd):
+def test_a_bad_database_url_never_reaches_the_model_history_checkpoint_or_logs(
+    url, monkeypatch, tmp_path, caplog, capfd
+):
     monkeypatch.setenv("DATABASE_URL", url)
-    monkeypatch.setattr(knowledge, "_default", None)  # the default knowledge base reads DATABASE_URL afresh
+    monkeypatch.setattr(
+        knowledge, "_default", None
+    )  # the default knowledge base reads DATABASE_URL afresh
     caplog.set_level(logging.DEBUG)
     db = tmp_path / "threads.sqlite"
     model = ScriptedChatModel(responses=[search("timeouts"), answer("I could not search.")])
     result = run("Timeouts?", controller_llm=model, checkpointer=f"sqlite:{db}")
     assert result.terminated_by == "answered"
     summary = result.tool_history[0]["summary"]
-    assert summary.startswith("search error: ") and ("InvalidDatabaseURL" in summary or "cannot connect to PostgreSQL" in summary)
-    seen_by_model = json.dumps([m.model_dump(mode="json") for call in model.calls for m in call["messages"]])
-    stored = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("threads.sqlite"))
+    assert summary.startswith("search error: ") and (
+        "InvalidDatabaseURL" in summary or "cannot connect to PostgreSQL" in summary
+    )
+    seen_by_model = json.dumps(
+        [m.model_dump(mode="json") for call in model.calls for m in call["messages"]]
+    )
+    stored = b"".join(
+        p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("threads.sqlite")
+    )
     for where, text in [
         ("result", json.dumps(result.to_dict(messages=True), default=str)),
         ("model", seen_by_model),
@@ -83,7 +95,9 @@ def test_a_bad_database_url_never_reaches_the_model_history_checkpoint_or_logs(u
         ("output", "".join(capfd.readouterr())),
     ]:
         assert SENTINEL not in text, where
-    assert SENTINEL.encode() not in stored and b"search error" in stored  # the checkpoint holds the masked error
+    assert (
+        SENTINEL.encode() not in stored and b"search error" in stored
+    )  # the checkpoint holds the masked error
 
 
 @pytest.mark.parametrize("url", BAD_URLS[:6])
@@ -92,7 +106,9 @@ def test_a_bad_database_url_is_refused_before_connecting_without_its_password(ur
         KnowledgeBase(url)
     assert SENTINEL not in str(caught.value)
     # no chained exception that a traceback would print with the password
-    assert caught.value.__cause__ is None and (caught.value.__context__ is None or caught.value.__suppress_context__)
+    assert caught.value.__cause__ is None and (
+        caught.value.__context__ is None or caught.value.__suppress_context__
+    )
 
 
 def test_the_cli_prints_a_bad_database_url_on_one_masked_line(monkeypatch):
@@ -100,13 +116,22 @@ def test_the_cli_prints_a_bad_database_url_on_one_masked_line(monkeypatch):
     done = _cli("collections")
     assert SENTINEL not in done.output
     line = _error_line(done)
-    assert "DATABASE_URL 'kb_user:***@127.0.0.1:5432/kb' has no scheme" in line and "postgresql://" in line
+    assert (
+        "DATABASE_URL 'kb_user:***@127.0.0.1:5432/kb' has no scheme" in line
+        and "postgresql://" in line
+    )
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("scheme", ["postgresql+psycopg", "postgres+psycopg", "postgresql+psycopg2"])
+@pytest.mark.parametrize(
+    "scheme", ["postgresql+psycopg", "postgres+psycopg", "postgresql+psycopg2"]
+)
 def test_a_driver_scheme_url_is_accepted(kb, pg_url, scheme):
-    base = KnowledgeBase(pg_url.replace("postgresql://", f"{scheme}://", 1), embeddings=kb.embeddings, schema=kb.schema)
+    base = KnowledgeBase(
+        pg_url.replace("postgresql://", f"{scheme}://", 1),
+        embeddings=kb.embeddings,
+        schema=kb.schema,
+    )
     try:
         assert base.search("timeouts") == [] and base.collections() == []
     finally:
@@ -124,7 +149,12 @@ def no_pgvector_url(pg_url: str) -> Iterator[str]:
             admin.execute("CREATE DATABASE kb_no_vector OWNER kb_plain")
         except psycopg.Error as exc:
             pytest.skip(f"cannot create a role and a database here: {exc}")
-    params = {**conninfo_to_dict(pg_url), "user": "kb_plain", "password": SENTINEL, "dbname": "kb_no_vector"}
+    params = {
+        **conninfo_to_dict(pg_url),
+        "user": "kb_plain",
+        "password": SENTINEL,
+        "dbname": "kb_no_vector",
+    }
     yield make_conninfo(**params)
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute("DROP DATABASE IF EXISTS kb_no_vector WITH (FORCE)")
@@ -226,7 +256,11 @@ def cli_db(pg_url, monkeypatch) -> str:
     monkeypatch.setenv("DATABASE_URL", pg_url)
     base = KnowledgeBase(pg_url)
     try:
-        base.ingest("asyncio.wait_for runs a coroutine with a timeout.", collection="conn-cli", name="conn-cli-note")
+        base.ingest(
+            "asyncio.wait_for runs a coroutine with a timeout.",
+            collection="conn-cli",
+            name="conn-cli-note",
+        )
     finally:
         base.close()
     return "conn-cli"
@@ -270,20 +304,37 @@ def test_a_sqlite_checkpointer_in_a_missing_directory_is_named(tmp_path, monkeyp
 @pytest.mark.postgres
 def test_a_sqlite_checkpointer_that_cannot_be_opened_names_its_path(cli_db, tmp_path):
     missing = tmp_path / "missing" / "x.db"
-    done = _cli("ask", "Timeouts?", "-c", cli_db, "--model", "offline", "--checkpointer", f"sqlite:{missing}")
+    done = _cli(
+        "ask",
+        "Timeouts?",
+        "-c",
+        cli_db,
+        "--model",
+        "offline",
+        "--checkpointer",
+        f"sqlite:{missing}",
+    )
     assert str(missing) in _error_line(done)
     directory = tmp_path / "a-directory"
     directory.mkdir()
-    assert str(directory) in _error_line(_cli("trace", "some-thread", "--checkpointer", f"sqlite:{directory}"))
+    assert str(directory) in _error_line(
+        _cli("trace", "some-thread", "--checkpointer", f"sqlite:{directory}")
+    )
 
 
 @pytest.mark.postgres
 def test_a_blank_sqlite_path_is_refused_and_creates_no_file(cli_db, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    line = _error_line(_cli("ask", "Timeouts?", "-c", cli_db, "--model", "offline", "--checkpointer", "sqlite: "))
+    line = _error_line(
+        _cli("ask", "Timeouts?", "-c", cli_db, "--model", "offline", "--checkpointer", "sqlite: ")
+    )
     assert "blank" in line and not (tmp_path / " ").exists()
     with pytest.raises(ValueError, match="blank"):
-        run("Q?", controller_llm=ScriptedChatModel(responses=[answer("A.")]), checkpointer="sqlite:  ")
+        run(
+            "Q?",
+            controller_llm=ScriptedChatModel(responses=[answer("A.")]),
+            checkpointer="sqlite:  ",
+        )
     assert not (tmp_path / "  ").exists()
 
 
@@ -291,8 +342,20 @@ def test_a_blank_sqlite_path_is_refused_and_creates_no_file(cli_db, tmp_path, mo
     "record",
     [
         {"question": "Q?", "collection": "all", "options": [], "searches": "x"},
-        {"question": "Q?", "collection": "all", "options": {}, "controller_replies": [1, 2], "searches": [7]},
-        {"question": "Q?", "collection": "all", "options": {}, "controller_replies": [], "expected": []},
+        {
+            "question": "Q?",
+            "collection": "all",
+            "options": {},
+            "controller_replies": [1, 2],
+            "searches": [7],
+        },
+        {
+            "question": "Q?",
+            "collection": "all",
+            "options": {},
+            "controller_replies": [],
+            "expected": [],
+        },
     ],
 )
 def test_replaying_a_record_of_the_wrong_shape_is_one_line_naming_the_file(tmp_path, record):
@@ -304,13 +367,36 @@ def test_replaying_a_record_of_the_wrong_shape_is_one_line_naming_the_file(tmp_p
 
 @pytest.mark.postgres
 def test_a_question_with_a_lone_surrogate_is_one_line(cli_db):
-    line = _error_line(_cli("ask", "--json", "-c", cli_db, "--model", "offline", "--checkpointer", "none", "time\ud800out?"))
+    line = _error_line(
+        _cli(
+            "ask",
+            "--json",
+            "-c",
+            cli_db,
+            "--model",
+            "offline",
+            "--checkpointer",
+            "none",
+            "time\ud800out?",
+        )
+    )
     assert "the question is not valid text" in line and "surrogate" in line
 
 
 @pytest.mark.postgres
 def test_the_model_hint_comes_only_with_model_errors(cli_db):
-    bad_grounder = _cli("ask", "Timeouts?", "-c", cli_db, "--model", "offline", "--checkpointer", "none", "--ground", "bogus")
+    bad_grounder = _cli(
+        "ask",
+        "Timeouts?",
+        "-c",
+        cli_db,
+        "--model",
+        "offline",
+        "--checkpointer",
+        "none",
+        "--ground",
+        "bogus",
+    )
     assert "bogus" in _error_line(bad_grounder) and "check --model" not in bad_grounder.output
     bad_model = _cli("ask", "Timeouts?", "-c", cli_db, "--model", "gpt4", "--checkpointer", "none")
     assert "provider:model" in _error_line(bad_model) and "Hint: check --model" in bad_model.stderr
@@ -320,7 +406,11 @@ def test_the_sqlite_checkpointer_error_of_run_names_the_path(tmp_path):
     directory = tmp_path / "dir.db"
     directory.mkdir()
     with pytest.raises(ValueError, match="is a directory") as caught:
-        run("Q?", controller_llm=ScriptedChatModel(responses=[answer("A.")]), checkpointer=f"sqlite:{directory}")
+        run(
+            "Q?",
+            controller_llm=ScriptedChatModel(responses=[answer("A.")]),
+            checkpointer=f"sqlite:{directory}",
+        )
     assert str(directory) in str(caught.value) and not isinstance(caught.value, sqlite3.Error)
 
 
@@ -366,8 +456,13 @@ def embedded_pgdata(tmp_path: Path) -> Iterator[Path]:
 
 def _joined(pgdata: Path) -> subprocess.Popen[str]:
     """A process that starts (or joins) the embedded server in `pgdata` and then just waits."""
-    process = subprocess.Popen([sys.executable, "-c", JOIN_AND_WAIT, str(pgdata)], cwd=Path(__file__).parents[2],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", JOIN_AND_WAIT, str(pgdata)],
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert process.stdout is not None and process.stdout.readline().startswith("postgresql://")
     return process
 
@@ -382,7 +477,10 @@ def test_the_embedded_server_stops_when_its_last_process_dies_without_exit_hooks
     first = _joined(embedded_pgdata)
     second = _joined(embedded_pgdata)
     try:
-        assert _postmaster(embedded_pgdata) is not None and set(_registered(embedded_pgdata)) == {first.pid, second.pid}
+        assert _postmaster(embedded_pgdata) is not None and set(_registered(embedded_pgdata)) == {
+            first.pid,
+            second.pid,
+        }
         first.send_signal(signal.SIGTERM)  # the default handler: no exit hook runs
         first.wait(10)
         assert _wait_until(lambda: _registered(embedded_pgdata) == [second.pid])
@@ -401,11 +499,19 @@ def test_the_embedded_server_stops_when_its_last_process_dies_without_exit_hooks
 def test_sigterm_to_langgraph_dev_stops_the_embedded_server_it_started(embedded_pgdata):
     from tests.fixtures.langgraph_server import start_langgraph_server
 
-    with start_langgraph_server(database_url=None, env={"ARCANA_LOOP_PGDATA": str(embedded_pgdata)}) as server:
+    with start_langgraph_server(
+        database_url=None, env={"ARCANA_LOOP_PGDATA": str(embedded_pgdata)}
+    ) as server:
         client = server.sync_client()
         thread = client.threads.create()
-        done = client.runs.wait(thread["thread_id"], server.graph_id, input={"question": "How do I run a coroutine with a timeout?"})
-        assert done["terminated_by"] and _postmaster(embedded_pgdata) is not None  # the run's searches started it
+        done = client.runs.wait(
+            thread["thread_id"],
+            server.graph_id,
+            input={"question": "How do I run a coroutine with a timeout?"},
+        )
+        assert (
+            done["terminated_by"] and _postmaster(embedded_pgdata) is not None
+        )  # the run's searches started it
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(30) == -signal.SIGTERM  # uvicorn re-raised it: no exit hook ran
         assert _wait_until(lambda: _postmaster(embedded_pgdata) is None)

@@ -41,12 +41,16 @@ CHILD_LOOP = textwrap.dedent(
 
 def _kill_at_turn_three(spec: str, thread: str, tmp_path: Path, env: dict[str, str]) -> None:
     marker = tmp_path / "marker"
-    child = kill_when(marker.exists, CHILD_LOOP, str(marker), spec, thread, env=env, reaching="its third turn")
+    child = kill_when(
+        marker.exists, CHILD_LOOP, str(marker), spec, thread, env=env, reaching="its third turn"
+    )
     assert child.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_repeated(kind, tmp_path, request, monkeypatch):
+def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_repeated(
+    kind, tmp_path, request, monkeypatch
+):
     env = child_env()
     if kind == "postgres":
         url = request.getfixturevalue("pg_url")
@@ -60,17 +64,33 @@ def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_rep
     assert [s.node for s in before] == ["controller", "tools", "controller", "tools"]
 
     later_search = ScriptedSearch([])
-    finished = resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[answer("Alpha, then beta.")]), search_fn=later_search)
+    finished = resume(
+        thread,
+        checkpointer=spec,
+        controller_llm=ScriptedChatModel(responses=[answer("Alpha, then beta.")]),
+        search_fn=later_search,
+    )
     assert finished.terminated_by == "answered" and finished.answer == "Alpha, then beta."
-    assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [("search", "alpha"), ("search", "beta"), ("answer", None)]
+    assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [
+        ("search", "alpha"),
+        ("search", "beta"),
+        ("answer", None),
+    ]
     assert finished.iterations == 3 and [c["id"] for c in finished.chunks] == ["a1", "b1"]
     assert later_search.calls == []  # the searches the dead process made were not sent again
-    assert [m.type for m in finished.messages] == ["human", *["ai", "tool"] * 3, "ai"]  # no turn replayed, none dropped; the answer last
+    assert [m.type for m in finished.messages] == [
+        "human",
+        *["ai", "tool"] * 3,
+        "ai",
+    ]  # no turn replayed, none dropped; the answer last
     after = trace(thread, spec)
     assert [s.node for s in after] == [*["controller", "tools"] * 3, "finish"]
     assert [s.checkpoint_id for s in after[:4]] == [s.checkpoint_id for s in before]
     # resuming a finished thread changes nothing
-    assert resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[])).answer == finished.answer
+    assert (
+        resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[])).answer
+        == finished.answer
+    )
 
 
 CHILD_CLIENT_LOOP = textwrap.dedent(
@@ -95,22 +115,46 @@ def _search_reply(query):
 def test_a_loop_killed_while_the_provider_hangs_resumes_through_the_client(openai_server, tmp_path):
     spec = f"sqlite:{tmp_path / 'threads.sqlite'}"
     thread = f"hung-{uuid.uuid4()}"
-    openai_server.enqueue(_search_reply("alpha"), _search_reply("beta"), {"sleep": 30, "then": "too late"})
+    openai_server.enqueue(
+        _search_reply("alpha"), _search_reply("beta"), {"sleep": 30, "then": "too late"}
+    )
     kill_when(
-        lambda: len(openai_server.requests) >= 3,  # the third turn's request is in, and its reply hangs
-        CHILD_CLIENT_LOOP, openai_server.base_url, spec, thread, env=child_env(), reaching="its third turn",
+        lambda: (
+            len(openai_server.requests) >= 3
+        ),  # the third turn's request is in, and its reply hangs
+        CHILD_CLIENT_LOOP,
+        openai_server.base_url,
+        spec,
+        thread,
+        env=child_env(),
+        reaching="its third turn",
     )
     assert [s.node for s in trace(thread, spec)] == ["controller", "tools", "controller", "tools"]
 
     openai_server.replies.clear()
-    openai_server.enqueue({"tool_calls": [{"name": "answer", "arguments": {"text": "Alpha, then beta."}}]})
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test", max_retries=0)
+    openai_server.enqueue(
+        {"tool_calls": [{"name": "answer", "arguments": {"text": "Alpha, then beta."}}]}
+    )
+    model = ChatOpenAI(
+        model="gpt-4o-mini", base_url=openai_server.base_url, api_key="sk-test", max_retries=0
+    )
     finished = resume(thread, checkpointer=spec, controller_llm=model, search_fn=ScriptedSearch([]))
     assert (finished.terminated_by, finished.answer) == ("answered", "Alpha, then beta.")
-    assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [("search", "alpha"), ("search", "beta"), ("answer", None)]
+    assert [(e["tool"], e["args"].get("query")) for e in finished.tool_history] == [
+        ("search", "alpha"),
+        ("search", "beta"),
+        ("answer", None),
+    ]
     resent = openai_server.requests[-1]["messages"]
     assert conversation_problem(resent) is None  # the resumed conversation is one OpenAI accepts
-    assert [m["role"] for m in resent] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert [m["role"] for m in resent] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
     ids = [m.tool_call_id for m in finished.messages if isinstance(m, ToolMessage)]
     assert len(ids) == len(set(ids)) == 3  # each call answered once: nothing replayed twice
 
@@ -135,10 +179,17 @@ def test_an_ingest_killed_midway_leaves_only_whole_documents(kb, pg_url, tmp_pat
     folder.mkdir()
     paragraph = "Reliable storage keeps every chunk of a document or none of them. " * 40
     for i in range(300):
-        (folder / f"doc{i:03}.md").write_text(f"# Document {i}\n\n" + "\n\n".join(f"Part {j}. {paragraph}" for j in range(6)))
+        (folder / f"doc{i:03}.md").write_text(
+            f"# Document {i}\n\n" + "\n\n".join(f"Part {j}. {paragraph}" for j in range(6))
+        )
     kill_when(
-        (tmp_path / "started").exists, CHILD_INGEST, str(folder), kb.schema,
-        env=child_env(DATABASE_URL=pg_url), reaching="its fourth document", then=0.3,
+        (tmp_path / "started").exists,
+        CHILD_INGEST,
+        str(folder),
+        kb.schema,
+        env=child_env(DATABASE_URL=pg_url),
+        reaching="its fourth document",
+        then=0.3,
     )
     with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as conn:
         rows = conn.execute(
@@ -146,7 +197,9 @@ def test_an_ingest_killed_midway_leaves_only_whole_documents(kb, pg_url, tmp_pat
         ).fetchall()
     assert 4 <= len(rows) < 300, len(rows)
     counts = {n for _, n, _ in rows}
-    assert all(n > 0 and top == n - 1 for _, n, top in rows)  # no document without its chunks, no gap
+    assert all(
+        n > 0 and top == n - 1 for _, n, top in rows
+    )  # no document without its chunks, no gap
     assert len(counts) == 1  # every document the same size, so none was cut short
     # the ingest can simply be run again: what was stored is skipped, the rest is added
     again = kb.ingest(folder, collection="crash")

@@ -32,92 +32,180 @@ def _found():
 
 def test_a_rate_limit_past_the_client_retries_ends_as_error_and_keeps_the_history(openai_server):
     openai_server.enqueue(SEARCH, {"status": 429}, {"status": 429}, {"status": 429})
-    result = run("Timeouts?", controller_llm=_client(openai_server, max_retries=2), search_fn=_found())
-    assert (result.terminated_by, result.error) == ("error", "OpenAIRateLimitError: Error code: 429 - scripted fault")
-    assert [e["tool"] for e in result.tool_history] == ["search"] and [c["id"] for c in result.chunks] == ["c1"]
-    assert len(openai_server.requests) == 1 + 3  # the first turn, then one try and two bounded retries
+    result = run(
+        "Timeouts?", controller_llm=_client(openai_server, max_retries=2), search_fn=_found()
+    )
+    assert (result.terminated_by, result.error) == (
+        "error",
+        "OpenAIRateLimitError: Error code: 429 - scripted fault",
+    )
+    assert [e["tool"] for e in result.tool_history] == ["search"] and [
+        c["id"] for c in result.chunks
+    ] == ["c1"]
+    assert (
+        len(openai_server.requests) == 1 + 3
+    )  # the first turn, then one try and two bounded retries
 
 
 async def test_server_errors_past_the_retries_on_the_async_path_end_as_error(openai_server):
     openai_server.enqueue(SEARCH, {"status": 500}, {"status": 503})
-    result = await arun("Timeouts?", controller_llm=_client(openai_server, max_retries=1), search_fn=_found())
-    assert (result.terminated_by, result.error) == ("error", "OpenAIAPIError: Error code: 503 - scripted fault")
+    result = await arun(
+        "Timeouts?", controller_llm=_client(openai_server, max_retries=1), search_fn=_found()
+    )
+    assert (result.terminated_by, result.error) == (
+        "error",
+        "OpenAIAPIError: Error code: 503 - scripted fault",
+    )
     assert [c["id"] for c in result.chunks] == ["c1"] and len(openai_server.requests) == 1 + 2
 
 
 def test_a_rate_limited_answerer_keeps_the_draft_within_bounded_retries(openai_server):
     openai_server.enqueue({"status": 429}, {"status": 429}, "never sent")
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), answer("Draft: use wait_for.")]),
-                 answer_llm=_client(openai_server, max_retries=1), search_fn=_found())
-    assert (result.terminated_by, result.answer, result.error) == ("answered", "Draft: use wait_for.", None)
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(
+            responses=[search("timeouts"), answer("Draft: use wait_for.")]
+        ),
+        answer_llm=_client(openai_server, max_retries=1),
+        search_fn=_found(),
+    )
+    assert (result.terminated_by, result.answer, result.error) == (
+        "answered",
+        "Draft: use wait_for.",
+        None,
+    )
     assert len(openai_server.requests) == 2
 
 
 def test_a_failing_synthesis_through_the_client_keeps_the_chunks(openai_server):
     openai_server.enqueue({"status": 500}, {"status": 500}, "never sent")
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts")]), answer_llm=_client(openai_server, max_retries=1),
-                 search_fn=_found(), max_iterations=1)
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("timeouts")]),
+        answer_llm=_client(openai_server, max_retries=1),
+        search_fn=_found(),
+        max_iterations=1,
+    )
     assert (result.terminated_by, result.answer) == ("max_iterations", None)
-    assert (result.error or "").startswith("fallback synthesis failed:") and "500" in (result.error or "")
-    assert [c["id"] for c in result.chunks] == ["c1"] and result.tool_history[0]["returned_chunk_ids"] == ["c1"]
+    assert (result.error or "").startswith("fallback synthesis failed:") and "500" in (
+        result.error or ""
+    )
+    assert [c["id"] for c in result.chunks] == ["c1"] and result.tool_history[0][
+        "returned_chunk_ids"
+    ] == ["c1"]
     assert len(openai_server.requests) == 2
 
 
 def test_a_checkpointed_run_that_fails_keeps_its_history_and_is_not_rerun(openai_server, tmp_path):
     spec = f"sqlite:{tmp_path / 'threads.sqlite'}"
     openai_server.enqueue(SEARCH, {"status": 429})
-    failed = run("Timeouts?", controller_llm=_client(openai_server, max_retries=0), search_fn=_found(), checkpointer=spec)
+    failed = run(
+        "Timeouts?",
+        controller_llm=_client(openai_server, max_retries=0),
+        search_fn=_found(),
+        checkpointer=spec,
+    )
     assert failed.terminated_by == "error"
     later = ScriptedSearch([])
-    again = resume(failed.thread_id, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[]), search_fn=later)
-    assert (again.terminated_by, again.error, again.tool_history) == ("error", failed.error, failed.tool_history)
-    assert later.calls == [] and [s.node for s in trace(failed.thread_id, spec)] == ["controller", "tools", "controller", "finish"]
+    again = resume(
+        failed.thread_id,
+        checkpointer=spec,
+        controller_llm=ScriptedChatModel(responses=[]),
+        search_fn=later,
+    )
+    assert (again.terminated_by, again.error, again.tool_history) == (
+        "error",
+        failed.error,
+        failed.tool_history,
+    )
+    assert later.calls == [] and [s.node for s in trace(failed.thread_id, spec)] == [
+        "controller",
+        "tools",
+        "controller",
+        "finish",
+    ]
 
 
 def test_a_rate_limit_within_the_client_retries_is_invisible(openai_server):
     openai_server.enqueue(SEARCH, {"status": 429}, ANSWER)
-    result = run("Timeouts?", controller_llm=_client(openai_server, max_retries=2), search_fn=_found())
+    result = run(
+        "Timeouts?", controller_llm=_client(openai_server, max_retries=2), search_fn=_found()
+    )
     assert (result.terminated_by, result.answer) == ("answered", "Use wait_for.")
 
 
 def test_a_controller_timeout_ends_as_error(openai_server):
     openai_server.enqueue(SEARCH, {"sleep": 3, "then": ANSWER})
-    result = run("Timeouts?", controller_llm=_client(openai_server, max_retries=0, timeout=0.5), search_fn=_found())
+    result = run(
+        "Timeouts?",
+        controller_llm=_client(openai_server, max_retries=0, timeout=0.5),
+        search_fn=_found(),
+    )
     assert result.terminated_by == "error" and "Timeout" in (result.error or "")
     assert result.tool_history[0]["returned_chunk_ids"] == ["c1"]
 
 
 def test_a_controller_exception_mid_loop_ends_as_error():
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), ConnectionResetError("peer reset")]), search_fn=_found())
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(
+            responses=[search("timeouts"), ConnectionResetError("peer reset")]
+        ),
+        search_fn=_found(),
+    )
     assert result.terminated_by == "error" and result.error == "ConnectionResetError: peer reset"
     assert result.iterations == 2 and len(result.tool_history) == 1
 
 
 def test_a_failing_answerer_keeps_the_controllers_answer():
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), answer("Draft: use wait_for.")]),
-                 answer_llm=ScriptedChatModel(responses=[RuntimeError("answer model down")]), search_fn=_found())
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(
+            responses=[search("timeouts"), answer("Draft: use wait_for.")]
+        ),
+        answer_llm=ScriptedChatModel(responses=[RuntimeError("answer model down")]),
+        search_fn=_found(),
+    )
     assert (result.terminated_by, result.answer) == ("answered", "Draft: use wait_for.")
 
 
 def test_a_failing_synthesis_leaves_no_answer_but_keeps_the_chunks():
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), RuntimeError("synthesis down")]),
-                 search_fn=_found(), max_iterations=1)
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(
+            responses=[search("timeouts"), RuntimeError("synthesis down")]
+        ),
+        search_fn=_found(),
+        max_iterations=1,
+    )
     assert result.terminated_by == "max_iterations" and result.answer is None
     assert result.error == "fallback synthesis failed: RuntimeError: synthesis down"
     assert [c["id"] for c in result.chunks] == ["c1"]
 
 
 def test_a_synthesis_without_text_says_so():
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), AIMessage(content="  ")]),
-                 search_fn=_found(), max_iterations=1)
-    assert (result.terminated_by, result.answer, result.error) == ("max_iterations", None, "fallback synthesis returned no text")
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("timeouts"), AIMessage(content="  ")]),
+        search_fn=_found(),
+        max_iterations=1,
+    )
+    assert (result.terminated_by, result.answer, result.error) == (
+        "max_iterations",
+        None,
+        "fallback synthesis returned no text",
+    )
 
 
 @pytest.mark.parametrize("reply", ["not json at all", '{"claims": "oops"}', '{"score": 7}', ""])
 def test_a_judge_returning_garbage_leaves_grounding_none_and_the_answer_intact(reply):
     judge = ScriptedChatModel(responses=[reply], repeat_last=True)
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("timeouts"), answer("Use wait_for.")]),
-                 search_fn=_found(), grounder=LLMJudgeGrounder(judge))
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("timeouts"), answer("Use wait_for.")]),
+        search_fn=_found(),
+        grounder=LLMJudgeGrounder(judge),
+    )
     assert result.answer == "Use wait_for." and result.terminated_by == "answered"
     assert result.grounding is None
 
@@ -131,7 +219,13 @@ def _cut_every_connection(pg_url):
     return row[0]
 
 
-QUERIES = ["wait_for timeout", "gather concurrently", "gather awaitables", "timeout coroutine", "concurrent awaitables"]
+QUERIES = [
+    "wait_for timeout",
+    "gather concurrently",
+    "gather awaitables",
+    "timeout coroutine",
+    "concurrent awaitables",
+]
 
 
 @pytest.fixture
@@ -155,15 +249,26 @@ def test_the_database_cutting_every_connection_mid_run_loses_no_search(faults_kb
         return hits
 
     model = ScriptedChatModel(responses=[*(search(q) for q in QUERIES), answer("Both.")])
-    result = run("Timeouts and gather?", collection="faults", controller_llm=model, search_fn=search_then_cut, max_iterations=8)
+    result = run(
+        "Timeouts and gather?",
+        collection="faults",
+        controller_llm=model,
+        search_fn=search_then_cut,
+        max_iterations=8,
+    )
     assert cut[0] >= 4  # the knowledge base's connections were among those cut
     assert (result.terminated_by, result.answer) == ("answered", "Both.")
     assert [e["args"]["query"] for e in result.tool_history[:-1]] == QUERIES
-    assert all(e["returned_chunk_ids"] and not e["summary"].startswith("search error") for e in result.tool_history[:-1])
+    assert all(
+        e["returned_chunk_ids"] and not e["summary"].startswith("search error")
+        for e in result.tool_history[:-1]
+    )
 
 
 @pytest.mark.postgres
-async def test_the_database_cutting_every_connection_mid_run_loses_no_search_async(faults_kb, pg_url):
+async def test_the_database_cutting_every_connection_mid_run_loses_no_search_async(
+    faults_kb, pg_url
+):
     kb = faults_kb
     await asyncio.gather(*(kb.asearch(q, collection="faults") for q in QUERIES * 4))
     cut = []
@@ -176,11 +281,20 @@ async def test_the_database_cutting_every_connection_mid_run_loses_no_search_asy
 
     model = ScriptedChatModel(responses=[*(search(q) for q in QUERIES), answer("Both.")])
     try:
-        result = await arun("Timeouts and gather?", collection="faults", controller_llm=model, search_fn=search_then_cut, max_iterations=8)
+        result = await arun(
+            "Timeouts and gather?",
+            collection="faults",
+            controller_llm=model,
+            search_fn=search_then_cut,
+            max_iterations=8,
+        )
     finally:
         await kb.aclose()
     assert (result.terminated_by, result.answer) == ("answered", "Both.")
-    assert all(e["returned_chunk_ids"] and not e["summary"].startswith("search error") for e in result.tool_history[:-1])
+    assert all(
+        e["returned_chunk_ids"] and not e["summary"].startswith("search error")
+        for e in result.tool_history[:-1]
+    )
 
 
 @pytest.mark.postgres
@@ -189,23 +303,38 @@ def test_a_database_that_stays_away_is_a_search_error_and_the_loop_goes_on(kb):
     model = ScriptedChatModel(responses=[search("timeouts"), answer("I could not search.")])
     result = run("Timeouts?", controller_llm=model, search_fn=down.search)
     assert (result.terminated_by, result.answer) == ("answered", "I could not search.")
-    assert result.tool_history[0]["summary"].startswith("search error: ") and "PostgreSQL" in result.tool_history[0]["summary"]
+    assert (
+        result.tool_history[0]["summary"].startswith("search error: ")
+        and "PostgreSQL" in result.tool_history[0]["summary"]
+    )
     assert result.tool_history[0]["returned_chunk_ids"] == []
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("path", ["sync", "async"])
-async def test_the_postgres_checkpointer_survives_its_connections_being_cut(pg_url, monkeypatch, path):
+async def test_the_postgres_checkpointer_survives_its_connections_being_cut(
+    pg_url, monkeypatch, path
+):
     monkeypatch.setenv("DATABASE_URL", pg_url)
 
     async def once():
         model = ScriptedChatModel(responses=[search("timeouts"), answer("Use wait_for.")])
         if path == "sync":
-            return await asyncio.to_thread(run, "Timeouts?", controller_llm=model, search_fn=_found(), checkpointer="postgres")
-        return await arun("Timeouts?", controller_llm=model, search_fn=_found(), checkpointer="postgres")
+            return await asyncio.to_thread(
+                run, "Timeouts?", controller_llm=model, search_fn=_found(), checkpointer="postgres"
+            )
+        return await arun(
+            "Timeouts?", controller_llm=model, search_fn=_found(), checkpointer="postgres"
+        )
 
     await once()  # the saver and its pool exist now, with idle connections
     assert _cut_every_connection(pg_url) >= 1
     result = await once()
     assert (result.terminated_by, result.answer) == ("answered", "Use wait_for.")
-    assert [s.node for s in trace(result.thread_id, "postgres")] == ["controller", "tools", "controller", "tools", "finish"]
+    assert [s.node for s in trace(result.thread_id, "postgres")] == [
+        "controller",
+        "tools",
+        "controller",
+        "tools",
+        "finish",
+    ]

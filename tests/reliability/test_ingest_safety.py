@@ -130,7 +130,9 @@ BAD_CALLS = {
 }
 
 
-@pytest.mark.parametrize(("kwargs", "error", "fragment"), list(BAD_CALLS.values()), ids=list(BAD_CALLS))
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragment"), list(BAD_CALLS.values()), ids=list(BAD_CALLS)
+)
 def test_a_refused_ingest_stores_nothing(kb, kwargs, error, fragment):
     with pytest.raises(error, match=fragment) as caught:
         kb.ingest(TEXT, **{"collection": "fresh", **kwargs})
@@ -163,7 +165,9 @@ CHILD_INGEST = textwrap.dedent(
 )
 
 
-def test_two_processes_ingesting_one_directory_both_succeed_without_duplicates(kb, pg_url, tmp_path):
+def test_two_processes_ingesting_one_directory_both_succeed_without_duplicates(
+    kb, pg_url, tmp_path
+):
     folder = tmp_path / "docs"
     folder.mkdir()
     for i in range(60):
@@ -173,7 +177,11 @@ def test_two_processes_ingesting_one_directory_both_succeed_without_duplicates(k
     children = [
         subprocess.Popen(
             [sys.executable, "-c", CHILD_INGEST, str(folder), kb.schema, str(go), str(n)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for n in range(2)
     ]
@@ -229,12 +237,16 @@ def bulk(kb, monkeypatch):
     """Make every ingest a bulk load (drops and rebuilds both indexes); restore them after."""
     monkeypatch.setattr(writer, "BULK_MIN_CHUNKS", 1)
     yield kb
-    with psycopg.connect(kb.url, options=f"-c search_path={kb.schema},public", autocommit=True) as conn:
+    with psycopg.connect(
+        kb.url, options=f"-c search_path={kb.schema},public", autocommit=True
+    ) as conn:
         create_fulltext_index(conn)
         create_hnsw_index(conn, 256)
 
 
-def test_a_full_disk_at_the_index_rebuild_is_a_clear_error_and_leaves_the_indexes(bulk, monkeypatch):
+def test_a_full_disk_at_the_index_rebuild_is_a_clear_error_and_leaves_the_indexes(
+    bulk, monkeypatch
+):
     kb = bulk
     monkeypatch.setattr(writer, "create_hnsw_index", _disk_full(1, writer.create_hnsw_index))
     with pytest.raises(StorageFull, match="disk is full") as caught:
@@ -244,7 +256,9 @@ def test_a_full_disk_at_the_index_rebuild_is_a_clear_error_and_leaves_the_indexe
     assert [h["text"] for h in kb.search("otters sleep", collection="full")] == [TEXT]
 
 
-def test_a_disk_that_stays_full_leaves_a_usable_base_that_rebuilds_its_index_later(bulk, monkeypatch):
+def test_a_disk_that_stays_full_leaves_a_usable_base_that_rebuilds_its_index_later(
+    bulk, monkeypatch
+):
     kb = bulk
     monkeypatch.setattr(writer, "create_hnsw_index", _disk_full(99, writer.create_hnsw_index))
     real = kb_schema_module.create_hnsw_index
@@ -266,10 +280,14 @@ def test_a_disk_that_stays_full_leaves_a_usable_base_that_rebuilds_its_index_lat
     assert _indexes(kb) == {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"}
 
 
-def test_a_full_disk_during_the_load_is_a_clear_error_and_the_indexes_are_rebuilt(bulk, monkeypatch):
+def test_a_full_disk_during_the_load_is_a_clear_error_and_the_indexes_are_rebuilt(
+    bulk, monkeypatch
+):
     kb = bulk
     monkeypatch.setattr(writer, "_copy_chunks", _disk_full(99, writer._copy_chunks))
-    with pytest.raises(StorageFull, match=r"disk is full.*0 document\(s\).*every index is in place"):
+    with pytest.raises(
+        StorageFull, match=r"disk is full.*0 document\(s\).*every index is in place"
+    ):
         kb.ingest(TEXT, collection="full", name="otters")
     assert _indexes(kb) == {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"}
     assert kb.collections() == []  # the collection this ingest created held nothing
@@ -282,7 +300,9 @@ def test_a_fifo_in_a_directory_is_skipped_with_its_reason(kb, tmp_path):
     folder = _folder(tmp_path)
     os.mkfifo(folder / "pipe.md")
     outcome: dict[str, object] = {}
-    worker = threading.Thread(target=lambda: outcome.update(r=kb.ingest(folder, collection="c")), daemon=True)
+    worker = threading.Thread(
+        target=lambda: outcome.update(r=kb.ingest(folder, collection="c")), daemon=True
+    )
     worker.start()
     worker.join(timeout=30)
     if worker.is_alive():  # the old behaviour: blocked opening the FIFO; unblock it to fail cleanly
@@ -321,7 +341,9 @@ def test_a_device_named_directly_is_refused(kb):
 
 @pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="needs /proc")
 def test_the_size_limit_holds_for_what_is_read_not_what_the_file_reports(kb):
-    assert Path("/proc/cpuinfo").stat().st_size == 0 and len(Path("/proc/cpuinfo").read_bytes()) > 100
+    assert (
+        Path("/proc/cpuinfo").stat().st_size == 0 and len(Path("/proc/cpuinfo").read_bytes()) > 100
+    )
     with pytest.raises(IngestError, match="too large"):
         kb.ingest(Path("/proc/cpuinfo"), collection="c", max_bytes=100)
     assert _stored(kb) == (0, 0, 0)
@@ -373,7 +395,9 @@ def test_the_collection_name_limit_is_the_one_a_run_uses(kb):
     assert [c.name for c in kb.collections()] == [longest]
 
 
-def test_the_cli_refuses_a_10000_character_collection_name_on_one_line(kb, pg_url, tmp_path, monkeypatch):
+def test_the_cli_refuses_a_10000_character_collection_name_on_one_line(
+    kb, pg_url, tmp_path, monkeypatch
+):
     from arcana_loop.cli.main import app
 
     monkeypatch.setenv("DATABASE_URL", pg_url)

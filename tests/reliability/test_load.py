@@ -79,10 +79,12 @@ class ConnectionWatch:
     async def _poll(self, stop: asyncio.Event) -> None:
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
             while not stop.is_set():
-                row = await (await conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-                )).fetchone()
+                row = await (
+                    await conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                    )
+                ).fetchone()
                 assert row is not None
                 self.samples.append(int(row[0]))
                 await asyncio.sleep(0.02)
@@ -108,16 +110,25 @@ async def missions(kb: Any) -> AsyncIterator[Any]:
     """One document per run in the ``missions`` collection, each about its own token."""
     await asyncio.to_thread(
         kb.ingest,
-        "\n\n".join(f"The {_token(i)} mission launched at dawn and its {_token(i)} capsule landing was soft." for i in range(RUNS)),
+        "\n\n".join(
+            f"The {_token(i)} mission launched at dawn and its {_token(i)} capsule landing was soft."
+            for i in range(RUNS)
+        ),
         collection="missions",
     )
     for i in range(RUNS):
-        await asyncio.to_thread(kb.ingest, f"Mission {_token(i)}: launch and landing log of {_token(i)}.", collection="missions")
+        await asyncio.to_thread(
+            kb.ingest,
+            f"Mission {_token(i)}: launch and landing log of {_token(i)}.",
+            collection="missions",
+        )
     yield kb
     await kb.aclose()
 
 
-async def test_fifty_concurrent_in_process_runs_finish_uncrossed_with_bounded_connections(missions: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_fifty_concurrent_in_process_runs_finish_uncrossed_with_bounded_connections(
+    missions: Any, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DATABASE_URL", pg_url)
     kb = missions
     threads = [f"load-{i:02d}-{uuid.uuid4().hex[:8]}" for i in range(RUNS)]
@@ -132,14 +143,24 @@ async def test_fifty_concurrent_in_process_runs_finish_uncrossed_with_bounded_co
     async def one(i: int) -> Any:
         started = time.perf_counter()
         result = await arun(
-            _question(i), collection="missions", controller_llm=instant_controller,
-            search_fn=recorded_search, checkpointer="postgres", thread_id=threads[i],
+            _question(i),
+            collection="missions",
+            controller_llm=instant_controller,
+            search_fn=recorded_search,
+            checkpointer="postgres",
+            thread_id=threads[i],
         )
         latencies[i] = time.perf_counter() - started
         return result
 
     # the first run opens the pools and creates the checkpoint tables: not part of the load
-    await arun(_question(0), collection="missions", controller_llm=instant_controller, search_fn=kb.asearch, checkpointer="postgres")
+    await arun(
+        _question(0),
+        collection="missions",
+        controller_llm=instant_controller,
+        search_fn=kb.asearch,
+        checkpointer="postgres",
+    )
     started = time.perf_counter()
     results, watch = await _watching(pg_url, asyncio.gather(*(one(i) for i in range(RUNS))))
     wall = time.perf_counter() - started
@@ -153,8 +174,12 @@ async def test_fifty_concurrent_in_process_runs_finish_uncrossed_with_bounded_co
         assert [e["args"].get("query") for e in result.tool_history] == [*queries, None]
         for event, query in zip(result.tool_history, queries, strict=False):
             kwargs, ids = sent[query]
-            assert event["returned_chunk_ids"] == ids  # this run's own search results, not a neighbour's
-            assert [h["id"] for h in await kb.asearch(query, **kwargs)] == ids  # and what the query returns alone
+            assert (
+                event["returned_chunk_ids"] == ids
+            )  # this run's own search results, not a neighbour's
+            assert [
+                h["id"] for h in await kb.asearch(query, **kwargs)
+            ] == ids  # and what the query returns alone
         checkpoints = list(saver.list({"configurable": {"thread_id": thread}}))
         assert len(checkpoints) >= 6, (thread, len(checkpoints))
         for saved in checkpoints:
@@ -162,17 +187,26 @@ async def test_fifty_concurrent_in_process_runs_finish_uncrossed_with_bounded_co
             assert (values.get("question") or values["__start__"]["question"]) == _question(i)
             for message in values.get("messages", []):
                 if isinstance(message, HumanMessage | AIMessage):
-                    assert set(TOKEN.findall(json.dumps(message.model_dump(), default=str))) <= {own}, (thread, message)
-            assert all(e["args"].get("query", own).startswith(own) for e in values.get("tool_history", []))
+                    assert set(TOKEN.findall(json.dumps(message.model_dump(), default=str))) <= {
+                        own
+                    }, (thread, message)
+            assert all(
+                e["args"].get("query", own).startswith(own) for e in values.get("tool_history", [])
+            )
 
     # one checkpoint pool per event loop (at most 4) and the knowledge base's (at most 4), whatever the number of runs
     assert watch.peak <= 12, watch.peak
     figures = {
-        "runs": RUNS, "seconds": round(wall, 2), "runs_per_second": round(RUNS / wall, 1),
-        "p50_seconds": round(statistics.median(latencies), 3), "p95_seconds": round(_p95(latencies), 3),
-        "peak_client_connections": watch.peak, "connection_samples": len(watch.samples),
+        "runs": RUNS,
+        "seconds": round(wall, 2),
+        "runs_per_second": round(RUNS / wall, 1),
+        "p50_seconds": round(statistics.median(latencies), 3),
+        "p95_seconds": round(_p95(latencies), 3),
+        "peak_client_connections": watch.peak,
+        "connection_samples": len(watch.samples),
         "controller": "instant scripted function, 3 turns (2 searches, answer)",
-        "search": "KnowledgeBase.asearch (hybrid), embedded PostgreSQL", "checkpointer": "postgres",
+        "search": "KnowledgeBase.asearch (hybrid), embedded PostgreSQL",
+        "checkpointer": "postgres",
     }
     _record("in_process", figures)
 
@@ -184,11 +218,17 @@ def _question(i: int) -> str:
 @pytest.fixture(scope="module")
 def served_missions(pg_url: str) -> Iterator[str]:
     """The missions in the default knowledge base, where the served graph searches; dropped afterwards."""
-    with temporary_collection(pg_url, "missions", ((f"Mission {_token(i)}: launch and landing log of {_token(i)}.", {}) for i in range(RUNS))) as name:
+    with temporary_collection(
+        pg_url,
+        "missions",
+        ((f"Mission {_token(i)}: launch and landing log of {_token(i)}.", {}) for i in range(RUNS)),
+    ) as name:
         yield name
 
 
-async def test_fifty_concurrent_runs_against_the_served_graph(langgraph_server: LangGraphServer, served_missions: str, pg_url: str) -> None:
+async def test_fifty_concurrent_runs_against_the_served_graph(
+    langgraph_server: LangGraphServer, served_missions: str, pg_url: str
+) -> None:
     client = langgraph_server.client()
     threads = [(await client.threads.create())["thread_id"] for _ in range(RUNS)]
     latencies: list[float] = [0.0] * RUNS
@@ -196,7 +236,9 @@ async def test_fifty_concurrent_runs_against_the_served_graph(langgraph_server: 
     async def one(i: int) -> Any:
         started = time.perf_counter()
         result = await client.runs.wait(
-            threads[i], langgraph_server.graph_id, input={"question": _question(i), "collection": served_missions},
+            threads[i],
+            langgraph_server.graph_id,
+            input={"question": _question(i), "collection": served_missions},
             context={"max_iterations": 4},
         )
         latencies[i] = time.perf_counter() - started
@@ -206,8 +248,12 @@ async def test_fifty_concurrent_runs_against_the_served_graph(langgraph_server: 
     results, watch = await _watching(pg_url, asyncio.gather(*(one(i) for i in range(RUNS))))
     wall = time.perf_counter() - started
 
-    assert all(isinstance(r, dict) and "__error__" not in r for r in results), [r for r in results if "__error__" in r][:2]
-    assert [r["terminated_by"] for r in results] == ["answered"] * RUNS, [r.get("error") for r in results][:3]
+    assert all(isinstance(r, dict) and "__error__" not in r for r in results), [
+        r for r in results if "__error__" in r
+    ][:2]
+    assert [r["terminated_by"] for r in results] == ["answered"] * RUNS, [
+        r.get("error") for r in results
+    ][:3]
     for i, (result, thread) in enumerate(zip(results, threads, strict=True)):
         own = _token(i)
         assert result["question"] == _question(i) and own in result["answer"]
@@ -220,13 +266,28 @@ async def test_fifty_concurrent_runs_against_the_served_graph(langgraph_server: 
             assert values.get("question", _question(i)) == _question(i)
             humans = [m["content"] for m in values.get("messages", []) if m.get("type") == "human"]
             assert humans in ([], [_question(i)])
-            queries = [e["args"].get("query", "") for e in values.get("tool_history", []) if e["tool"] == "search"]
+            queries = [
+                e["args"].get("query", "")
+                for e in values.get("tool_history", [])
+                if e["tool"] == "search"
+            ]
             assert all(TOKEN.findall(q) == [own] for q in queries)
     assert "BlockingError" not in langgraph_server.log(), "a run blocked the server's event loop"
-    assert watch.peak <= 16, watch.peak  # the server's knowledge base pools, whatever the number of runs
-    _record("served", {
-        "runs": RUNS, "seconds": round(wall, 2), "runs_per_second": round(RUNS / wall, 1),
-        "p50_seconds": round(statistics.median(latencies), 3), "p95_seconds": round(_p95(latencies), 3),
-        "peak_client_connections": watch.peak, "server": "langgraph dev, --n-jobs-per-worker 4, in-memory runtime",
-        "controller": "offline", "search": "default knowledge base (hybrid), embedded PostgreSQL", "client": "langgraph-sdk runs.wait",
-    })
+    assert watch.peak <= 16, (
+        watch.peak
+    )  # the server's knowledge base pools, whatever the number of runs
+    _record(
+        "served",
+        {
+            "runs": RUNS,
+            "seconds": round(wall, 2),
+            "runs_per_second": round(RUNS / wall, 1),
+            "p50_seconds": round(statistics.median(latencies), 3),
+            "p95_seconds": round(_p95(latencies), 3),
+            "peak_client_connections": watch.peak,
+            "server": "langgraph dev, --n-jobs-per-worker 4, in-memory runtime",
+            "controller": "offline",
+            "search": "default knowledge base (hybrid), embedded PostgreSQL",
+            "client": "langgraph-sdk runs.wait",
+        },
+    )

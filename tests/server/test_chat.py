@@ -39,7 +39,9 @@ CONTEXT = {"controller_model": "offline"}
 @pytest.fixture(scope="module")
 def quornix(pg_url: str) -> Iterator[str]:
     """The made-up library's docs in a collection of their own, dropped afterwards."""
-    with temporary_collection(pg_url, "chat-test", ((text, {"topic": topic}) for topic, text in DOCS.items())) as name:
+    with temporary_collection(
+        pg_url, "chat-test", ((text, {"topic": topic}) for topic, text in DOCS.items())
+    ) as name:
         yield name
 
 
@@ -50,23 +52,37 @@ def _human(text: str, *, blocks: bool) -> dict[str, Any]:
     return {"type": "human", "content": text, "id": str(uuid.uuid4())}
 
 
-async def test_a_three_question_chat_on_one_thread(langgraph_server: LangGraphServer, quornix: str) -> None:
+async def test_a_three_question_chat_on_one_thread(
+    langgraph_server: LangGraphServer, quornix: str
+) -> None:
     server = langgraph_server
     client = server.client()
-    schemas: Any = await client.assistants.get_schemas((await client.assistants.search(graph_id=server.graph_id))[0]["assistant_id"])
-    assert "messages" in schemas["input_schema"]["properties"] and "messages" in schemas["output_schema"]["properties"]
+    schemas: Any = await client.assistants.get_schemas(
+        (await client.assistants.search(graph_id=server.graph_id))[0]["assistant_id"]
+    )
+    assert (
+        "messages" in schemas["input_schema"]["properties"]
+        and "messages" in schemas["output_schema"]["properties"]
+    )
     thread = await client.threads.create()
     answers: list[str] = []
     for number, question in enumerate(QUESTIONS):
         parts = [
             (part.event, part.data)
             async for part in client.runs.stream(
-                thread["thread_id"], server.graph_id, input={"messages": [_human(question, blocks=number == 1)]},
-                context=CONTEXT, stream_mode=["messages-tuple", "custom", "updates"],
+                thread["thread_id"],
+                server.graph_id,
+                input={"messages": [_human(question, blocks=number == 1)]},
+                context=CONTEXT,
+                stream_mode=["messages-tuple", "custom", "updates"],
             )
         ]
         assert not [data for event, data in parts if event == "error"], server.log()[-3000:]
-        streamed = [data[0] for event, data in parts if event == "messages" and data[0]["type"] in ("ai", "AIMessageChunk")]
+        streamed = [
+            data[0]
+            for event, data in parts
+            if event == "messages" and data[0]["type"] in ("ai", "AIMessageChunk")
+        ]
         final = [m for m in streamed if m.get("name") == "answer" and not m.get("tool_calls")]
         assert len(final) == 1, streamed
         answers.append(str(final[0]["content"]))
@@ -79,22 +95,49 @@ async def test_a_three_question_chat_on_one_thread(langgraph_server: LangGraphSe
 
     state: Any = await client.threads.get_state(thread["thread_id"])
     values = state["values"]
-    assert (values["question"], values["question_index"], values["answer"]) == (QUESTIONS[-1], 2, answers[-1])
+    assert (values["question"], values["question_index"], values["answer"]) == (
+        QUESTIONS[-1],
+        2,
+        answers[-1],
+    )
     messages = values["messages"]
-    humans = [m for m in messages if m["type"] == "human" and not str(m.get("id")).startswith("do-not-render-")]
-    assert [m["content"] if isinstance(m["content"], str) else m["content"][0]["text"] for m in humans] == list(QUESTIONS)
+    humans = [
+        m
+        for m in messages
+        if m["type"] == "human" and not str(m.get("id")).startswith("do-not-render-")
+    ]
+    assert [
+        m["content"] if isinstance(m["content"], str) else m["content"][0]["text"] for m in humans
+    ] == list(QUESTIONS)
     closings = [m["content"] for m in messages if m["type"] == "ai" and m.get("name") == "answer"]
     assert closings == answers  # three answers, in order, each the last message of its question
     assert messages[-1]["type"] == "ai" and messages[-1]["content"] == answers[-1]
-    assert [e["tool"] for e in values["tool_history"]] == ["search", "answer"]  # the last question's own steps
+    assert [e["tool"] for e in values["tool_history"]] == [
+        "search",
+        "answer",
+    ]  # the last question's own steps
     assert all(c["collection"] == quornix for c in values["chunks"][:1])
 
 
-def test_a_follow_up_run_with_question_input_on_a_served_thread(langgraph_server: LangGraphServer, quornix: str) -> None:
+def test_a_follow_up_run_with_question_input_on_a_served_thread(
+    langgraph_server: LangGraphServer, quornix: str
+) -> None:
     client = langgraph_server.sync_client()
     thread = client.threads.create()
-    first: Any = client.runs.wait(thread["thread_id"], langgraph_server.graph_id, input={"question": QUESTIONS[0], "collection": quornix})
-    second: Any = client.runs.wait(thread["thread_id"], langgraph_server.graph_id, input={"question": QUESTIONS[2], "collection": quornix})
+    first: Any = client.runs.wait(
+        thread["thread_id"],
+        langgraph_server.graph_id,
+        input={"question": QUESTIONS[0], "collection": quornix},
+    )
+    second: Any = client.runs.wait(
+        thread["thread_id"],
+        langgraph_server.graph_id,
+        input={"question": QUESTIONS[2], "collection": quornix},
+    )
     assert EXPECTED[0] in first["answer"]
-    assert second["question"] == QUESTIONS[2] and EXPECTED[2] in second["answer"] and second["answer"] != first["answer"]
+    assert (
+        second["question"] == QUESTIONS[2]
+        and EXPECTED[2] in second["answer"]
+        and second["answer"] != first["answer"]
+    )
     assert second["messages"][-1]["content"] == second["answer"]

@@ -10,7 +10,9 @@ pytestmark = pytest.mark.server
 
 
 def test_a_server_that_exits_at_start_raises_with_its_log() -> None:
-    with pytest.raises(RuntimeError, match=r"(?s)exited with status \d+ before it was ready.*no-such-option"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)exited with status \d+ before it was ready.*no-such-option"
+    ):
         with start_langgraph_server(database_url=None, args=("--no-such-option",)):
             pass
 

@@ -36,7 +36,9 @@ STREAM_MODES: list[StreamMode] = ["updates", "values", "custom", "messages"]
 @pytest.fixture(scope="module")
 def collection(pg_url: str) -> Iterator[str]:
     """A small collection where the served graph searches (the default knowledge base), dropped afterwards."""
-    with temporary_collection(pg_url, "server-test", ((text, {"topic": topic}) for topic, text in DOCS.items())) as name:
+    with temporary_collection(
+        pg_url, "server-test", ((text, {"topic": topic}) for topic, text in DOCS.items())
+    ) as name:
         yield name
 
 
@@ -61,11 +63,18 @@ def _error_message(result: Any) -> str:
     return message
 
 
-def _ask(server: LangGraphServer, collection: str, context: dict[str, Any]) -> tuple[SyncLangGraphClient, str, Any]:
+def _ask(
+    server: LangGraphServer, collection: str, context: dict[str, Any]
+) -> tuple[SyncLangGraphClient, str, Any]:
     """Ask the timeout question on a new thread and wait for the run: the client, the thread's id, the output."""
     client = server.sync_client()
     thread_id: str = client.threads.create()["thread_id"]
-    result = client.runs.wait(thread_id, server.graph_id, input={"question": TIMEOUT_QUESTION, "collection": collection}, context=context)
+    result = client.runs.wait(
+        thread_id,
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": collection},
+        context=context,
+    )
     return client, thread_id, result
 
 
@@ -77,21 +86,44 @@ def _steps(history: list[Any]) -> list[str]:
 def test_schemas_show_the_public_contract(server: LangGraphServer) -> None:
     schemas: Any = server.sync_client().assistants.get_schemas(_assistant_id(server))
     input_schema = schemas["input_schema"]
-    assert set(input_schema["properties"]) == {"question", "collection", "messages"}  # chat clients send messages
+    assert set(input_schema["properties"]) == {
+        "question",
+        "collection",
+        "messages",
+    }  # chat clients send messages
     assert "question" in input_schema["properties"]
     output = set(schemas["output_schema"]["properties"])
-    assert {"answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding"} <= output
+    assert {
+        "answer",
+        "terminated_by",
+        "iterations",
+        "tool_history",
+        "chunks",
+        "error",
+        "grounding",
+    } <= output
     assert "messages" in output  # chat views read the conversation
     context = schemas["context_schema"]
     assert context is not None, server.log()[-3000:]
     props = context["properties"]
-    assert {"controller_model", "max_iterations", "chunk_cap", "grounder", "search_opts", "max_seconds"} <= set(props)
+    assert {
+        "controller_model",
+        "max_iterations",
+        "chunk_cap",
+        "grounder",
+        "search_opts",
+        "max_seconds",
+    } <= set(props)
     assert props["max_iterations"]["type"] == "integer"
     assert props["search_opts"]["type"] == "object"
-    assert all(spec.get("description") for spec in props.values()), [n for n, s in props.items() if not s.get("description")]
+    assert all(spec.get("description") for spec in props.values()), [
+        n for n, s in props.items() if not s.get("description")
+    ]
 
 
-def test_wait_answers_from_the_collection_with_context_options(server: LangGraphServer, collection: str) -> None:
+def test_wait_answers_from_the_collection_with_context_options(
+    server: LangGraphServer, collection: str
+) -> None:
     client, thread_id, result = _ask(server, collection, {"grounder": "local", "chunk_cap": 5})
     assert result["terminated_by"] == "answered", (result, server.log()[-3000:])
     assert "wait_for" in result["answer"]
@@ -104,23 +136,39 @@ def test_wait_answers_from_the_collection_with_context_options(server: LangGraph
     assert state["values"]["answer"] == result["answer"]
     options = state["values"]["options"]
     assert options["chunk_cap"] == 5  # from the run's context
-    assert options["controller_model"] == "offline"  # from the server's ARCANA_LOOP_CONTROLLER_MODEL
+    assert (
+        options["controller_model"] == "offline"
+    )  # from the server's ARCANA_LOOP_CONTROLLER_MODEL
     assert options["max_iterations"] == 10  # the documented default
 
 
 @pytest.mark.parametrize("synthesis", [False, True])
-def test_context_budget_reaches_the_graph(server: LangGraphServer, collection: str, synthesis: bool) -> None:
-    client, thread_id, result = _ask(server, collection, {"max_iterations": 1, "fallback_synthesis": synthesis})
+def test_context_budget_reaches_the_graph(
+    server: LangGraphServer, collection: str, synthesis: bool
+) -> None:
+    client, thread_id, result = _ask(
+        server, collection, {"max_iterations": 1, "fallback_synthesis": synthesis}
+    )
     assert result["terminated_by"] == "max_iterations", result
     assert result["iterations"] == 1
-    assert [e["tool"] for e in result["tool_history"]] == (["search", "synthesis"] if synthesis else ["search"])
+    assert [e["tool"] for e in result["tool_history"]] == (
+        ["search", "synthesis"] if synthesis else ["search"]
+    )
     assert bool(result.get("answer")) is synthesis  # the server omits output keys no node wrote
     history = client.threads.get_history(thread_id, limit=50)
     # the second controller turn finds the budget spent and ends the loop without a model call
-    assert _steps(history) == ["controller", "tools", "controller", *(["synthesis"] if synthesis else []), "finish"]
+    assert _steps(history) == [
+        "controller",
+        "tools",
+        "controller",
+        *(["synthesis"] if synthesis else []),
+        "finish",
+    ]
 
 
-async def test_stream_shows_each_tool_call_live_and_matches_history(server: LangGraphServer, collection: str) -> None:
+async def test_stream_shows_each_tool_call_live_and_matches_history(
+    server: LangGraphServer, collection: str
+) -> None:
     client = server.client()
     thread = await client.threads.create()
     parts: list[tuple[str, Any]] = []
@@ -148,10 +196,16 @@ async def test_stream_shows_each_tool_call_live_and_matches_history(server: Lang
     # live: each tool call arrives before its `tools` step completes, not with the result
     tools_updates = [i for i, node in updates if node == "tools"]
     assert len(tools_updates) == len(calls)
-    assert all(call_at < update_at for (call_at, _), update_at in zip(calls, tools_updates, strict=True))
+    assert all(
+        call_at < update_at for (call_at, _), update_at in zip(calls, tools_updates, strict=True)
+    )
 
     history = await client.threads.get_history(thread["thread_id"], limit=50)
-    assert _steps(history) == [node for _, node in updates] == ["controller", "tools", "controller", "tools", "ground", "finish"]
+    assert (
+        _steps(history)
+        == [node for _, node in updates]
+        == ["controller", "tools", "controller", "tools", "ground", "finish"]
+    )
     assert [s["metadata"]["step"] for s in reversed(history)] == list(range(-1, len(history) - 1))
 
     # messages mode: the controller's model replies, tagged with the node that made them
@@ -163,13 +217,17 @@ async def test_stream_shows_each_tool_call_live_and_matches_history(server: Lang
     assert "controller" in nodes
 
 
-async def test_concurrent_threads_do_not_share_state(server: LangGraphServer, collection: str) -> None:
+async def test_concurrent_threads_do_not_share_state(
+    server: LangGraphServer, collection: str
+) -> None:
     client = server.client()
     threads = [await client.threads.create() for _ in range(2)]
     questions = [TIMEOUT_QUESTION, JSON_QUESTION]
     results: list[Any] = await asyncio.gather(
         *(
-            client.runs.wait(t["thread_id"], server.graph_id, input={"question": q, "collection": collection})
+            client.runs.wait(
+                t["thread_id"], server.graph_id, input={"question": q, "collection": collection}
+            )
             for t, q in zip(threads, questions, strict=True)
         )
     )
@@ -188,7 +246,9 @@ async def test_concurrent_threads_do_not_share_state(server: LangGraphServer, co
         assert not any(other in str(s["values"]) for s in history)
 
 
-def test_openai_compatible_controller_through_the_server(server: LangGraphServer, collection: str) -> None:
+def test_openai_compatible_controller_through_the_server(
+    server: LangGraphServer, collection: str
+) -> None:
     openai = server.openai
     assert openai is not None
     openai.enqueue(
@@ -212,19 +272,31 @@ def test_openai_compatible_controller_through_the_server(server: LangGraphServer
     assert result["usage"]["controller"]["total_tokens"] == 28  # two scripted replies of 14
 
 
-def test_answer_model_and_judge_through_the_server(server: LangGraphServer, collection: str) -> None:
+def test_answer_model_and_judge_through_the_server(
+    server: LangGraphServer, collection: str
+) -> None:
     openai = server.openai
     assert openai is not None
     rewrite = "Use asyncio.wait_for to run a coroutine with a timeout."
     verdict = {"claims": [{"text": rewrite, "verdict": "supported", "chunk_indices": [1]}]}
     openai.enqueue(rewrite, json.dumps(verdict))
     before = len(openai.requests)
-    client, thread_id, result = _ask(server, collection, {"answer_model": "openai:gpt-4o-mini", "grounder": "llm_judge"})
+    client, thread_id, result = _ask(
+        server, collection, {"answer_model": "openai:gpt-4o-mini", "grounder": "llm_judge"}
+    )
     assert result["answer"] == rewrite, (result, server.log()[-3000:])
     assert result["grounding"]["score"] == 1.0
     assert len(openai.requests) - before == 2  # the rewrite, then the judge
     history = client.threads.get_history(thread_id, limit=50)
-    assert _steps(history) == ["controller", "tools", "controller", "tools", "answerer", "ground", "finish"]
+    assert _steps(history) == [
+        "controller",
+        "tools",
+        "controller",
+        "tools",
+        "answerer",
+        "ground",
+        "finish",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -237,7 +309,14 @@ def test_answer_model_and_judge_through_the_server(server: LangGraphServer, coll
         ({"question": "q"}, {"max_iterations": -1}, "max_iterations must be at least 0"),
         ({"question": "q"}, {"chunk_cap": "ten"}, "chunk_cap must be an integer"),
     ],
-    ids=["no-question", "blank-question", "number-question", "bad-collection", "negative-budget", "string-cap"],
+    ids=[
+        "no-question",
+        "blank-question",
+        "number-question",
+        "bad-collection",
+        "negative-budget",
+        "string-cap",
+    ],
 )
 def test_bad_input_fails_the_run_with_a_clear_error(
     server: LangGraphServer, run_input: dict[str, Any], context: dict[str, Any], expected: str
@@ -248,15 +327,22 @@ def test_bad_input_fails_the_run_with_a_clear_error(
     assert expected in _error_message(result)
 
 
-def test_bad_model_spec_ends_the_run_with_an_error(server: LangGraphServer, collection: str) -> None:
+def test_bad_model_spec_ends_the_run_with_an_error(
+    server: LangGraphServer, collection: str
+) -> None:
     result: Any = server.sync_client().runs.wait(
-        None, server.graph_id, input={"question": "q", "collection": collection}, context={"controller_model": "nonsense"}
+        None,
+        server.graph_id,
+        input={"question": "q", "collection": collection},
+        context={"controller_model": "nonsense"},
     )
     assert result["terminated_by"] == "error"
     assert "provider:model" in result["error"]
 
 
-def test_unknown_context_keys_are_dropped_by_the_server(server: LangGraphServer, collection: str) -> None:
+def test_unknown_context_keys_are_dropped_by_the_server(
+    server: LangGraphServer, collection: str
+) -> None:
     # langgraph-api filters a run's context by the graph's context schema, so a misspelt
     # option is ignored there (run() raises on it); this pins the documented behaviour.
     client, thread_id, result = _ask(server, collection, {"max_iteration": 1})

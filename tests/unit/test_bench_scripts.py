@@ -34,7 +34,9 @@ _WORDS = "alpha beta gamma delta epsilon zeta theta iota kappa lambda sigma omeg
 
 def _paragraph(seed: int, words: int = 60) -> str:
     """A distinct paragraph of plain words (a few hundred characters)."""
-    return " ".join(_WORDS[(seed * 7 + i * (seed % 5 + 1)) % len(_WORDS)] + str(seed) for i in range(words))
+    return " ".join(
+        _WORDS[(seed * 7 + i * (seed % 5 + 1)) % len(_WORDS)] + str(seed) for i in range(words)
+    )
 
 
 def _ingest_chunks(path):
@@ -49,7 +51,9 @@ def test_repeated_chunks_are_kept_once_whatever_their_case_and_spacing():
     shared = _paragraph(1)
     docs = [
         corpus.Document("doc/a/README", "\n\n".join([shared, _paragraph(2)])),
-        corpus.Document("doc/b/README", "\n\n".join([shared.upper().replace(" ", "\t"), _paragraph(3)])),
+        corpus.Document(
+            "doc/b/README", "\n\n".join([shared.upper().replace(" ", "\t"), _paragraph(3)])
+        ),
     ]
     built = corpus.distinct_corpus(docs, size=100)
     chunks = [c for _, cs in built.documents for c in cs]
@@ -60,7 +64,9 @@ def test_repeated_chunks_are_kept_once_whatever_their_case_and_spacing():
 def test_chunks_are_near_the_chunk_size_and_the_ingest_cuts_exactly_them(tmp_path):
     paragraphs = [_paragraph(i, words=10 + 13 * (i % 9)) for i in range(80)]
     # lines with no blank line between them (a changelog), five of them fill a chunk exactly
-    run_on = "\n".join(f"entry {i:04d} " + _paragraph(i)[: corpus.CHUNK_CHARS // 5 - 12] for i in range(60))
+    run_on = "\n".join(
+        f"entry {i:04d} " + _paragraph(i)[: corpus.CHUNK_CHARS // 5 - 12] for i in range(60)
+    )
     text = "\n\n".join([*paragraphs, run_on])
     built = corpus.distinct_corpus([corpus.Document("python/fake", text)], size=10_000)
     chunks = built.documents[0][1]
@@ -74,7 +80,10 @@ def test_chunks_are_near_the_chunk_size_and_the_ingest_cuts_exactly_them(tmp_pat
 
 
 def test_the_corpus_stops_at_its_size_in_a_fixed_order():
-    docs = [corpus.Document(f"doc/p{i}/NEWS", "\n\n".join(_paragraph(10 * i + j) for j in range(5))) for i in range(6)]
+    docs = [
+        corpus.Document(f"doc/p{i}/NEWS", "\n\n".join(_paragraph(10 * i + j) for j in range(5)))
+        for i in range(6)
+    ]
     first = corpus.distinct_corpus(docs, size=13)
     again = corpus.distinct_corpus(list(reversed(docs)), size=13)
     assert first.chunks == 13 and first.documents == again.documents
@@ -102,7 +111,10 @@ def test_doc_tree_keeps_text_and_gzip_and_skips_licences_and_binaries(tmp_path):
 
 
 def test_build_writes_main_small_and_a_manifest_and_reuses_it(tmp_path, monkeypatch):
-    docs = [corpus.Document(f"python/m{i}", "\n\n".join(_paragraph(10 * i + j) for j in range(3))) for i in range(30)]
+    docs = [
+        corpus.Document(f"python/m{i}", "\n\n".join(_paragraph(10 * i + j) for j in range(3)))
+        for i in range(30)
+    ]
     monkeypatch.setattr(corpus, "_all_documents", lambda: iter(docs))
     root = corpus.build(50, cache_dir=tmp_path)
     manifest = json.loads((root / "manifest.json").read_text())

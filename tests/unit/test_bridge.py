@@ -86,7 +86,12 @@ async def test_async_searches_run_on_the_callers_loop_and_overlap():
             await asyncio.sleep(0)
         return await meeting(query, **kwargs)
 
-    result = await arun("Q?", controller_llm=scripted(two_searches(), answer("x")), search_fn=locked_search, max_parallel_searches=2)
+    result = await arun(
+        "Q?",
+        controller_llm=scripted(two_searches(), answer("x")),
+        search_fn=locked_search,
+        max_parallel_searches=2,
+    )
     assert set(meeting.loops) == {asyncio.get_running_loop()}
     assert [e["args"]["query"] for e in result.tool_history[:2]] == ["slow", "fast"]
     assert [e["returned_chunk_ids"] for e in result.tool_history[:2]] == [["c-slow"], ["c-fast"]]
@@ -99,8 +104,16 @@ async def test_async_searches_run_on_the_callers_loop_and_overlap():
 def test_sync_runs_share_one_background_loop_off_the_main_thread():
     meeting = MeetingSearch()
     for _ in range(2):
-        result = run("Q?", controller_llm=scripted(two_searches(), answer("x")), search_fn=meeting, max_parallel_searches=2)
-        assert [e["returned_chunk_ids"] for e in result.tool_history[:2]] == [["c-slow"], ["c-fast"]]
+        result = run(
+            "Q?",
+            controller_llm=scripted(two_searches(), answer("x")),
+            search_fn=meeting,
+            max_parallel_searches=2,
+        )
+        assert [e["returned_chunk_ids"] for e in result.tool_history[:2]] == [
+            ["c-slow"],
+            ["c-fast"],
+        ]
     # the event bound on the first run's loop was waited on again by the second run: one loop
     assert len(meeting.loops) == 4 and len(set(meeting.loops)) == 1
     assert all(t is not threading.main_thread() for t in meeting.threads)
@@ -117,9 +130,15 @@ async def test_a_sync_run_inside_a_running_loop_completes():
         return [chunk("c-async")]
 
     caller = asyncio.get_running_loop()
-    for search_fn, expected in [(ScriptedSearch([[chunk("c-sync")]]), "c-sync"), (async_search, "c-async")]:
+    for search_fn, expected in [
+        (ScriptedSearch([[chunk("c-sync")]]), "c-sync"),
+        (async_search, "c-async"),
+    ]:
         result = run("Q?", controller_llm=scripted(search("a"), answer("x")), search_fn=search_fn)
-        assert (result.terminated_by, result.tool_history[0]["returned_chunk_ids"]) == ("answered", [expected])
+        assert (result.terminated_by, result.tool_history[0]["returned_chunk_ids"]) == (
+            "answered",
+            [expected],
+        )
 
 
 # ----- 4. async grounders -------------------------------------------------------------------------
@@ -144,7 +163,9 @@ class AsyncGrounder:
         self.cancelled = threading.Event()
         self.loops: list[asyncio.AbstractEventLoop] = []
 
-    async def aground(self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any) -> Any:
+    async def aground(
+        self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
+    ) -> Any:
         self.loops.append(asyncio.get_running_loop())
         try:
             await asyncio.sleep(self.delay)
@@ -168,7 +189,11 @@ async def test_a_slow_async_grounder_is_cancelled_and_the_answer_stands(runner):
     grounder = AsyncGrounder(delay=5)
     result = await through(runner, "Snakes?", **grounded_run(grounder, ground_timeout=0.2))
     assert grounder.cancelled.wait(2), "the timed-out grounder is cancelled, not left running"
-    assert (result.terminated_by, result.answer, result.grounding) == ("answered", "Snakes bite.", None)
+    assert (result.terminated_by, result.answer, result.grounding) == (
+        "answered",
+        "Snakes bite.",
+        None,
+    )
     assert result.error == TIMED_OUT.format(seconds=0.2, limit="ground_timeout")
 
 
@@ -185,10 +210,17 @@ async def test_an_async_synthesizer_writes_the_fallback_answer(runner):
         return "synthesized"
 
     result = await through(
-        runner, controller_llm=scripted(search("a")), search_fn=ScriptedSearch([[chunk("c1")]]),
-        synthesizer=synthesizer, max_iterations=1,
+        runner,
+        controller_llm=scripted(search("a")),
+        search_fn=ScriptedSearch([[chunk("c1")]]),
+        synthesizer=synthesizer,
+        max_iterations=1,
     )
-    assert (result.terminated_by, result.answer, result.error) == ("max_iterations", "synthesized", None)
+    assert (result.terminated_by, result.answer, result.error) == (
+        "max_iterations",
+        "synthesized",
+        None,
+    )
     assert len(seen) == 1 and result.tool_history[-1]["tool"] == "synthesis"
 
 
@@ -209,7 +241,11 @@ def async_model(*replies: AIMessage) -> Callable[..., Any]:
 async def test_an_async_model_function_drives_the_loop(runner):
     model = async_model(search("a"), answer("from an async model"))
     result = await through(runner, controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]]))
-    assert (result.terminated_by, result.answer, result.iterations) == ("answered", "from an async model", 2)
+    assert (result.terminated_by, result.answer, result.iterations) == (
+        "answered",
+        "from an async model",
+        2,
+    )
     assert len(model.offered) == 2 and "search" in model.offered[0]  # type: ignore[attr-defined]
 
 
@@ -253,7 +289,9 @@ async def test_a_custom_sync_tool_in_an_async_run_keeps_the_loop_free():
     ticking = asyncio.get_running_loop().create_task(ticker())
     try:
         model = scripted(calls(tool_call("blocking", term="t")), answer("x"))
-        result = await arun("Q?", controller_llm=model, search_fn=ScriptedSearch(), tools=[blocking])
+        result = await arun(
+            "Q?", controller_llm=model, search_fn=ScriptedSearch(), tools=[blocking]
+        )
     finally:
         ticking.cancel()
     assert tool_texts(result)[0] == "ticks while blocked: True"
@@ -284,7 +322,9 @@ async def test_the_callers_context_variables_reach_the_search(runner, asynchrono
 
     async def with_request_id() -> Any:
         request_id.set("r-42")  # in this task's own context copy
-        return await through(runner, controller_llm=scripted(turn, answer("x")), search_fn=seeing(seen, asynchronous))
+        return await through(
+            runner, controller_llm=scripted(turn, answer("x")), search_fn=seeing(seen, asynchronous)
+        )
 
     result = await asyncio.get_running_loop().create_task(with_request_id())
     assert result.terminated_by == "answered"
@@ -305,7 +345,9 @@ async def test_a_failing_search_becomes_a_search_error(runner, asynchronous):
         return sync_search(query, **kwargs)
 
     model = scripted(search("a"), answer("x"))
-    result = await through(runner, controller_llm=model, search_fn=async_search if asynchronous else sync_search)
+    result = await through(
+        runner, controller_llm=model, search_fn=async_search if asynchronous else sync_search
+    )
     assert tool_texts(result)[0] == "search error: ValueError: index offline"
     assert result.tool_history[0]["summary"] == "search error: ValueError: index offline"
     assert result.answer == "x"
@@ -328,7 +370,14 @@ async def test_cancelling_an_async_run_cancels_its_async_search():
         return []
 
     turn = calls(tool_call("search", query="first"), tool_call("search", query="second"))
-    running = asyncio.ensure_future(arun("Q?", controller_llm=scripted(turn, answer("x")), search_fn=hanging_search, max_parallel_searches=1))
+    running = asyncio.ensure_future(
+        arun(
+            "Q?",
+            controller_llm=scripted(turn, answer("x")),
+            search_fn=hanging_search,
+            max_parallel_searches=1,
+        )
+    )
     await asyncio.wait_for(started.wait(), 5)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -358,7 +407,11 @@ async def async_search(query: str, **kwargs: Any) -> list[dict[str, Any]]:
 
 def sub_question() -> str:
     """A whole sync run of two async searches, as a dependency might make for a sub-question."""
-    result = run("inner?", controller_llm=scripted(two_searches(), answer("inner answer")), search_fn=async_search)
+    result = run(
+        "inner?",
+        controller_llm=scripted(two_searches(), answer("inner answer")),
+        search_fn=async_search,
+    )
     return f"{result.answer} from {sorted(c['id'] for c in result.chunks)}"
 
 
@@ -380,5 +433,9 @@ def test_a_sync_run_inside_an_async_search_of_a_sync_run_completes():
     async def searching_deeper(query: str, **kwargs: Any) -> list[dict[str, Any]]:
         return [chunk("c-outer", sub_question())]
 
-    result = finishes(lambda: run("Q?", controller_llm=scripted(search("a"), answer("x")), search_fn=searching_deeper))
+    result = finishes(
+        lambda: run(
+            "Q?", controller_llm=scripted(search("a"), answer("x")), search_fn=searching_deeper
+        )
+    )
     assert result.chunks[0]["text"] == "inner answer from ['c-fast', 'c-slow']"

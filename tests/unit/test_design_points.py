@@ -54,7 +54,9 @@ def test_default_tools_are_public_in_order_and_a_fresh_list_each_time():
 def test_a_list_holding_default_tools_is_the_whole_toolset():
     without_give_up = [t for t in default_tools() if t.name != "give_up"]
     model = scripted(calls(tool_call("give_up", reason="no")), answer("done"))
-    result = run("Q?", controller_llm=model, tools=[*without_give_up, web_lookup], search_fn=ScriptedSearch())
+    result = run(
+        "Q?", controller_llm=model, tools=[*without_give_up, web_lookup], search_fn=ScriptedSearch()
+    )
     assert offered(model) == ["search", "answer", "web_lookup"]
     # give_up was not offered, so a call to it is unknown and does not end the run
     assert result.tool_history[0]["summary"] == "Unknown tool: give_up"
@@ -63,7 +65,12 @@ def test_a_list_holding_default_tools_is_the_whole_toolset():
 
 def test_the_toolset_keeps_the_order_it_is_given():
     model = scripted(answer("x"))
-    run("Q?", controller_llm=model, tools=[web_lookup, *reversed(DEFAULT_TOOLS)], search_fn=ScriptedSearch())
+    run(
+        "Q?",
+        controller_llm=model,
+        tools=[web_lookup, *reversed(DEFAULT_TOOLS)],
+        search_fn=ScriptedSearch(),
+    )
     assert offered(model) == ["web_lookup", "give_up", "answer", "search"]
 
 
@@ -87,8 +94,13 @@ def test_a_custom_search_tool_replaces_the_built_in_one():
     result = run("Q?", controller_llm=model, tools=[my_search], search_fn=found, collection="docs")
     assert offered(model) == ["search", "answer", "give_up"]
     schema = model.bound_tools[0][0]["function"]
-    assert schema["description"] == "Search my own index." and "limit" not in schema["parameters"]["properties"]
-    assert found.calls == [] and seen == [{"query": "wait_for"}]  # the scope is the custom tool's job
+    assert (
+        schema["description"] == "Search my own index."
+        and "limit" not in schema["parameters"]["properties"]
+    )
+    assert found.calls == [] and seen == [
+        {"query": "wait_for"}
+    ]  # the scope is the custom tool's job
     assert result.tool_history[0]["summary"] == "my index has wait_for"
     tool_message = next(m for m in result.messages if isinstance(m, ToolMessage))
     assert tool_message.content == "my index has wait_for"
@@ -104,13 +116,23 @@ def test_a_custom_tool_cannot_replace_a_control_tool(name):
 
     model = scripted(answer("x"))
     with pytest.raises(ValueError, match=rf"cannot be named '{name}'.*control tools"):
-        run("Q?", controller_llm=model, tools=[*DEFAULT_TOOLS[:1], impostor], search_fn=ScriptedSearch())
+        run(
+            "Q?",
+            controller_llm=model,
+            tools=[*DEFAULT_TOOLS[:1], impostor],
+            search_fn=ScriptedSearch(),
+        )
     assert model.calls == []
 
 
 def test_a_tool_listed_twice_is_refused():
     with pytest.raises(ValueError, match="'search' appears twice"):
-        run("Q?", controller_llm=scripted(), tools=[*DEFAULT_TOOLS, DEFAULT_TOOLS[0]], search_fn=ScriptedSearch())
+        run(
+            "Q?",
+            controller_llm=scripted(),
+            tools=[*DEFAULT_TOOLS, DEFAULT_TOOLS[0]],
+            search_fn=ScriptedSearch(),
+        )
 
 
 # --- 2. a run that raises says so -----------------------------------------------------------
@@ -123,7 +145,12 @@ def _broken_prompt(opts):
 @pytest.mark.parametrize("runner", ["run", "arun"])
 def test_a_run_that_raises_emits_loop_exception(runner):
     events: list[dict] = []
-    kwargs = {"controller_llm": scripted(answer("x")), "search_fn": ScriptedSearch(), "system_prompt": _broken_prompt, "on_event": events.append}
+    kwargs = {
+        "controller_llm": scripted(answer("x")),
+        "search_fn": ScriptedSearch(),
+        "system_prompt": _broken_prompt,
+        "on_event": events.append,
+    }
     with pytest.raises(RuntimeError, match="broke"):
         if runner == "run":
             run("Q?", **kwargs)
@@ -131,8 +158,12 @@ def test_a_run_that_raises_emits_loop_exception(runner):
             asyncio.run(arun("Q?", **kwargs))
     assert [e["event"] for e in events] == ["loop_start", "loop_exception"]
     assert events[-1] == {
-        "event": "loop_exception", "question": "Q?", "max_iterations": 10, "iterations": 0,
-        "error_type": "RuntimeError", "error": "prompt template broke",
+        "event": "loop_exception",
+        "question": "Q?",
+        "max_iterations": 10,
+        "iterations": 0,
+        "error_type": "RuntimeError",
+        "error": "prompt template broke",
     }
 
 
@@ -142,7 +173,13 @@ def test_a_listener_that_fails_cannot_hide_the_runs_error():
             raise ValueError("listener broke too")
 
     with pytest.raises(RuntimeError, match="broke"):
-        run("Q?", controller_llm=scripted(answer("x")), search_fn=ScriptedSearch(), system_prompt=_broken_prompt, on_event=listener)
+        run(
+            "Q?",
+            controller_llm=scripted(answer("x")),
+            search_fn=ScriptedSearch(),
+            system_prompt=_broken_prompt,
+            on_event=listener,
+        )
 
 
 # --- 3. ground() emits the node's events ----------------------------------------------------
@@ -158,7 +195,13 @@ def test_ground_called_directly_emits_the_same_events_as_the_node():
 
     found = {"timeout": [chunk("c1", "wait_for runs a coroutine with a timeout.", 0.9)]}
     node_events: list[dict] = []
-    in_graph = run("Q?", controller_llm=script(), search_fn=ScriptedSearch(found), grounder="local", on_event=node_events.append)
+    in_graph = run(
+        "Q?",
+        controller_llm=script(),
+        search_fn=ScriptedSearch(found),
+        grounder="local",
+        on_event=node_events.append,
+    )
     plain = run("Q?", controller_llm=script(), search_fn=ScriptedSearch(found))
     direct_events: list[dict] = []
     grounded = ground(plain, "local", on_event=direct_events.append)
@@ -207,7 +250,11 @@ def test_an_ignored_collection_does_not_make_a_repeated_search_look_new():
 
 
 def test_answer_and_give_up_ignore_extra_arguments_too():
-    result = run("Q?", controller_llm=scripted(calls(tool_call("answer", text="x", sources=["c1"]))), search_fn=ScriptedSearch())
+    result = run(
+        "Q?",
+        controller_llm=scripted(calls(tool_call("answer", text="x", sources=["c1"]))),
+        search_fn=ScriptedSearch(),
+    )
     assert result.answer == "x" and result.tool_history[0]["ignored_args"] == ["sources"]
 
 
@@ -217,7 +264,9 @@ def test_answer_and_give_up_ignore_extra_arguments_too():
 def test_a_plain_text_answer_goes_through_the_answer_model():
     answerer = scripted("Rewritten.")
     model = scripted(search("q"), "draft in plain text")
-    result = run("Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]))
+    result = run(
+        "Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert result.terminated_by == "answered" and result.answer == "Rewritten."
     sent = answerer.calls[0]["messages"]
     assert sent[-2].content == "draft in plain text" and "research is complete" in sent[-1].content
@@ -244,7 +293,11 @@ def test_an_answer_before_any_search_is_sent_back_once():
 @pytest.mark.usefixtures("default_policy")
 def test_an_answer_the_model_insists_on_is_taken_and_marked_as_resting_on_no_chunk():
     found = ScriptedSearch()
-    result = run("What is the capital of France?", controller_llm=scripted(answer("Paris"), answer("Paris")), search_fn=found)
+    result = run(
+        "What is the capital of France?",
+        controller_llm=scripted(answer("Paris"), answer("Paris")),
+        search_fn=found,
+    )
     assert result.terminated_by == "answered" and result.answer == "Paris"
     assert found.calls == [] and result.iterations == 2
     assert result.grounded_in_chunks is False
@@ -253,7 +306,9 @@ def test_an_answer_the_model_insists_on_is_taken_and_marked_as_resting_on_no_chu
 @pytest.mark.usefixtures("default_policy")
 def test_a_plain_text_answer_before_any_search_gets_a_system_note_not_a_user_turn():
     model = scripted("from memory", search("q"), answer("x"))
-    result = run("What is asyncio?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]]))
+    result = run(
+        "What is asyncio?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert result.terminated_by == "answered" and result.answer == "x" and result.iterations == 3
     second = model.calls[1]["messages"]
     assert isinstance(second[0], SystemMessage) and "# Search first" in second[0].content
@@ -266,14 +321,26 @@ def test_a_plain_text_answer_before_any_search_gets_a_system_note_not_a_user_tur
 @pytest.mark.usefixtures("default_policy")
 def test_a_search_earlier_in_the_same_turn_lets_the_answer_through():
     turn = calls(tool_call("search", query="q"), tool_call("answer", text="x"))
-    result = run("What is asyncio?", controller_llm=scripted(turn), search_fn=ScriptedSearch([[chunk("c1")]]))
-    assert result.terminated_by == "answered" and result.iterations == 1 and result.grounded_in_chunks is True
+    result = run(
+        "What is asyncio?", controller_llm=scripted(turn), search_fn=ScriptedSearch([[chunk("c1")]])
+    )
+    assert (
+        result.terminated_by == "answered"
+        and result.iterations == 1
+        and result.grounded_in_chunks is True
+    )
 
 
 @pytest.mark.usefixtures("default_policy")
-@pytest.mark.parametrize("question", ["Hello!", "thanks a lot", "Hi, who are you?", "What's your name?"])
+@pytest.mark.parametrize(
+    "question", ["Hello!", "thanks a lot", "Hi, who are you?", "What's your name?"]
+)
 def test_small_talk_needs_no_search_by_default(question):
-    result = run(question, controller_llm=scripted("Hello, I answer questions about the docs."), search_fn=ScriptedSearch())
+    result = run(
+        question,
+        controller_llm=scripted("Hello, I answer questions about the docs."),
+        search_fn=ScriptedSearch(),
+    )
     assert result.terminated_by == "answered" and result.iterations == 1
 
 
@@ -285,9 +352,17 @@ def test_a_question_after_a_greeting_is_no_small_talk(question):
     assert result.iterations == 2 and result.answer == "still from memory"
 
 
-@pytest.mark.parametrize(("policy", "question", "iterations"), [("on", "Hello!", 2), ("off", "What is asyncio?", 1), ("auto", "Hello!", 1)])
+@pytest.mark.parametrize(
+    ("policy", "question", "iterations"),
+    [("on", "Hello!", 2), ("off", "What is asyncio?", 1), ("auto", "Hello!", 1)],
+)
 def test_require_search_as_an_option(policy, question, iterations):
-    result = run(question, controller_llm=scripted("reply", "reply"), search_fn=ScriptedSearch(), require_search=policy)
+    result = run(
+        question,
+        controller_llm=scripted("reply", "reply"),
+        search_fn=ScriptedSearch(),
+        require_search=policy,
+    )
     assert result.iterations == iterations and result.answer == "reply"
 
 
@@ -307,14 +382,28 @@ def test_a_bad_require_search_is_refused_before_the_model_is_called(value):
 
 @pytest.mark.usefixtures("default_policy")
 def test_no_answer_is_sent_back_without_turns_left_to_search_and_answer():
-    result = run("What is asyncio?", controller_llm=scripted(answer("from memory")), search_fn=ScriptedSearch(), max_iterations=2)
-    assert result.terminated_by == "answered" and result.answer == "from memory" and result.iterations == 1
+    result = run(
+        "What is asyncio?",
+        controller_llm=scripted(answer("from memory")),
+        search_fn=ScriptedSearch(),
+        max_iterations=2,
+    )
+    assert (
+        result.terminated_by == "answered"
+        and result.answer == "from memory"
+        and result.iterations == 1
+    )
 
 
 @pytest.mark.usefixtures("default_policy")
 def test_without_a_search_tool_nothing_is_sent_back():
     no_search = [t for t in default_tools() if t.name != "search"]
-    result = run("What is asyncio?", controller_llm=scripted(answer("x")), tools=no_search, search_fn=ScriptedSearch())
+    result = run(
+        "What is asyncio?",
+        controller_llm=scripted(answer("x")),
+        tools=no_search,
+        search_fn=ScriptedSearch(),
+    )
     assert result.terminated_by == "answered" and result.iterations == 1
 
 
@@ -324,7 +413,13 @@ def test_without_a_search_tool_nothing_is_sent_back():
 def test_a_give_up_is_not_grounded_by_the_node_or_by_ground():
     events: list[dict] = []
     found = ScriptedSearch([[chunk("c1", "unrelated text about parsers")]])
-    result = run("Q?", controller_llm=scripted(search("q"), give_up("nothing relevant")), search_fn=found, grounder="local", on_event=events.append)
+    result = run(
+        "Q?",
+        controller_llm=scripted(search("q"), give_up("nothing relevant")),
+        search_fn=found,
+        grounder="local",
+        on_event=events.append,
+    )
     assert result.terminated_by == "gave_up" and result.chunks
     assert result.grounding is None and result.coverage is None
     assert _grounding_events(events) == []

@@ -19,9 +19,15 @@ LOOP_RUNNERS = {"run", "run_coroutine_threadsafe", "new_event_loop", "run_until_
 def _loop_runner_calls(tree: ast.AST) -> list[str]:
     calls = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LOOP_RUNNERS:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in LOOP_RUNNERS
+        ):
             owner = node.func.value
-            if node.func.attr == "run" and not (isinstance(owner, ast.Name) and owner.id == "asyncio"):
+            if node.func.attr == "run" and not (
+                isinstance(owner, ast.Name) and owner.id == "asyncio"
+            ):
                 continue  # context.run, subprocess.run...: not an event loop
             calls.append(f"{ast.unparse(node.func)} (line {node.lineno})")
     return calls
@@ -29,7 +35,9 @@ def _loop_runner_calls(tree: ast.AST) -> list[str]:
 
 def test_only_the_bridge_waits_on_coroutines_from_sync_code():
     assert offenders(_loop_runner_calls, skip={ROOT / "graph" / "bridge.py"}) == {}
-    assert _loop_runner_calls(ast.parse((ROOT / "graph" / "bridge.py").read_text()))  # the check sees the bridge's
+    assert _loop_runner_calls(
+        ast.parse((ROOT / "graph" / "bridge.py").read_text())
+    )  # the check sees the bridge's
 
 
 def test_the_check_catches_a_second_bridge():
@@ -39,7 +47,11 @@ def test_the_check_catches_a_second_bridge():
 
 def test_nodes_never_ask_the_routers():
     for path in (ROOT / "nodes").glob("*.py"):
-        imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
+        imported = {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom)
+        }
         assert "arcana_loop.graph.routing" not in imported, path.name
 
 
@@ -54,9 +66,25 @@ def test_every_node_is_one_function_of_state_and_runtime():
 
 def test_run_options_are_the_graphs_dependencies_and_the_contexts_fields():
     assert set(inspect.signature(make_deps).parameters) | CONTEXT_FIELDS == RUN_OPTIONS
-    deps, context = split_options({"controller_llm": "offline", "max_iterations": 3, "grounder": "local", "system_prompt": "Be brief."})
-    assert deps["controller_llm"] == "offline" and deps["grounder"] is None and deps["system_prompt"] == "Be brief."
-    assert context == {"max_iterations": 3, "controller_model": "offline", "grounder": "local", "system_prompt": "Be brief."}
+    deps, context = split_options(
+        {
+            "controller_llm": "offline",
+            "max_iterations": 3,
+            "grounder": "local",
+            "system_prompt": "Be brief.",
+        }
+    )
+    assert (
+        deps["controller_llm"] == "offline"
+        and deps["grounder"] is None
+        and deps["system_prompt"] == "Be brief."
+    )
+    assert context == {
+        "max_iterations": 3,
+        "controller_model": "offline",
+        "grounder": "local",
+        "system_prompt": "Be brief.",
+    }
 
 
 def test_the_result_is_declared_once():

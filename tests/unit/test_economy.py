@@ -13,12 +13,26 @@ from tests.unit.test_loop import assert_every_call_answered
 
 
 def with_usage(message: AIMessage, tokens: int) -> AIMessage:
-    return message.model_copy(update={"usage_metadata": {"input_tokens": tokens - 1, "output_tokens": 1, "total_tokens": tokens}})
+    return message.model_copy(
+        update={
+            "usage_metadata": {
+                "input_tokens": tokens - 1,
+                "output_tokens": 1,
+                "total_tokens": tokens,
+            }
+        }
+    )
 
 
 def test_budget_status_is_in_each_turns_system_prompt_and_not_in_the_conversation():
     model = ScriptedChatModel(responses=[search("a"), search("b"), answer("x")])
-    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]), max_iterations=5, chunk_cap=7)
+    result = run(
+        "Q?",
+        controller_llm=model,
+        search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]),
+        max_iterations=5,
+        chunk_cap=7,
+    )
     systems = [c["messages"][0].content for c in model.calls]
     assert "This is turn 1 of 5. Searches made: 0. Chunks gathered: 0 of 7." in systems[0]
     assert "This is turn 3 of 5. Searches made: 2. Chunks gathered: 2 of 7." in systems[2]
@@ -32,9 +46,13 @@ def test_budget_ledger_can_be_turned_off():
 
 
 def test_usage_counts_tokens_per_role_and_time_per_node():
-    model = ScriptedChatModel(responses=[with_usage(search("a"), 100), with_usage(answer("draft"), 50)])
+    model = ScriptedChatModel(
+        responses=[with_usage(search("a"), 100), with_usage(answer("draft"), 50)]
+    )
     answerer = ScriptedChatModel(responses=[with_usage(AIMessage(content="final"), 30)])
-    result = run("Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]))
+    result = run(
+        "Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert result.usage["controller"]["total_tokens"] == 150
     assert result.usage["answerer"]["total_tokens"] == 30
     assert result.usage["total"]["total_tokens"] == 180
@@ -43,8 +61,15 @@ def test_usage_counts_tokens_per_role_and_time_per_node():
 
 
 def test_token_limit_ends_the_loop_with_synthesis():
-    model = ScriptedChatModel(responses=[with_usage(search("a"), 600), with_usage(search("b"), 600), "synthesised"])
-    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]), max_tokens_total=1000)
+    model = ScriptedChatModel(
+        responses=[with_usage(search("a"), 600), with_usage(search("b"), 600), "synthesised"]
+    )
+    result = run(
+        "Q?",
+        controller_llm=model,
+        search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]),
+        max_tokens_total=1000,
+    )
     assert result.terminated_by == "max_iterations" and result.budget_stop == "tokens"
     assert result.iterations == 2 and result.answer == "synthesised"
 
@@ -60,7 +85,12 @@ def test_time_limit_ends_the_loop():
 
 
 def test_iteration_budget_is_named():
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("a")]), search_fn=ScriptedSearch([[]]), max_iterations=1)
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("a")]),
+        search_fn=ScriptedSearch([[]]),
+        max_iterations=1,
+    )
     assert result.budget_stop == "iterations"
 
 
@@ -69,7 +99,9 @@ def test_iteration_budget_is_named():
 
 def test_repeated_search_is_not_sent_again_and_is_recorded_as_duplicate():
     found = ScriptedSearch([[chunk("c1"), chunk("c2")]])
-    model = ScriptedChatModel(responses=[search("Asyncio  timeout"), search("asyncio   TIMEOUT"), answer("x")])
+    model = ScriptedChatModel(
+        responses=[search("Asyncio  timeout"), search("asyncio   TIMEOUT"), answer("x")]
+    )
     result = run("Q?", controller_llm=model, search_fn=found)
     assert len(found.calls) == 1
     duplicate = result.tool_history[1]
@@ -81,7 +113,9 @@ def test_repeated_search_is_not_sent_again_and_is_recorded_as_duplicate():
 
 def test_same_query_in_another_scope_is_not_a_duplicate():
     found = ScriptedSearch([[chunk("c1")], [chunk("c2")]])
-    model = ScriptedChatModel(responses=[search("q", collection="a"), search("q", collection="b"), answer("x")])
+    model = ScriptedChatModel(
+        responses=[search("q", collection="a"), search("q", collection="b"), answer("x")]
+    )
     run("Q?", controller_llm=model, search_fn=found, collection=["a", "b"])
     assert [c["collection"] for c in found.calls] == ["a", "b"]
 
@@ -89,7 +123,9 @@ def test_same_query_in_another_scope_is_not_a_duplicate():
 def test_duplicate_within_one_turn_points_at_the_first_call():
     found = ScriptedSearch([[chunk("c1")]])
     turn = calls(tool_call("search", query="same"), tool_call("search", query="SAME"))
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=found)
+    result = run(
+        "Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=found
+    )
     assert len(found.calls) == 1
     assert "returned c1" in result.tool_history[1]["summary"]
 
@@ -103,9 +139,19 @@ def test_duplicate_guard_off_sends_every_search():
 
 def test_embedding_similarity_catches_rephrased_repeats():
     found = ScriptedSearch([[chunk("c1")], [chunk("c2")]])
-    model = ScriptedChatModel(responses=[search("run a coroutine with a timeout"), search("run coroutine with timeout"), search("parse json files"), answer("x")])
+    model = ScriptedChatModel(
+        responses=[
+            search("run a coroutine with a timeout"),
+            search("run coroutine with timeout"),
+            search("parse json files"),
+            answer("x"),
+        ]
+    )
     result = run("Q?", controller_llm=model, search_fn=found, duplicate_similarity=0.9)
-    assert [c["query"] for c in found.calls] == ["run a coroutine with a timeout", "parse json files"]
+    assert [c["query"] for c in found.calls] == [
+        "run a coroutine with a timeout",
+        "parse json files",
+    ]
     assert result.tool_history[1]["duplicate_of"] == 0
 
 
@@ -117,11 +163,20 @@ def tool_texts(result):
 
 
 def test_a_chunk_seen_before_is_shown_by_reference():
-    found = ScriptedSearch([[chunk("c1", "ALPHA TEXT")], [chunk("c1", "ALPHA TEXT"), chunk("c2", "BETA TEXT")]])
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[search("a"), search("b"), answer("x")]), search_fn=found)
+    found = ScriptedSearch(
+        [[chunk("c1", "ALPHA TEXT")], [chunk("c1", "ALPHA TEXT"), chunk("c2", "BETA TEXT")]]
+    )
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("a"), search("b"), answer("x")]),
+        search_fn=found,
+    )
     first, second = tool_texts(result)[:2]
     assert "ALPHA TEXT" in first
-    assert "ALPHA TEXT" not in second and "1. [c1] (full text in the search result of iteration 0 above)" in second
+    assert (
+        "ALPHA TEXT" not in second
+        and "1. [c1] (full text in the search result of iteration 0 above)" in second
+    )
     assert "BETA TEXT" in second
 
 
@@ -132,27 +187,53 @@ def test_show_chunks_once_off_repeats_the_text():
     assert all("ALPHA TEXT" in t for t in tool_texts(result)[:2])
 
 
-@pytest.mark.parametrize("options", [{"min_support": 1.5}, {"duplicate_similarity": -0.1}, {"max_tokens_total": 0}, {"max_seconds": "soon"}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"min_support": 1.5},
+        {"duplicate_similarity": -0.1},
+        {"max_tokens_total": 0},
+        {"max_seconds": "soon"},
+    ],
+)
 def test_bad_economy_options_are_rejected(options):
     with pytest.raises((TypeError, ValueError)):
-        run("Q?", controller_llm=ScriptedChatModel(responses=[answer("x")]), search_fn=ScriptedSearch(), **options)
+        run(
+            "Q?",
+            controller_llm=ScriptedChatModel(responses=[answer("x")]),
+            search_fn=ScriptedSearch(),
+            **options,
+        )
 
 
 def test_min_support_without_a_grounder_is_a_configuration_error():
     from arcana_loop.graph.deps import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="grounder"):
-        run("Q?", controller_llm=ScriptedChatModel(responses=[answer("x")]), search_fn=ScriptedSearch(), min_support=0.5)
+        run(
+            "Q?",
+            controller_llm=ScriptedChatModel(responses=[answer("x")]),
+            search_fn=ScriptedSearch(),
+            min_support=0.5,
+        )
 
 
 def test_judge_tokens_are_counted_under_judge_and_in_the_total():
     from arcana_loop.grounding.llm_judge import LLMJudgeGrounder
 
-    model = ScriptedChatModel(responses=[with_usage(search("a"), 100), with_usage(answer("Use wait_for."), 50)])
-    verdict = AIMessage(content='{"claims": [{"text": "Use wait_for.", "verdict": "supported", "chunk_ids": ["c1"]}]}')
+    model = ScriptedChatModel(
+        responses=[with_usage(search("a"), 100), with_usage(answer("Use wait_for."), 50)]
+    )
+    verdict = AIMessage(
+        content='{"claims": [{"text": "Use wait_for.", "verdict": "supported", "chunk_ids": ["c1"]}]}'
+    )
     judge = ScriptedChatModel(responses=[with_usage(verdict, 40)])
-    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1", "Use wait_for to bound it.")]]),
-                 grounder=LLMJudgeGrounder(judge))
+    result = run(
+        "Q?",
+        controller_llm=model,
+        search_fn=ScriptedSearch([[chunk("c1", "Use wait_for to bound it.")]]),
+        grounder=LLMJudgeGrounder(judge),
+    )
     assert result.grounding is not None and "usage" not in result.grounding
     assert result.usage["judge"] == {"input_tokens": 39, "output_tokens": 1, "total_tokens": 40}
     assert result.usage["total"]["total_tokens"] == 190
@@ -160,5 +241,10 @@ def test_judge_tokens_are_counted_under_judge_and_in_the_total():
 
 def test_a_grounder_without_model_calls_adds_no_judge_usage():
     model = ScriptedChatModel(responses=[answer("Use wait_for.")])
-    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1", "Use wait_for.")]]), grounder="local")
+    result = run(
+        "Q?",
+        controller_llm=model,
+        search_fn=ScriptedSearch([[chunk("c1", "Use wait_for.")]]),
+        grounder="local",
+    )
     assert "judge" not in result.usage

@@ -27,13 +27,30 @@ def test_graph_shape_matches_the_snapshot():
 
 def test_custom_stream_shows_start_each_tool_call_and_stop():
     model = ScriptedChatModel(responses=[search("a"), search("b"), answer("done")])
-    compiled = build_graph(make_deps(controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]))).compile()
-    events = [e for e in compiled.stream({"question": "Q?"}, context=LoopContext(), stream_mode="custom")]
+    compiled = build_graph(
+        make_deps(controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")], [chunk("c2")]]))
+    ).compile()
+    events = [
+        e for e in compiled.stream({"question": "Q?"}, context=LoopContext(), stream_mode="custom")
+    ]
     kinds = [e["event"] for e in events]
     assert kinds == ["loop_start", "tool_call", "tool_call", "tool_call", "loop_stop"]
-    assert events[0] == {"event": "loop_start", "question": "Q?", "max_iterations": 10, "tool_count": 3}
-    assert events[1]["tool"] == "search" and events[1]["returned_chunk_ids"] == ["c1"] and events[1]["history_size"] == 1
-    assert events[-1]["terminated_by"] == "answered" and events[-1]["iterations"] == 3 and events[-1]["tool_count"] == 3
+    assert events[0] == {
+        "event": "loop_start",
+        "question": "Q?",
+        "max_iterations": 10,
+        "tool_count": 3,
+    }
+    assert (
+        events[1]["tool"] == "search"
+        and events[1]["returned_chunk_ids"] == ["c1"]
+        and events[1]["history_size"] == 1
+    )
+    assert (
+        events[-1]["terminated_by"] == "answered"
+        and events[-1]["iterations"] == 3
+        and events[-1]["tool_count"] == 3
+    )
 
 
 @pytest.mark.parametrize(
@@ -47,17 +64,34 @@ def test_custom_stream_shows_start_each_tool_call_and_stop():
 )
 def test_stop_event_is_emitted_exactly_once_on_every_path(responses, options, outcome):
     model = ScriptedChatModel(responses=list(responses))
-    compiled = build_graph(make_deps(controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]] if len(responses) > 1 else [[]]))).compile()
-    events = list(compiled.stream({"question": "Q?"}, context=LoopContext(**options), stream_mode="custom"))
+    compiled = build_graph(
+        make_deps(
+            controller_llm=model,
+            search_fn=ScriptedSearch([[chunk("c1")]] if len(responses) > 1 else [[]]),
+        )
+    ).compile()
+    events = list(
+        compiled.stream({"question": "Q?"}, context=LoopContext(**options), stream_mode="custom")
+    )
     stops = [e for e in events if e["event"] == "loop_stop"]
     assert len(stops) == 1 and stops[0]["terminated_by"] == outcome
 
 
 async def test_arun_gives_the_same_result_as_run():
     def script():
-        return ScriptedChatModel(responses=[search("a"), calls(tool_call("search", query="b"), tool_call("search", query="c")), answer("x")])
+        return ScriptedChatModel(
+            responses=[
+                search("a"),
+                calls(tool_call("search", query="b"), tool_call("search", query="c")),
+                answer("x"),
+            ]
+        )
 
-    results = {"a": [chunk("ca", score=0.3)], "b": [chunk("cb", score=0.9)], "c": [chunk("cc", score=0.6)]}
+    results = {
+        "a": [chunk("ca", score=0.3)],
+        "b": [chunk("cb", score=0.9)],
+        "c": [chunk("cc", score=0.6)],
+    }
     sync_result = run("Q?", controller_llm=script(), search_fn=ScriptedSearch(results))
     async_result = await arun("Q?", controller_llm=script(), search_fn=ScriptedSearch(results))
     assert async_result.tool_history == sync_result.tool_history
@@ -72,7 +106,9 @@ async def test_async_searches_of_one_turn_run_concurrently_in_call_order():
 
     turn = calls(*[tool_call("search", query=q) for q in "abcd"])
     started = time.perf_counter()
-    result = await arun("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=slow_search)
+    result = await arun(
+        "Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=slow_search
+    )
     elapsed = time.perf_counter() - started
     assert [e["args"]["query"] for e in result.tool_history[:4]] == list("abcd")
     assert elapsed < 0.6  # four 0.2 s searches, concurrently
@@ -102,20 +138,33 @@ def _meeting_searches(expected: int):
 def test_sync_searches_of_one_turn_run_at_once_in_call_order():
     search_fn, peak = _meeting_searches(4)
     turn = calls(*[tool_call("search", query=q) for q in "abcd"])
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=search_fn)
+    result = run(
+        "Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=search_fn
+    )
     assert peak[0] == 4
     assert [e["args"]["query"] for e in result.tool_history[:4]] == list("abcd")
-    assert [e["returned_chunk_ids"] for e in result.tool_history[:4]] == [[f"c-{q}"] for q in "abcd"]
+    assert [e["returned_chunk_ids"] for e in result.tool_history[:4]] == [
+        [f"c-{q}"] for q in "abcd"
+    ]
     assert_every_call_answered(result.messages)
 
 
 def test_sync_searches_respect_max_parallel_searches_and_match_serial_results():
     search_fn, peak = _meeting_searches(2)  # pairs meet: two at once, never more
     turn = calls(*[tool_call("search", query=q) for q in "abcdef"])
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]), search_fn=search_fn, max_parallel_searches=2)
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[turn, answer("x")]),
+        search_fn=search_fn,
+        max_parallel_searches=2,
+    )
     assert peak[0] == 2 and [e["args"]["query"] for e in result.tool_history[:6]] == list("abcdef")
-    serial = run("Q?", controller_llm=ScriptedChatModel(responses=[turn, answer("x")]),
-                 search_fn=lambda query, **kwargs: [chunk(f"c-{query}")], max_parallel_searches=1)
+    serial = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[turn, answer("x")]),
+        search_fn=lambda query, **kwargs: [chunk(f"c-{query}")],
+        max_parallel_searches=1,
+    )
     assert serial.tool_history == result.tool_history and serial.chunks == result.chunks
 
 
@@ -128,7 +177,11 @@ async def test_async_path_runs_sync_search_functions_off_the_event_loop():
         loop_threads.append(threading.current_thread() is threading.main_thread())
         return [chunk("c1")]
 
-    await arun("Q?", controller_llm=ScriptedChatModel(responses=[search("a"), answer("x")]), search_fn=blocking_search)
+    await arun(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("a"), answer("x")]),
+        search_fn=blocking_search,
+    )
     assert loop_threads == [False]
 
 
@@ -137,15 +190,33 @@ def test_served_graph_reads_models_from_the_context(monkeypatch):
 
     model = ScriptedChatModel(responses=[answer("from context")])
     monkeypatch.setitem(models._cache, "scripted:test", models.resolve_model(model))
-    out = served_graph.invoke({"question": "Q?"}, context=LoopContext(controller_model="scripted:test"))
+    out = served_graph.invoke(
+        {"question": "Q?"}, context=LoopContext(controller_model="scripted:test")
+    )
     assert out["answer"] == "from context" and out["terminated_by"] == "answered"
     assert set(out) <= {
-        "question", "answer", "terminated_by", "iterations", "tool_history", "chunks", "error", "grounding", "usage", "coverage", "repair",
-        "messages", "thread_usage", "question_index",
+        "question",
+        "answer",
+        "terminated_by",
+        "iterations",
+        "tool_history",
+        "chunks",
+        "error",
+        "grounding",
+        "usage",
+        "coverage",
+        "repair",
+        "messages",
+        "thread_usage",
+        "question_index",
     }
-    assert out["messages"][-1].content == "from context"  # chat clients read the answer from the messages
+    assert (
+        out["messages"][-1].content == "from context"
+    )  # chat clients read the answer from the messages
 
 
 def test_served_graph_with_a_bad_model_name_ends_as_error():
-    out = served_graph.invoke({"question": "Q?"}, context=LoopContext(controller_model="nosuchprovider:x"))
+    out = served_graph.invoke(
+        {"question": "Q?"}, context=LoopContext(controller_model="nosuchprovider:x")
+    )
     assert out["terminated_by"] == "error" and "nosuchprovider" in out["error"]

@@ -29,7 +29,9 @@ def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
                     index[child] = low[child] = len(index)
                     stack.append(child)
                     on_stack.add(child)
-                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                    work.append(
+                        (child, iter(sorted(graph.find_modules_directly_imported_by(child))))
+                    )
                 elif child in on_stack:
                     low[node] = min(low[node], index[child])
                 continue

@@ -18,7 +18,9 @@ def assert_every_call_answered(messages):
     pending: set[str] = set()
     for message in messages:
         if isinstance(message, ToolMessage):
-            assert message.tool_call_id in pending, f"tool message for unknown call {message.tool_call_id}"
+            assert message.tool_call_id in pending, (
+                f"tool message for unknown call {message.tool_call_id}"
+            )
             pending.remove(message.tool_call_id)
             continue
         assert not pending, f"calls {pending} not answered before {type(message).__name__}"
@@ -82,7 +84,13 @@ def test_max_iterations_runs_synthesis_from_the_gathered_chunks():
 
 def test_max_iterations_without_fallback_leaves_answer_none():
     model = scripted(search("a"))
-    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]]), max_iterations=1, fallback_synthesis=False)
+    result = run(
+        "Q?",
+        controller_llm=model,
+        search_fn=ScriptedSearch([[chunk("c1")]]),
+        max_iterations=1,
+        fallback_synthesis=False,
+    )
     assert result.terminated_by == "max_iterations"
     assert result.answer is None
     assert len(model.calls) == 1
@@ -113,8 +121,13 @@ def test_custom_synthesizer_wins_over_the_models():
 
     answerer = scripted()
     result = run(
-        "Q?", controller_llm=scripted(search("a")), answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]),
-        max_iterations=1, synthesizer=synthesizer, fallback_temperature=0.3,
+        "Q?",
+        controller_llm=scripted(search("a")),
+        answer_llm=answerer,
+        search_fn=ScriptedSearch([[chunk("c1")]]),
+        max_iterations=1,
+        synthesizer=synthesizer,
+        fallback_temperature=0.3,
     )
     assert result.answer == "From my synthesizer."
     assert answerer.calls == []
@@ -124,14 +137,22 @@ def test_custom_synthesizer_wins_over_the_models():
 
 def test_synthesis_uses_the_answer_model_when_set():
     answerer = scripted("Strong synthesis.")
-    result = run("Q?", controller_llm=scripted(search("a")), answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]), max_iterations=1)
+    result = run(
+        "Q?",
+        controller_llm=scripted(search("a")),
+        answer_llm=answerer,
+        search_fn=ScriptedSearch([[chunk("c1")]]),
+        max_iterations=1,
+    )
     assert result.answer == "Strong synthesis."
     assert len(answerer.calls) == 1
 
 
 def test_failed_synthesis_leaves_answer_none():
     model = scripted(search("a"), RuntimeError("model down"))
-    result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]]), max_iterations=1)
+    result = run(
+        "Q?", controller_llm=model, search_fn=ScriptedSearch([[chunk("c1")]]), max_iterations=1
+    )
     assert result.terminated_by == "max_iterations"
     assert result.answer is None
     assert all(e["tool"] != "synthesis" for e in result.tool_history)
@@ -140,7 +161,9 @@ def test_failed_synthesis_leaves_answer_none():
 def test_controller_exception_ends_the_run_as_error():
     model = scripted(search("a"), ConnectionError("connection reset"))
     answerer = scripted("never")
-    result = run("Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]))
+    result = run(
+        "Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert result.terminated_by == "error"
     assert result.error == "ConnectionError: connection reset"
     assert result.iterations == 2
@@ -165,7 +188,9 @@ def test_callable_controller_receives_messages_tools_and_opts():
         seen.append((messages, tools, opts))
         return answer("done") if len(seen) > 1 else search("q")
 
-    result = run("Q?", controller_llm=controller, search_fn=ScriptedSearch([[chunk("c1")]]), max_iterations=4)
+    result = run(
+        "Q?", controller_llm=controller, search_fn=ScriptedSearch([[chunk("c1")]]), max_iterations=4
+    )
     assert result.answer == "done"
     messages, tools, opts = seen[0]
     assert isinstance(messages[0], SystemMessage) and isinstance(messages[1], HumanMessage)
@@ -187,7 +212,9 @@ def test_missing_controller_is_a_clear_error_before_anything_runs():
 def test_answerer_rewrites_the_answer_with_the_whole_conversation():
     answerer = scripted("Polished answer.")
     model = scripted(search("a"), answer("draft"))
-    result = run("Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]))
+    result = run(
+        "Q?", controller_llm=model, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]])
+    )
     assert result.answer == "Polished answer."
     assert result.tool_history[-1]["args"] == {"text": "draft"}
     sent = answerer.calls[0]["messages"]
@@ -199,25 +226,51 @@ def test_answerer_rewrites_the_answer_with_the_whole_conversation():
 
 @pytest.mark.parametrize("failure", [RuntimeError("down"), "", AIMessage(content="   ")])
 def test_answerer_failure_or_empty_text_keeps_the_draft(failure):
-    result = run("Q?", controller_llm=scripted(answer("draft")), answer_llm=scripted(failure), search_fn=ScriptedSearch())
+    result = run(
+        "Q?",
+        controller_llm=scripted(answer("draft")),
+        answer_llm=scripted(failure),
+        search_fn=ScriptedSearch(),
+    )
     assert result.terminated_by == "answered"
     assert result.answer == "draft"
 
 
 def test_answerer_never_runs_on_give_up_but_rewrites_a_plain_text_answer():
     answerer = scripted("rewritten")
-    first = run("Q?", controller_llm=scripted(give_up("no")), answer_llm=answerer, search_fn=ScriptedSearch())
+    first = run(
+        "Q?",
+        controller_llm=scripted(give_up("no")),
+        answer_llm=answerer,
+        search_fn=ScriptedSearch(),
+    )
     assert first.answer == "Could not answer: no" and answerer.calls == []
-    second = run("Q?", controller_llm=scripted("text reply"), answer_llm=answerer, search_fn=ScriptedSearch())
+    second = run(
+        "Q?", controller_llm=scripted("text reply"), answer_llm=answerer, search_fn=ScriptedSearch()
+    )
     assert second.terminated_by == "answered" and second.answer == "rewritten"
-    assert second.messages[-3].content == "text reply"  # the draft, then the instruction, then the rewrite
+    assert (
+        second.messages[-3].content == "text reply"
+    )  # the draft, then the instruction, then the rewrite
 
 
 def test_answer_prompt_as_string_and_function():
     answerer = scripted("A1", "A2")
-    run("Q?", controller_llm=scripted(answer("d")), answer_llm=answerer, search_fn=ScriptedSearch(), answer_prompt="Be brief.")
-    run("Q?", controller_llm=scripted(answer("d")), answer_llm=answerer, search_fn=ScriptedSearch(),
-        answer_prompt=lambda opts: f"Budget was {opts['max_iterations']}.", max_iterations=7)
+    run(
+        "Q?",
+        controller_llm=scripted(answer("d")),
+        answer_llm=answerer,
+        search_fn=ScriptedSearch(),
+        answer_prompt="Be brief.",
+    )
+    run(
+        "Q?",
+        controller_llm=scripted(answer("d")),
+        answer_llm=answerer,
+        search_fn=ScriptedSearch(),
+        answer_prompt=lambda opts: f"Budget was {opts['max_iterations']}.",
+        max_iterations=7,
+    )
     assert answerer.calls[0]["messages"][-1].content == "Be brief."
     assert answerer.calls[1]["messages"][-1].content == "Budget was 7."
 
@@ -228,8 +281,14 @@ def test_answer_prompt_as_string_and_function():
 def test_role_temperatures_reach_the_right_calls():
     controller = scripted(search("a"), answer("d"))
     answerer = scripted("final")
-    run("Q?", controller_llm=controller, answer_llm=answerer, search_fn=ScriptedSearch([[chunk("c1")]]),
-        temperature=0.5, controller_temperature=0.0)
+    run(
+        "Q?",
+        controller_llm=controller,
+        answer_llm=answerer,
+        search_fn=ScriptedSearch([[chunk("c1")]]),
+        temperature=0.5,
+        controller_temperature=0.0,
+    )
     assert [c["kwargs"].get("temperature") for c in controller.calls] == [0.0, 0.0]
     assert answerer.calls[0]["kwargs"]["temperature"] == 0.5
 
@@ -248,7 +307,10 @@ def test_environment_defaults_apply_and_explicit_values_win(monkeypatch):
     assert result.iterations == 1
     assert model.calls[0]["kwargs"]["temperature"] == 0.25
     model = scripted(search("a"), answer("x"))
-    assert run("Q?", controller_llm=model, search_fn=ScriptedSearch(), max_iterations=5).terminated_by == "answered"
+    assert (
+        run("Q?", controller_llm=model, search_fn=ScriptedSearch(), max_iterations=5).terminated_by
+        == "answered"
+    )
 
 
 # --- scoping ---------------------------------------------------------------------------
@@ -275,7 +337,11 @@ def test_pick_scope_lists_exactly_the_allowed_collections():
     assert properties["collection"]["enum"] == ["docs", "wiki"]
     assert '"docs", "wiki"' in description
     system = model.calls[0]["messages"][0].content
-    assert "# Collections" in system and "`docs`, `wiki`" in system and "`collection` argument" in system
+    assert (
+        "# Collections" in system
+        and "`docs`, `wiki`" in system
+        and "`collection` argument" in system
+    )
 
 
 @pytest.mark.parametrize(
@@ -292,7 +358,12 @@ def test_pick_scope_lists_exactly_the_allowed_collections():
 def test_search_receives_the_resolved_scope(collection, argument, expected):
     args = {"collection": argument} if argument else {}
     found = ScriptedSearch([[chunk("c1")]])
-    run("Q?", controller_llm=scripted(search("q", **args), answer("x")), search_fn=found, collection=collection)
+    run(
+        "Q?",
+        controller_llm=scripted(search("q", **args), answer("x")),
+        search_fn=found,
+        collection=collection,
+    )
     assert found.calls == [{"query": "q", "collection": expected, "limit": 5}]
 
 
@@ -300,7 +371,10 @@ def test_collection_outside_the_allowed_list_is_a_tool_error_and_the_loop_goes_o
     found = ScriptedSearch([[chunk("c1")]])
     model = scripted(search("q", collection="secret"), search("q", collection="docs"), answer("x"))
     result = run("Q?", controller_llm=model, search_fn=found, collection=["docs", "wiki"])
-    assert result.tool_history[0]["summary"] == 'search error: collection "secret" is not in the allowed list ("docs", "wiki")'
+    assert (
+        result.tool_history[0]["summary"]
+        == 'search error: collection "secret" is not in the allowed list ("docs", "wiki")'
+    )
     assert result.tool_history[0]["returned_chunk_ids"] == []
     assert found.calls == [{"query": "q", "collection": "docs", "limit": 5}]
     assert result.terminated_by == "answered"
@@ -341,18 +415,27 @@ def test_search_result_shows_full_text_of_top_five_with_ids():
 
 
 def test_empty_search_says_no_results():
-    result = run("Q?", controller_llm=scripted(search("q"), answer("x")), search_fn=ScriptedSearch([[]]))
+    result = run(
+        "Q?", controller_llm=scripted(search("q"), answer("x")), search_fn=ScriptedSearch([[]])
+    )
     assert result.tool_history[0]["summary"] == "No results."
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [({}, "search error: missing :query argument"), ({"query": "  "}, "search error: query must be a non-blank string"),
-     ({"query": "q", "limit": "five"}, "search error: limit must be a positive integer")],
+    [
+        ({}, "search error: missing :query argument"),
+        ({"query": "  "}, "search error: query must be a non-blank string"),
+        ({"query": "q", "limit": "five"}, "search error: limit must be a positive integer"),
+    ],
 )
 def test_bad_search_arguments_are_tool_errors(args, message):
     found = ScriptedSearch()
-    result = run("Q?", controller_llm=scripted(calls(tool_call("search", **args)), answer("x")), search_fn=found)
+    result = run(
+        "Q?",
+        controller_llm=scripted(calls(tool_call("search", **args)), answer("x")),
+        search_fn=found,
+    )
     assert result.tool_history[0]["summary"].startswith(message)
     assert found.calls == []
     assert result.terminated_by == "answered"
@@ -366,14 +449,24 @@ def test_search_failure_is_a_tool_error_not_a_crash():
 
 
 def test_chunks_are_deduplicated_sorted_and_capped():
-    found = ScriptedSearch([[chunk("a", score=0.1), chunk("b", score=0.5)], [chunk("c", score=0.9), chunk("d", score=0.95), chunk("b", score=0.7)]])
+    found = ScriptedSearch(
+        [
+            [chunk("a", score=0.1), chunk("b", score=0.5)],
+            [chunk("c", score=0.9), chunk("d", score=0.95), chunk("b", score=0.7)],
+        ]
+    )
     model = scripted(search("q1"), search("q2"), answer("x"))
     result = run("Q?", controller_llm=model, search_fn=found, chunk_cap=3)
     assert [(c["id"], c["score"]) for c in result.chunks] == [("d", 0.95), ("c", 0.9), ("b", 0.7)]
 
 
 def test_chunk_cap_zero_keeps_no_chunks():
-    result = run("Q?", controller_llm=scripted(search("q"), answer("x")), search_fn=ScriptedSearch([[chunk("a")]]), chunk_cap=0)
+    result = run(
+        "Q?",
+        controller_llm=scripted(search("q"), answer("x")),
+        search_fn=ScriptedSearch([[chunk("a")]]),
+        chunk_cap=0,
+    )
     assert result.chunks == []
     assert result.tool_history[0]["returned_chunk_ids"] == ["a"]
 
@@ -383,7 +476,9 @@ def test_odd_search_results_are_normalised():
         id, text, score = 7, "object hit", "0.3"
 
     results = [{"text": "no id"}, {"id": "x", "score": "high"}, Hit(), "not a chunk", None]
-    result = run("Q?", controller_llm=scripted(search("q"), answer("x")), search_fn=ScriptedSearch([results]))
+    result = run(
+        "Q?", controller_llm=scripted(search("q"), answer("x")), search_fn=ScriptedSearch([results])
+    )
     by_text = {c["text"]: c for c in result.chunks}
     assert by_text["no id"]["id"].startswith("anon-") and by_text["no id"]["score"] == 0.0
     assert by_text[""]["id"] == "x" and by_text[""]["score"] == 0.0
@@ -396,7 +491,11 @@ def test_odd_search_results_are_normalised():
 
 def test_calls_after_a_terminating_call_are_skipped_but_answered():
     found = ScriptedSearch([[chunk("c1")]])
-    turn = calls(tool_call("search", query="first"), tool_call("answer", text="done"), tool_call("search", query="never"))
+    turn = calls(
+        tool_call("search", query="first"),
+        tool_call("answer", text="done"),
+        tool_call("search", query="never"),
+    )
     result = run("Q?", controller_llm=scripted(turn), search_fn=found)
     assert [c["query"] for c in found.calls] == ["first"]
     assert [e["tool"] for e in result.tool_history] == ["search", "answer"]
@@ -425,9 +524,22 @@ def test_custom_tools_are_offered_executed_and_never_terminate():
         """Always fails."""
         raise RuntimeError("service down")
 
-    model = scripted(calls(tool_call("web_lookup", query="x"), tool_call("broken", query="y"), tool_call("nope", a=1)), answer("x"))
+    model = scripted(
+        calls(
+            tool_call("web_lookup", query="x"),
+            tool_call("broken", query="y"),
+            tool_call("nope", a=1),
+        ),
+        answer("x"),
+    )
     result = run("Q?", controller_llm=model, search_fn=ScriptedSearch(), tools=[web_lookup, broken])
-    assert [t["function"]["name"] for t in model.bound_tools[0]] == ["search", "answer", "give_up", "web_lookup", "broken"]
+    assert [t["function"]["name"] for t in model.bound_tools[0]] == [
+        "search",
+        "answer",
+        "give_up",
+        "web_lookup",
+        "broken",
+    ]
     summaries = [e["summary"] for e in result.tool_history]
     assert summaries[:3] == ["web says x", "Tool error: service down", "Unknown tool: nope"]
     assert result.terminated_by == "answered"
@@ -443,26 +555,45 @@ def test_custom_tool_cannot_take_a_control_tools_name():
         run("Q?", controller_llm=scripted(), tools=[answer], search_fn=ScriptedSearch())
 
 
-@pytest.mark.parametrize(("call", "text"), [(tool_call("answer"), "answer needs"), (tool_call("give_up"), "give_up needs")])
+@pytest.mark.parametrize(
+    ("call", "text"),
+    [(tool_call("answer"), "answer needs"), (tool_call("give_up"), "give_up needs")],
+)
 def test_terminating_tools_without_their_argument_continue_with_an_error(call, text):
-    result = run("Q?", controller_llm=scripted(calls(call), answer("ok")), search_fn=ScriptedSearch())
+    result = run(
+        "Q?", controller_llm=scripted(calls(call), answer("ok")), search_fn=ScriptedSearch()
+    )
     assert text in result.tool_history[0]["summary"]
     assert result.answer == "ok"
 
 
 def test_missing_and_duplicate_tool_call_ids_are_made_unique():
-    turn = AIMessage(content="", tool_calls=[
-        {"name": "search", "args": {"query": "a"}, "id": None, "type": "tool_call"},
-        {"name": "search", "args": {"query": "b"}, "id": "dup", "type": "tool_call"},
-        {"name": "search", "args": {"query": "c"}, "id": "dup", "type": "tool_call"},
-    ])
+    turn = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "search", "args": {"query": "a"}, "id": None, "type": "tool_call"},
+            {"name": "search", "args": {"query": "b"}, "id": "dup", "type": "tool_call"},
+            {"name": "search", "args": {"query": "c"}, "id": "dup", "type": "tool_call"},
+        ],
+    )
     result = run("Q?", controller_llm=scripted(turn, answer("x")), search_fn=ScriptedSearch())
     assert_every_call_answered(result.messages)
     assert len(result.tool_history) == 4
 
 
 def test_invalid_json_arguments_get_a_tool_error():
-    turn = AIMessage(content="", invalid_tool_calls=[{"name": "search", "args": "{not json", "id": "bad", "error": "JSONDecodeError", "type": "invalid_tool_call"}])
+    turn = AIMessage(
+        content="",
+        invalid_tool_calls=[
+            {
+                "name": "search",
+                "args": "{not json",
+                "id": "bad",
+                "error": "JSONDecodeError",
+                "type": "invalid_tool_call",
+            }
+        ],
+    )
     result = run("Q?", controller_llm=scripted(turn, answer("x")), search_fn=ScriptedSearch())
     assert "not valid JSON" in result.tool_history[0]["summary"]
     assert result.terminated_by == "answered"
@@ -479,7 +610,11 @@ def test_a_thousand_tool_calls_in_one_turn_are_bounded():
 
 
 def test_empty_tool_call_list_is_a_text_reply():
-    result = run("Q?", controller_llm=scripted(AIMessage(content="just text", tool_calls=[])), search_fn=ScriptedSearch())
+    result = run(
+        "Q?",
+        controller_llm=scripted(AIMessage(content="just text", tool_calls=[])),
+        search_fn=ScriptedSearch(),
+    )
     assert result.terminated_by == "answered" and result.answer == "just text"
 
 
@@ -490,7 +625,14 @@ def test_default_system_prompt_follows_the_rules():
     model = scripted(answer("x"))
     run("Q?", controller_llm=model, search_fn=ScriptedSearch(), max_iterations=6)
     system = model.calls[0]["messages"][0].content
-    for phrase in ("research agent", "# Workflow", "# When not to call tools", "at most 6 turns", "# Output", "based on"):
+    for phrase in (
+        "research agent",
+        "# Workflow",
+        "# When not to call tools",
+        "at most 6 turns",
+        "# Output",
+        "based on",
+    ):
         assert phrase in system
     assert "{" not in system  # every slot filled
 
@@ -498,7 +640,13 @@ def test_default_system_prompt_follows_the_rules():
 def test_system_prompt_as_string_and_function():
     first, second = scripted(answer("x")), scripted(answer("x"))
     run("Q?", controller_llm=first, search_fn=ScriptedSearch(), system_prompt="Custom prompt.")
-    run("Q?", controller_llm=second, search_fn=ScriptedSearch(), system_prompt=lambda o: f"Turns: {o['max_iterations']}", max_iterations=3)
+    run(
+        "Q?",
+        controller_llm=second,
+        search_fn=ScriptedSearch(),
+        system_prompt=lambda o: f"Turns: {o['max_iterations']}",
+        max_iterations=3,
+    )
     assert first.calls[0]["messages"][0].content == "Custom prompt."
     assert second.calls[0]["messages"][0].content == "Turns: 3"
 
@@ -516,8 +664,16 @@ def test_bad_questions_are_rejected_before_anything_runs(question):
 
 @pytest.mark.parametrize(
     "options",
-    [{"max_iterations": -1}, {"max_iterations": "3"}, {"chunk_cap": -5}, {"temperature": "hot"}, {"temperature": float("nan")},
-     {"fallback_synthesis": "yes"}, {"search_opts": ["mode"]}, {"no_such_option": 1}],
+    [
+        {"max_iterations": -1},
+        {"max_iterations": "3"},
+        {"chunk_cap": -5},
+        {"temperature": "hot"},
+        {"temperature": float("nan")},
+        {"fallback_synthesis": "yes"},
+        {"search_opts": ["mode"]},
+        {"no_such_option": 1},
+    ],
 )
 def test_bad_options_are_rejected_before_anything_runs(options):
     model = scripted(answer("x"))
@@ -533,6 +689,10 @@ def test_bad_model_specs_are_clear_errors(spec):
 
 
 def test_result_is_json_serialisable():
-    result = run("Q?", controller_llm=scripted(search("q"), answer("x")), search_fn=ScriptedSearch([[chunk("c1", metadata={"page": 1})]]))
+    result = run(
+        "Q?",
+        controller_llm=scripted(search("q"), answer("x")),
+        search_fn=ScriptedSearch([[chunk("c1", metadata={"page": 1})]]),
+    )
     data = json.loads(json.dumps(result.to_dict(messages=True)))
     assert data["terminated_by"] == "answered" and data["chunks"][0]["metadata"] == {"page": 1}

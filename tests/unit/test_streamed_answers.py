@@ -28,7 +28,11 @@ def _replies(*texts: str) -> Iterator[AIMessage]:
 def _stream(compiled: Any) -> tuple[list[tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """The ``messages`` events of a run, and its final state values."""
     events, values = [], {}
-    for mode, item in compiled.stream({"question": "How do I time out?"}, stream_mode=["messages", "values"], context=LoopContext()):
+    for mode, item in compiled.stream(
+        {"question": "How do I time out?"},
+        stream_mode=["messages", "values"],
+        context=LoopContext(),
+    ):
         if mode == "messages":
             events.append(item)
         else:
@@ -39,14 +43,31 @@ def _stream(compiled: Any) -> tuple[list[tuple[Any, dict[str, Any]]], dict[str, 
 def test_answer_model_tokens_stream_tagged_as_the_answer_and_the_controller_tagged_apart() -> None:
     controller = ScriptedChatModel(responses=[search("timeouts"), answer("draft [c1]")])
     writer = StreamingModel(messages=_replies("Use asyncio.wait_for with a timeout [c1]."))
-    compiled = build_graph(make_deps(controller_llm=controller, answer_llm=writer, search_fn=ScriptedSearch([[chunk("c1")]]))).compile()
+    compiled = build_graph(
+        make_deps(
+            controller_llm=controller, answer_llm=writer, search_fn=ScriptedSearch([[chunk("c1")]])
+        )
+    ).compile()
     events, values = _stream(compiled)
-    answer_chunks = [m for m, meta in events if ANSWER_TAG in meta.get("tags", []) and isinstance(m, AIMessageChunk)]
+    answer_chunks = [
+        m
+        for m, meta in events
+        if ANSWER_TAG in meta.get("tags", []) and isinstance(m, AIMessageChunk)
+    ]
     assert len(answer_chunks) > 3  # token by token
-    assert "".join(str(m.content) for m in answer_chunks) == "Use asyncio.wait_for with a timeout [c1]."
-    assert all(meta["langgraph_node"] == "answerer" for m, meta in events if ANSWER_TAG in meta.get("tags", []))
+    assert (
+        "".join(str(m.content) for m in answer_chunks)
+        == "Use asyncio.wait_for with a timeout [c1]."
+    )
+    assert all(
+        meta["langgraph_node"] == "answerer"
+        for m, meta in events
+        if ANSWER_TAG in meta.get("tags", [])
+    )
     controller_replies = [m for m, meta in events if CONTROLLER_TAG in meta.get("tags", [])]
-    assert controller_replies and all(isinstance(m, AIMessage) and m.tool_calls for m in controller_replies)
+    assert controller_replies and all(
+        isinstance(m, AIMessage) and m.tool_calls for m in controller_replies
+    )
     # the streamed answer's id is the final message's: a client merges them, and gets no second copy
     final = values["messages"][-1]
     assert {m.id for m in answer_chunks} == {final.id}
@@ -56,12 +77,18 @@ def test_answer_model_tokens_stream_tagged_as_the_answer_and_the_controller_tagg
 
 def test_the_answer_tools_text_arrives_as_one_final_assistant_message() -> None:
     controller = ScriptedChatModel(responses=[search("timeouts"), answer("Use wait_for [c1].")])
-    compiled = build_graph(make_deps(controller_llm=controller, search_fn=ScriptedSearch([[chunk("c1")]]))).compile()
+    compiled = build_graph(
+        make_deps(controller_llm=controller, search_fn=ScriptedSearch([[chunk("c1")]]))
+    ).compile()
     events, _ = _stream(compiled)
-    answers = [(m, meta) for m, meta in events if m.type == "ai" and m.content == "Use wait_for [c1]."]
+    answers = [
+        (m, meta) for m, meta in events if m.type == "ai" and m.content == "Use wait_for [c1]."
+    ]
     assert len(answers) == 1
     message, meta = answers[0]
-    assert message.name == "answer" and not message.tool_calls and meta["langgraph_node"] == "finish"
+    assert (
+        message.name == "answer" and not message.tool_calls and meta["langgraph_node"] == "finish"
+    )
     assert [m.type for m, _ in events][-1] == "ai"  # it is the last message of the run
 
 
@@ -69,6 +96,12 @@ def test_a_plain_text_reply_streams_under_the_controller_tag_and_is_the_answer()
     controller = StreamingModel(messages=_replies("Use asyncio.wait_for."))
     compiled = build_graph(make_deps(controller_llm=controller)).compile()
     events, values = _stream(compiled)
-    tokens = [m for m, meta in events if CONTROLLER_TAG in meta.get("tags", []) and isinstance(m, AIMessageChunk)]
+    tokens = [
+        m
+        for m, meta in events
+        if CONTROLLER_TAG in meta.get("tags", []) and isinstance(m, AIMessageChunk)
+    ]
     assert "".join(str(m.content) for m in tokens) == "Use asyncio.wait_for." == values["answer"]
-    assert {m.id for m in tokens} == {values["messages"][-1].id}  # the answer message is the streamed reply
+    assert {m.id for m in tokens} == {
+        values["messages"][-1].id
+    }  # the answer message is the streamed reply

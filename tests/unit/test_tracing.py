@@ -25,7 +25,9 @@ ROUTERS = {"after_controller", "after_tools", "after_answer", "after_ground"}
 
 # LangSmith's tracer joins every run through an inheritable configure hook when tracing is
 # on; this collector joins the same way, so run() and arun() are traced as LangSmith sees them
-_collector: ContextVar[RunCollectorCallbackHandler | None] = ContextVar("arcana_loop_test_collector", default=None)
+_collector: ContextVar[RunCollectorCallbackHandler | None] = ContextVar(
+    "arcana_loop_test_collector", default=None
+)
 register_configure_hook(_collector, inheritable=True)
 
 
@@ -50,7 +52,9 @@ def walk(runs: list[Run]) -> list[Run]:
 def searches_and_parents(runs: list[Run]) -> list[tuple[Run, Run]]:
     pairs = []
     for parent in walk(runs):
-        pairs.extend((child, parent) for child in parent.child_runs if child.run_type == "retriever")
+        pairs.extend(
+            (child, parent) for child in parent.child_runs if child.run_type == "retriever"
+        )
     return pairs
 
 
@@ -67,7 +71,12 @@ RESULTS = {
 
 def test_each_search_is_a_retriever_run_under_the_tools_run():
     with collect_runs() as collected:
-        result = run("Q?", controller_llm=_turns(), search_fn=ScriptedSearch(RESULTS), collection=["docs", "wiki"])
+        result = run(
+            "Q?",
+            controller_llm=_turns(),
+            search_fn=ScriptedSearch(RESULTS),
+            collection=["docs", "wiki"],
+        )
     assert result.terminated_by == "answered"
     pairs = searches_and_parents(collected.traced_runs)
     assert len(pairs) == 2  # the repeated search was not sent again, so it is no run
@@ -76,7 +85,10 @@ def test_each_search_is_a_retriever_run_under_the_tools_run():
     assert set(by_query) == {"timeouts", "cancel"}
     first = by_query["timeouts"]
     assert first.name == "search" and first.error is None
-    assert first.extra["metadata"]["collection"] == ["docs", "wiki"] and first.extra["metadata"]["limit"] == 5
+    assert (
+        first.extra["metadata"]["collection"] == ["docs", "wiki"]
+        and first.extra["metadata"]["limit"] == 5
+    )
     [document] = first.outputs["documents"]
     assert document.page_content == "wait_for takes a timeout" and document.id == "c1"
     assert document.metadata == {"score": 0.9, "collection": "docs"}
@@ -110,7 +122,11 @@ def test_async_searches_are_retriever_runs_under_the_tools_run_too():
 
 def test_routers_are_no_runs_of_their_own():
     with collect_runs() as collected:
-        result = run("Q?", controller_llm=scripted(search("timeouts"), answer("x")), search_fn=ScriptedSearch(RESULTS))
+        result = run(
+            "Q?",
+            controller_llm=scripted(search("timeouts"), answer("x")),
+            search_fn=ScriptedSearch(RESULTS),
+        )
     assert result.terminated_by == "answered"  # every routing decision was still made
     names = {traced.name for traced in walk(collected.traced_runs)}
     assert names & ROUTERS == set()
@@ -120,9 +136,15 @@ def test_routers_are_no_runs_of_their_own():
 def test_the_served_output_puts_the_answer_first():
     properties = list(served_graph.get_output_jsonschema()["properties"])
     assert properties[:2] == ["answer", "terminated_by"]
-    assert properties[-3:] == ["tool_history", "chunks", "messages"]  # the conversation is the bulkiest
+    assert properties[-3:] == [
+        "tool_history",
+        "chunks",
+        "messages",
+    ]  # the conversation is the bulkiest
     model = scripted(search("timeouts"), answer("Use wait_for."))
-    compiled = build_graph(make_deps(controller_llm=model, search_fn=ScriptedSearch(RESULTS))).compile(name=GRAPH_NAME)
+    compiled = build_graph(
+        make_deps(controller_llm=model, search_fn=ScriptedSearch(RESULTS))
+    ).compile(name=GRAPH_NAME)
     output = compiled.invoke({"question": "Q?"}, context=LoopContext())
     assert next(iter(output)) == "answer" and output["answer"] == "Use wait_for."
     # plain JSON data, nothing a client would see as a Python repr only; the messages are LangChain

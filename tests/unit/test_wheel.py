@@ -32,14 +32,31 @@ print(arcana_loop.__version__)
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # built from a copy of the tracked files: a checkout's own build/ may hold stale modules
     source = tmp_path_factory.mktemp("source")
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     for name in filter(None, tracked.split("\0")):
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return next(out.glob("arcana_loop-*.whl"))
 
 
@@ -47,20 +64,55 @@ def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
     names = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
     assert {n for n in names if not n.endswith(".dist-info")} == {"arcana_loop"}
     files = set(zipfile.ZipFile(wheel).namelist())
-    assert {"arcana_loop/py.typed", "arcana_loop/graph/build.py", "arcana_loop/knowledge/entities/search.py",
-            "arcana_loop/evaluation/data/python_docs_realistic.json"} <= files
+    assert {
+        "arcana_loop/py.typed",
+        "arcana_loop/graph/build.py",
+        "arcana_loop/knowledge/entities/search.py",
+        "arcana_loop/evaluation/data/python_docs_realistic.json",
+    } <= files
 
 
 def test_the_installed_wheel_works_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    (elsewhere / "graph.py").write_text("raise SystemExit('a user module named graph was imported')\n")  # must not be
+    (elsewhere / "graph.py").write_text(
+        "raise SystemExit('a user module named graph was imported')\n"
+    )  # must not be
     env = {**os.environ, "PYTHONPATH": str(target)}
-    done = subprocess.run([sys.executable, "-c", DEMO, str(target)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", DEMO, str(target)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
-    version = subprocess.run([sys.executable, "-m", "arcana_loop.cli.main", "--version"], cwd=elsewhere, env=env,
-                             capture_output=True, text=True, timeout=120)
-    assert version.returncode == 0 and version.stdout.strip() == f"arcana-loop {done.stdout.strip()}"
+    version = subprocess.run(
+        [sys.executable, "-m", "arcana_loop.cli.main", "--version"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        version.returncode == 0 and version.stdout.strip() == f"arcana-loop {done.stdout.strip()}"
+    )
