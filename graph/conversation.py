@@ -37,18 +37,18 @@ streamed answer keeps its id in the conversation, so it is never sent twice.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 
 from arcana_loop.graph.channels import USAGE_RESET, replacing
-from arcana_loop.tools.chunks import FOUND_TEMPLATE
-from arcana_loop.tools.schemas import SEARCH
+from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
+from arcana_loop.tools.schemas import ANSWER
+from arcana_loop.tools.scoping import Scope
 
 ANSWER_NAME = "answer"
 """The ``name`` of the assistant message that closes each question with its answer."""
@@ -61,8 +61,9 @@ CLOSING_ID_PREFIX = "answer-"
 NO_QUESTION = "the run input needs a 'question' (a non-empty string) or 'messages' ending with a human message with text"
 NOT_RUN = "Not run: the question was left unfinished."
 UNFINISHED = "The question was left unfinished: the run stopped before an answer."
-_FOUND_PREFIX = FOUND_TEMPLATE.split("{", 1)[0]
-_ENTRY_HEADER = re.compile(r"^\d+\. \[[^\]]+\].*$", re.MULTILINE)
+OUT_OF_SCOPE_ANSWER = (
+    "(An earlier answer, left out: it drew on collections outside this question's scope.)"
+)
 _QUESTION_IDS = uuid.UUID("a3f1c2d4-5b6e-4f70-8a9b-0c1d2e3f4a5b")
 
 NO_ANSWER = {
@@ -241,47 +242,83 @@ def fresh_view(state: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str,
     }
 
 
-def compact_earlier(messages: Sequence[AnyMessage], opening_id: str | None) -> list[AnyMessage]:
+def compact_earlier(
+    messages: Sequence[AnyMessage], opening_id: str | None, scope: Scope | None = None
+) -> list[AnyMessage]:
     """Return the conversation as a model is sent it: the earlier questions compacted.
 
-    Before the current question's human message, a search result keeps its first line
-    and each chunk's id and source (the text goes: it would be sent again every turn of
-    every later question), and the loop's own instructions are dropped. The current
-    question's messages are sent as they are.
+    Before the current question's human message, a search result is rewritten from
+    its artifact (the data the loop rendered it from, never its text) as its chunks'
+    ids and labels: the text goes, since it would be sent again every turn of every
+    later question; the loop's own instructions are dropped. Under a narrower
+    ``scope`` than an earlier question had, that question's entries from other
+    collections are left out, and so are its replies when its searches returned any
+    (an answer may quote them). The current question's messages are sent as they are.
     """
     opening = opening_index(messages, opening_id)
     if not opening:
         return list(messages)
+    in_scope = _scope_test(scope)
     earlier: list[AnyMessage] = []
-    for message in messages[:opening]:
-        if is_instruction(message):
-            continue
-        if isinstance(message, HumanMessage) and earlier:
-            earlier.extend(
-                _unanswered(earlier[-1], messages)
-            )  # a question left mid-turn: keep the conversation valid
-        earlier.append(_compacted(message))
+    for question in _questions(messages[:opening]):
+        tainted = any(
+            not in_scope(entry["collection"])
+            for message in question
+            if isinstance(message, ToolMessage) and is_search_artifact(message.artifact)
+            for entry in message.artifact["entries"]
+        )
+        for message in question:
+            if is_instruction(message):
+                continue
+            if isinstance(message, HumanMessage) and earlier:
+                # a question left mid-turn: keep the conversation valid
+                earlier.extend(_unanswered(earlier[-1], messages))
+            earlier.append(_compacted(message, in_scope, tainted))
     return [*earlier, *_unanswered(earlier[-1], messages), *messages[opening:]]
 
 
-def _compacted(message: AnyMessage) -> AnyMessage:
-    if (
-        not isinstance(message, ToolMessage)
-        or message.name != SEARCH
-        or not isinstance(message.content, str)
-    ):
-        return message
-    if not message.content.startswith(_FOUND_PREFIX):
-        return message
-    first = message.content.split("\n", 1)[0]
-    headers = _ENTRY_HEADER.findall(message.content)
-    text = "\n".join(
-        [
-            first + " (texts left out: an earlier question's result; search again to read them)",
-            *headers,
-        ]
-    )
-    return message.model_copy(update={"content": text})
+def _questions(messages: Sequence[AnyMessage]) -> list[list[AnyMessage]]:
+    """Split a conversation into its questions, each from its user turn to the next one."""
+    questions: list[list[AnyMessage]] = []
+    for message in messages:
+        if is_user_turn(message) or not questions:
+            questions.append([])
+        questions[-1].append(message)
+    return questions
+
+
+def _scope_test(scope: Scope | None) -> Callable[[str | None], bool]:
+    """Whether a chunk of a collection may reach a question under ``scope`` (unknown collections may)."""
+    if scope is None or scope.kind == "all":
+        return lambda _collection: True
+    allowed = set(scope.names)
+    return lambda collection: collection is None or collection in allowed
+
+
+def _compacted(
+    message: AnyMessage, in_scope: Callable[[str | None], bool], tainted: bool
+) -> AnyMessage:
+    if isinstance(message, ToolMessage) and is_search_artifact(message.artifact):
+        return message.model_copy(
+            update={"content": compacted_search_result(message.artifact, in_scope)}
+        )
+    if tainted and isinstance(message, AIMessage):
+        return _withheld(message)
+    if tainted and isinstance(message, ToolMessage) and message.name == ANSWER:
+        return message.model_copy(update={"content": OUT_OF_SCOPE_ANSWER})
+    return message
+
+
+def _withheld(message: AIMessage) -> AIMessage:
+    """An earlier reply with its text and its ``answer`` call's text replaced by `OUT_OF_SCOPE_ANSWER`."""
+    calls = [
+        {**call, "args": {**call["args"], "text": OUT_OF_SCOPE_ANSWER}}
+        if call["name"] == ANSWER and "text" in call["args"]
+        else call
+        for call in message.tool_calls
+    ]
+    content = OUT_OF_SCOPE_ANSWER if content_text(message.content).strip() else message.content
+    return message.model_copy(update={"content": content, "tool_calls": calls})
 
 
 def closing_message(view: Mapping[str, Any]) -> AIMessage | None:

@@ -36,6 +36,7 @@ from langchain_core.runnables import Runnable
 
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
+from arcana_loop.tools.chunks import entry_text, is_search_artifact
 
 MIN_SCORE = 0.4
 """A sentence scoring below this (see `sentence_score`) does not answer a part."""
@@ -57,8 +58,6 @@ _FOLLOW_UP = re.compile(
     re.IGNORECASE,
 )
 _LEAD = re.compile(r"^\W*(?:and|also|but|so|then|what about|how about)\b\s*", re.IGNORECASE)
-_ENTRY = re.compile(r"\n\n(?=\d+\. \[)")
-_HEADER = re.compile(r"^\d+\. \[([^\]]+)\](.*)$")
 
 
 def question_parts(question: str) -> list[str]:
@@ -82,23 +81,24 @@ class Found:
 
 
 def _results(messages: Sequence[BaseMessage]) -> list[Found]:
-    """The chunks of every search result so far: text from where it was shown, best rank seen."""
+    """The chunks of every search result so far: text from where it was shown, best rank seen.
+
+    Read from each result's artifact (what the loop rendered it from), never from its
+    text: a document line shaped like a result entry is only text of its chunk.
+    """
     texts: dict[str, tuple[str, str]] = {}
     ranks: dict[str, int] = {}
     for message in messages:
-        if (
-            isinstance(message, ToolMessage)
-            and isinstance(message.content, str)
-            and message.content.startswith("Found ")
-        ):
-            for rank, entry in enumerate(_ENTRY.split(message.content)[1:]):
-                header, _, text = entry.partition("\n")
-                if (m := _HEADER.match(header)) is None:
-                    continue
-                chunk_id = m.group(1)
-                ranks[chunk_id] = min(rank, ranks.get(chunk_id, rank))
-                if text.strip():  # a later result points back instead of repeating the text
-                    texts[chunk_id] = (m.group(2).strip(), text)
+        if not isinstance(message, ToolMessage) or not is_search_artifact(message.artifact):
+            continue
+        content = message.content if isinstance(message.content, str) else ""
+        for entry in message.artifact["entries"]:
+            chunk_id, rank = entry["id"], entry["rank"]
+            ranks[chunk_id] = min(rank, ranks.get(chunk_id, rank))
+            text = entry_text(content, entry)
+            if text is not None and text.strip():  # a later result points back instead
+                label = " > ".join(p for p in (entry["source"], entry["section"]) if p)
+                texts[chunk_id] = (label, text)
     return [Found(i, label, text, ranks[i]) for i, (label, text) in texts.items()]
 
 
@@ -117,8 +117,16 @@ def sentence_score(meaning: float, words: float, rank: int) -> float:
     return MEANING_WEIGHT * max(0.0, meaning) + WORDS_WEIGHT * words + RANK_WEIGHT / (1 + rank)
 
 
+_CITATION_SHAPED = re.compile(r"\s*\[[^\]\s]+\]")
+
+
 def _cited(sentence: str, chunk_id: str, subject: str) -> str:
-    """Lead with the subject unless the sentence names it; put the chunk id inside the sentence."""
+    """Lead with the subject unless the sentence names it; put the chunk id inside the sentence.
+
+    A bracketed token quoted from the chunk (``[deadbeef]``) would read as a citation
+    of a chunk no search returned: it is left out, so the only citation is the real one.
+    """
+    sentence = _CITATION_SHAPED.sub("", sentence).strip()
     lead = f"{subject}: " if subject and subject.rsplit(".", 1)[-1] not in sentence else ""
     if sentence[-1:] in ".!?":
         return f"{lead}{sentence[:-1]} [{chunk_id}]{sentence[-1]}"

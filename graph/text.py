@@ -84,3 +84,14 @@ def describe_error(exc: BaseException) -> str:
     """Return a one-line, readable description of an exception: ``TypeName: message``."""
     message = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def frame_text(text: str, tag: str) -> str:
+    """Return text to place inside a ``<tag ...>...</tag>`` element so that it cannot end it or open another.
+
+    Material the loop frames (chunk texts in search results and in the judge's
+    prompt) may hold anything, lines shaped like the frame included: every ``<tag``
+    and ``</tag`` in it (any case) gets its ``<`` written as ``&lt;``. Nothing else
+    changes, so code and prose read as stored.
+    """
+    return re.sub(rf"<(?=/?{re.escape(tag)}\b)", "&lt;", text, flags=re.IGNORECASE)

@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from arcana_loop.graph.text import frame_text
 from arcana_loop.grounding.prompts import JUDGE_SYSTEM_PROMPT, JUDGE_USER_PROMPT
 from arcana_loop.grounding.types import VERDICTS, GroundingError, GroundingResult
 
@@ -146,8 +147,10 @@ class LLMJudgeGrounder:
         return model
 
     def _messages(self, answer: str, chunks: Sequence[dict[str, Any]], question: str) -> list[Any]:
+        # framed, so a chunk's text cannot pose as another numbered chunk
         numbered = "\n\n".join(
-            f"[{i}] {c.get('text') or ''}" for i, c in enumerate(chunks, start=1)
+            f'<chunk n="{i}">\n{frame_text(str(c.get("text") or ""), "chunk")}\n</chunk>'
+            for i, c in enumerate(chunks, start=1)
         )
         return [
             SystemMessage(content=JUDGE_SYSTEM_PROMPT),

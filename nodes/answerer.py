@@ -26,6 +26,7 @@ from arcana_loop.nodes.common import (
     loop_opts,
     message_text,
     render_instruction,
+    scope_of,
     system_message,
 )
 
@@ -47,7 +48,9 @@ def _prepare(
             deps.answer_prompt, ctx.answer_prompt, prompts.ANSWER_PROMPT, opts, "answer_prompt"
         )
     )
-    conversation = compact_earlier(state["messages"], state.get("question_message_id"))
+    conversation = compact_earlier(
+        state["messages"], state.get("question_message_id"), scope_of(state)
+    )
     sent: list[BaseMessage] = [system_message(deps, ctx, state, opts), *conversation, note]
     try:
         model = deps.answerer(ctx)

@@ -230,7 +230,9 @@ def _prepare(
         system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
     sent: list[BaseMessage] = [
         system,
-        *compact_earlier(state.get("messages", []), state.get("question_message_id")),
+        *compact_earlier(
+            state.get("messages", []), state.get("question_message_id"), scope_of(state)
+        ),
     ]
     return Turn(model, sent, tools, opts)
 

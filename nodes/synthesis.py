@@ -26,6 +26,7 @@ from arcana_loop.nodes.common import (
     loop_opts,
     message_text,
     render_instruction,
+    scope_of,
     system_message,
 )
 from arcana_loop.nodes.lifecycle import tool_call_event
@@ -59,7 +60,9 @@ def _prepare(
             "synthesis_prompt",
         )
     )
-    conversation = compact_earlier(state["messages"], state.get("question_message_id"))
+    conversation = compact_earlier(
+        state["messages"], state.get("question_message_id"), scope_of(state)
+    )
     return [system_message(deps, ctx, state, opts), *conversation, note], note, opts
 
 

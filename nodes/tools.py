@@ -126,7 +126,8 @@ def _fold(
         known=state.get("chunks") or [],
     )
     messages: list[BaseMessage] = [
-        ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name) for o in outcomes
+        ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name, artifact=o.artifact)
+        for o in outcomes
     ]
     recorded = [o for o in outcomes if o.recorded]
     history = [_entry(o, iteration) for o in recorded]

@@ -7,11 +7,14 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+from xml.sax.saxutils import quoteattr
+
+from typing_extensions import TypedDict
 
 from arcana_loop.graph.channels import merge_chunks
-from arcana_loop.graph.text import scrub
+from arcana_loop.graph.text import frame_text, scrub
 from arcana_loop.knowledge.types import Chunk
 
 __all__ = ["merge_chunks"]
@@ -26,6 +29,9 @@ MAX_CHUNK_CHARS = 100_000
 SHOWN_CHUNK_CHARS = 4_000
 """Longest chunk text the controller reads in a search result; the rest is summarised by its length."""
 TRUNCATED = "[... truncated: {more:,} more characters]"
+CHUNK_TAG = "chunk"
+"""The element a search result frames each chunk in."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -109,10 +115,7 @@ def to_chunks(results: Iterable[Any], limit: int | None = None) -> list[Chunk]:
 
 
 def render_id(chunk_id: str) -> str:
-    """Return a chunk id as a search result shows it: as is, or JSON-quoted when it could break the layout.
-
-    An id with a line break or a bracket could otherwise start a forged result entry.
-    """
+    """Return a chunk id as plain text shows it: as is, or JSON-quoted when it could break the layout."""
     if chunk_id.isprintable() and "[" not in chunk_id and "]" not in chunk_id:
         return chunk_id
     return json.dumps(chunk_id, ensure_ascii=True)
@@ -125,36 +128,100 @@ def shown_text(text: str) -> str:
     return f"{text[:SHOWN_CHUNK_CHARS]}\n{TRUNCATED.format(more=len(text) - SHOWN_CHUNK_CHARS)}"
 
 
-SHOWN_BEFORE = "(full text in the search result of iteration {iteration} above)"
+SHOWN_BEFORE = "in the search result of iteration {iteration} above"
+COMPACTED_NOTE = "(texts left out: an earlier question's result; search again to read them)"
+OUT_OF_SCOPE_NOTE = "({count} more left out: from collections outside this question's scope)"
+_LABEL_CHARS = 160
 
 
-_WHERE_CHARS = 160
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+class ResultEntry(TypedDict):
+    """One chunk of a search result, as the loop wrote it (the tool message's artifact holds these).
 
-
-def where(chunk: Chunk) -> str:
-    """Where a chunk comes from, for its result line: `` pydoc:tempfile > tempfile.mkstemp``.
-
-    The document's source and the chunk's section path (set at ingest) tell the
-    controller which object a chunk from the middle of a long text documents.
-    Control characters become spaces, so the label cannot start a new entry.
+    ``text_start``/``text_end`` locate the chunk's text in the message content when it
+    was shown in full; ``shown_in`` is the iteration of the earlier result that showed
+    it instead.
     """
+
+    id: str
+    rank: int
+    """0-based position in the result."""
+    score: float
+    collection: str | None
+    source: str | None
+    section: str | None
+    shown_in: int | None
+    text_start: int | None
+    text_end: int | None
+
+
+class SearchArtifact(TypedDict):
+    """What a search result's tool message carries besides its text: the data it was rendered from.
+
+    The model never sees it. Compaction, the offline controller and the tests read
+    it; no module reads a search result back from its text.
+    """
+
+    kind: Literal["search"]
+    total: int
+    """How many chunks the search returned (``entries`` holds the shown ones)."""
+    entries: list[ResultEntry]
+
+
+def is_search_artifact(value: Any) -> bool:
+    """Whether a tool message's artifact is a search result the loop wrote."""
+    return isinstance(value, Mapping) and value.get("kind") == "search"
+
+
+def _label(value: Any) -> str | None:
+    """A source or section as a result shows it: one line, bounded (control characters become spaces)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    label = _CONTROL.sub(" ", value).strip()
+    return label if len(label) <= _LABEL_CHARS else label[: _LABEL_CHARS - 3] + "..."
+
+
+def _attributes(entry: ResultEntry, **extra: str) -> str:
+    pairs = {
+        "n": str(entry["rank"] + 1),
+        "id": entry["id"],
+        **{k: v for k in ("source", "section") if (v := entry[k]) is not None},
+        **extra,
+    }
+    # quoteattr writes line breaks and tabs as character references: an id stays exact
+    entities = {"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
+    return " ".join(f"{k}={quoteattr(v, entities)}" for k, v in pairs.items())
+
+
+def _opening(entry: ResultEntry) -> str:
+    if entry["shown_in"] is not None:
+        return f"<{CHUNK_TAG} {_attributes(entry, text=SHOWN_BEFORE.format(iteration=entry['shown_in']))}/>"
+    return f"<{CHUNK_TAG} {_attributes(entry)}>"
+
+
+def _entry(rank: int, chunk: Chunk, shown_in: int | None) -> ResultEntry:
     metadata = chunk.get("metadata") or {}
-    parts = [
-        str(metadata[k])
-        for k in ("source", "section")
-        if isinstance(metadata.get(k), str) and metadata[k]
-    ]
-    label = _CONTROL.sub(" ", " > ".join(parts)).strip()
-    if not label:
-        return ""
-    return " " + (label if len(label) <= _WHERE_CHARS else label[: _WHERE_CHARS - 3] + "...")
+    return {
+        "id": chunk["id"],
+        "rank": rank,
+        "score": chunk["score"],
+        "collection": chunk.get("collection"),
+        "source": _label(metadata.get("source")),
+        "section": _label(metadata.get("section")),
+        "shown_in": shown_in,
+        "text_start": None,
+        "text_end": None,
+    }
 
 
-def format_search_result(
+def render_search_result(
     chunks: Sequence[Chunk], shown_before: Mapping[str, int] | None = None
-) -> str:
-    """Render a search result as the controller reads it: full text, stable ids, search order.
+) -> tuple[str, SearchArtifact | None]:
+    """Render a search result as the controller reads it, and the artifact it was rendered from.
+
+    The top `SHOWN_PER_SEARCH` chunks appear in search order, each framed in a
+    ``<chunk n=... id=... source=... section=...>`` element whose attributes are
+    quoted and whose text cannot close it or open another (`frame_text`), so a
+    document line shaped like an entry stays inside its chunk.
 
     Args:
         chunks: the result, in the order the search returned it.
@@ -162,13 +229,43 @@ def format_search_result(
             full text; those chunks appear by id with a pointer instead.
     """
     if not chunks:
-        return NO_RESULTS
-    shown = chunks[:SHOWN_PER_SEARCH]
+        return NO_RESULTS, None
     earlier = shown_before or {}
-    body = "\n\n".join(
-        f"{i}. [{render_id(c['id'])}] " + SHOWN_BEFORE.format(iteration=earlier[c["id"]])
-        if c["id"] in earlier
-        else f"{i}. [{render_id(c['id'])}]{where(c)}\n{shown_text(c['text'])}"
-        for i, c in enumerate(shown, start=1)
-    )
-    return f"{FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))}\n\n{body}"
+    shown = chunks[:SHOWN_PER_SEARCH]
+    text = FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))
+    entries: list[ResultEntry] = []
+    for rank, chunk in enumerate(shown):
+        entry = _entry(rank, chunk, earlier.get(chunk["id"]))
+        text += "\n\n" + _opening(entry)
+        if entry["shown_in"] is None:
+            body = frame_text(shown_text(chunk["text"]), CHUNK_TAG)
+            start = len(text) + 1  # after the line break that ends the opening tag
+            entry["text_start"], entry["text_end"] = start, start + len(body)
+            text += f"\n{body}\n</{CHUNK_TAG}>"
+        entries.append(entry)
+    return text, {"kind": "search", "total": len(chunks), "entries": entries}
+
+
+def entry_text(content: str, entry: ResultEntry) -> str | None:
+    """The text a result showed for one of its entries (``None`` for a pointer to an earlier result)."""
+    start, end = entry["text_start"], entry["text_end"]
+    if start is None or end is None:
+        return None
+    return content[start:end]
+
+
+def compacted_search_result(
+    artifact: SearchArtifact, in_scope: Callable[[str | None], bool] = lambda _: True
+) -> str:
+    """Render an earlier question's search result as later questions are sent it: ids and labels, no text.
+
+    Entries from collections ``in_scope`` rejects are left out, counted only.
+    """
+    kept = [e for e in artifact["entries"] if in_scope(e["collection"])]
+    lines = [
+        f"{FOUND_TEMPLATE.format(total=artifact['total'], shown=len(artifact['entries']))} {COMPACTED_NOTE}",
+        *(f"<{CHUNK_TAG} {_attributes(e)}/>" for e in kept),
+    ]
+    if len(kept) < len(artifact["entries"]):
+        lines.append(OUT_OF_SCOPE_NOTE.format(count=len(artifact["entries"]) - len(kept)))
+    return "\n".join(lines)

@@ -24,8 +24,9 @@ from arcana_loop.tools import schemas, tracing
 from arcana_loop.tools.chunks import (
     NO_RESULTS,
     SHOWN_PER_SEARCH,
-    format_search_result,
+    SearchArtifact,
     render_id,
+    render_search_result,
     to_chunks,
 )
 from arcana_loop.tools.duplicates import PastSearch, find_duplicate, scope_key, search_key
@@ -91,6 +92,8 @@ class CallOutcome:
     """Arguments of a default tool's call that its offered schema does not have: never used."""
     sent_back: bool = False
     """An ``answer`` returned to the controller because no search came before it."""
+    artifact: SearchArtifact | None = None
+    """For a search result: the data its text was rendered from (the tool message's ``artifact``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,6 +466,7 @@ def render_turn(
         if outcome.rendered:
             rendered.append(outcome)
             continue
+        artifact = None
         if outcome.duplicate is not None:
             earlier = outcome.duplicate
             ids = list(earlier.returned_chunk_ids)
@@ -477,11 +481,13 @@ def render_turn(
             # an id shown before with another text points nowhere useful: show this text in full
             changed = {c["id"] for c in outcome.found if texts.get(c["id"], c["text"]) != c["text"]}
             pointers = {k: v for k, v in shown.items() if k not in changed} if changed else shown
-            text = format_search_result(outcome.found, pointers if show_once else None)
+            text, artifact = render_search_result(outcome.found, pointers if show_once else None)
             for chunk in outcome.found[:SHOWN_PER_SEARCH]:
                 shown[chunk["id"]] = (
                     iteration if chunk["id"] in changed else shown.get(chunk["id"], iteration)
                 )
                 texts[chunk["id"]] = chunk["text"]
-        rendered.append(replace(outcome, content=text, summary=text, rendered=True))
+        rendered.append(
+            replace(outcome, content=text, summary=text, rendered=True, artifact=artifact)
+        )
     return rendered

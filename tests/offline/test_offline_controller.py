@@ -93,3 +93,18 @@ def test_an_unrelated_result_is_given_up():
         "How do I open a TLS connection to a server?", controller_llm="offline", search_fn=unrelated
     )
     assert result.terminated_by == "gave_up"
+
+
+def test_a_new_result_layout_changes_nothing_the_controller_reads(monkeypatch):
+    from arcana_loop.tools import chunks
+
+    monkeypatch.setattr(chunks, "FOUND_TEMPLATE", "Results: {shown} of {total}")
+    monkeypatch.setattr(chunks, "CHUNK_TAG", "passage")
+    result = run(
+        "How do I run a coroutine with a timeout?",
+        controller_llm="offline",
+        search_fn=memory_search,
+    )
+    assert result.tool_history[0]["summary"].startswith("Results: 3 of 3")
+    assert "<passage " in result.tool_history[0]["summary"]
+    assert result.terminated_by == "answered" and "[wait]" in result.answer

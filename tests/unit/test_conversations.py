@@ -114,7 +114,7 @@ def test_earlier_search_results_are_sent_by_chunk_id_without_their_text() -> Non
     ]
     assert (
         len(earlier_results) == 1
-        and "[t1]" in earlier_results[0]
+        and 'id="t1"' in earlier_results[0]
         and TIMEOUT_TEXT not in earlier_results[0]
     )
     current_results = [

@@ -91,3 +91,44 @@ def test_the_result_is_declared_once():
     assert RESULT_KEYS == tuple(LoopOutput.__annotations__)
     extra = {"thread_id", "grounded_in_chunks"}  # what a result adds to the state it is read from
     assert {f.name for f in dataclasses.fields(LoopResult)} == set(RESULT_KEYS) | extra
+
+
+RESULT_LAYOUT = {"FOUND_TEMPLATE", "CHUNK_TAG", "SHOWN_BEFORE", "COMPACTED_NOTE"}
+"""The pieces of a search result's text: only `tools.chunks` writes them, nobody reads them back."""
+TEXT_READERS = {"startswith", "split", "partition", "rpartition", "splitlines", "find", "index"}
+
+
+def _reads_message_text(tree: ast.AST) -> list[str]:
+    """Calls that take a message's ``content`` apart, and uses of the result layout's constants."""
+    hits = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in TEXT_READERS
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == "content"
+        ):
+            hits.append(f"{ast.unparse(node.func)} (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and node.module == "arcana_loop.tools.chunks":
+            hits.extend(
+                f"imports {a.name} (line {node.lineno})"
+                for a in node.names
+                if a.name in RESULT_LAYOUT
+            )
+    return hits
+
+
+def test_no_module_reads_back_the_text_of_the_loops_own_results():
+    assert offenders(_reads_message_text, skip={ROOT / "tools" / "chunks.py"}) == {}
+
+
+def test_the_text_reader_check_catches_a_parser():
+    tree = ast.parse(
+        "from arcana_loop.tools.chunks import FOUND_TEMPLATE\n"
+        "if message.content.startswith('Found '):\n    pass\n"
+    )
+    assert _reads_message_text(tree) == [
+        "imports FOUND_TEMPLATE (line 1)",
+        "message.content.startswith (line 2)",
+    ]

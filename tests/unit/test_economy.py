@@ -175,7 +175,7 @@ def test_a_chunk_seen_before_is_shown_by_reference():
     assert "ALPHA TEXT" in first
     assert (
         "ALPHA TEXT" not in second
-        and "1. [c1] (full text in the search result of iteration 0 above)" in second
+        and '<chunk n="1" id="c1" text="in the search result of iteration 0 above"/>' in second
     )
     assert "BETA TEXT" in second
 

@@ -408,8 +408,8 @@ def test_search_result_shows_full_text_of_top_five_with_ids():
     model = scripted(search("q", limit=7), answer("x"))
     result = run("Q?", controller_llm=model, search_fn=ScriptedSearch([results]))
     summary = result.tool_history[0]["summary"]
-    assert summary.startswith("Found 7 chunks. Top 5:\n\n1. [c0]\ntext 0 ")
-    assert "5. [c4]" in summary and "[c5]" not in summary
+    assert summary.startswith('Found 7 chunks. Top 5:\n\n<chunk n="1" id="c0">\ntext 0 ')
+    assert '<chunk n="5" id="c4">' in summary and '"c5"' not in summary
     assert "x" * 900 in summary  # never truncated
     assert result.tool_history[0]["returned_chunk_ids"] == [f"c{i}" for i in range(7)]
 
