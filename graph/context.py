@@ -17,6 +17,14 @@ from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Literal
 
 ENV_PREFIX = "ARCANA_LOOP_"
+OPERATOR_ONLY = ("system_prompt", "answer_prompt", "synthesis_prompt")
+"""Options whose environment value is the operator's, never shown to a client.
+
+A run records its options in the thread's state, which any client of a server can
+read; a prompt that came from the server's environment is recorded only by name,
+under `OPERATOR_SET`, and a replay takes it from the environment again. A prompt a
+caller passed is the caller's own and is recorded as given."""
+OPERATOR_SET = "set_by_operator"
 
 RequireSearch = Literal["off", "on", "auto"]
 REQUIRE_SEARCH_VALUES: tuple[RequireSearch, ...] = ("off", "on", "auto")
@@ -286,12 +294,24 @@ class LoopContext:
         Like `dataclasses.asdict`, with nested values copied, but without its recursive
         walk over every scalar field (this runs on every run's first turn).
         """
-        return {
+        options = {
             f.name: copy.deepcopy(value)
             if isinstance(value := getattr(self, f.name), dict | list)
             else value
             for f in fields(self)
+            if not self._operator_set(f.name)
         }
+        operator_set = [name for name in OPERATOR_ONLY if self._operator_set(name)]
+        if operator_set:
+            options[OPERATOR_SET] = operator_set
+        return options
+
+    def _operator_set(self, name: str) -> bool:
+        """Whether an operator-only option holds what the server's environment set (see `OPERATOR_ONLY`)."""
+        if name not in OPERATOR_ONLY:
+            return False
+        raw = os.environ.get(ENV_PREFIX + name.upper())
+        return bool(raw) and getattr(self, name) == raw
 
     def role_temperature(self, role: str) -> float | None:
         """Return the temperature for ``controller``, ``answer`` or ``fallback``: the role's own, else the shared one."""

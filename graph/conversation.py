@@ -43,9 +43,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from arcana_loop.graph.channels import USAGE_RESET, replacing
+from arcana_loop.graph.text import MAX_QUESTION_CHARS
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
 from arcana_loop.tools.schemas import ANSWER
 from arcana_loop.tools.scoping import Scope
@@ -61,6 +69,11 @@ CLOSING_ID_PREFIX = "answer-"
 NO_QUESTION = "the run input needs a 'question' (a non-empty string) or 'messages' ending with a human message with text"
 NOT_RUN = "Not run: the question was left unfinished."
 UNFINISHED = "The question was left unfinished: the run stopped before an answer."
+MAX_SENT_MESSAGE_CHARS = MAX_QUESTION_CHARS
+"""Longest message text a model is sent; a longer one (only a client can send one) is cut."""
+CUT_MESSAGE = "[... cut: {more:,} more characters]"
+CARRIED_CONVERSATION_CHARS = 40_000
+"""How much of the earlier questions (compacted) a model is sent; older ones are left out first."""
 OUT_OF_SCOPE_ANSWER = (
     "(An earlier answer, left out: it drew on collections outside this question's scope.)"
 )
@@ -245,7 +258,7 @@ def fresh_view(state: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str,
 def compact_earlier(
     messages: Sequence[AnyMessage], opening_id: str | None, scope: Scope | None = None
 ) -> list[AnyMessage]:
-    """Return the conversation as a model is sent it: the earlier questions compacted.
+    """Return the conversation as a model is sent it: the earlier questions compacted, all of it bounded.
 
     Before the current question's human message, a search result is rewritten from
     its artifact (the data the loop rendered it from, never its text) as its chunks'
@@ -253,28 +266,89 @@ def compact_earlier(
     later question; the loop's own instructions are dropped. Under a narrower
     ``scope`` than an earlier question had, that question's entries from other
     collections are left out, and so are its replies when its searches returned any
-    (an answer may quote them). The current question's messages are sent as they are.
+    (an answer may quote them). Earlier questions beyond `CARRIED_CONVERSATION_CHARS`
+    are left out, oldest first. The current question's messages are sent as they are,
+    save for what no model may be sent (`sendable`).
     """
     opening = opening_index(messages, opening_id)
     if not opening:
-        return list(messages)
+        return sendable(messages)
     in_scope = _scope_test(scope)
+    questions = [_compacted_question(q, in_scope) for q in _questions(messages[:opening])]
     earlier: list[AnyMessage] = []
-    for question in _questions(messages[:opening]):
-        tainted = any(
-            not in_scope(entry["collection"])
-            for message in question
-            if isinstance(message, ToolMessage) and is_search_artifact(message.artifact)
-            for entry in message.artifact["entries"]
-        )
-        for message in question:
-            if is_instruction(message):
-                continue
-            if isinstance(message, HumanMessage) and earlier:
-                # a question left mid-turn: keep the conversation valid
-                earlier.extend(_unanswered(earlier[-1], messages))
-            earlier.append(_compacted(message, in_scope, tainted))
-    return [*earlier, *_unanswered(earlier[-1], messages), *messages[opening:]]
+    for question in _carried(questions):
+        if earlier:  # a question left mid-turn: keep the conversation valid
+            earlier.extend(_unanswered(earlier[-1], messages))
+        earlier.extend(question)
+    if earlier:
+        earlier.extend(_unanswered(earlier[-1], messages))
+    return sendable([*earlier, *messages[opening:]])
+
+
+def _compacted_question(
+    question: Sequence[AnyMessage], in_scope: Callable[[str | None], bool]
+) -> list[AnyMessage]:
+    tainted = any(
+        not in_scope(entry["collection"])
+        for message in question
+        if isinstance(message, ToolMessage) and is_search_artifact(message.artifact)
+        for entry in message.artifact["entries"]
+    )
+    return [_compacted(m, in_scope, tainted) for m in question if not is_instruction(m)]
+
+
+def _carried(questions: list[list[AnyMessage]]) -> list[list[AnyMessage]]:
+    """The newest earlier questions whose text fits in `CARRIED_CONVERSATION_CHARS` (at least the last one)."""
+    kept: list[list[AnyMessage]] = []
+    size = 0
+    for question in reversed(questions):
+        size += sum(len(message_text(m)) for m in question)
+        if kept and size > CARRIED_CONVERSATION_CHARS:
+            break
+        kept.append(question)
+    return kept[::-1]
+
+
+def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """Return messages as any chat model may be sent them.
+
+    * A client's system message is dropped: the run's system prompt is the only
+      system text (an operator's setting a client cannot override).
+    * A tool message that answers no tool call before it (an orphan a client sent)
+      is dropped: OpenAI-style APIs refuse the whole request over one.
+    * A message longer than `MAX_SENT_MESSAGE_CHARS` is cut, saying so: a client can
+      send any message in a conversation, and it would be re-sent every turn.
+    """
+    called: set[str] = set()
+    sent: list[AnyMessage] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            continue
+        if isinstance(message, AIMessage):
+            called.update(
+                str(c.get("id")) for c in [*message.tool_calls, *message.invalid_tool_calls]
+            )
+        elif isinstance(message, ToolMessage) and message.tool_call_id not in called:
+            continue
+        sent.append(_bounded(message))
+    return sent
+
+
+def message_text(message: BaseMessage) -> str:
+    """A message's text: its content's, and its tool calls' arguments (what a model is sent of it)."""
+    calls = getattr(message, "tool_calls", None) or []
+    return content_text(message.content) + "".join(str(c.get("args")) for c in calls)
+
+
+def _bounded(message: AnyMessage) -> AnyMessage:
+    text = content_text(message.content)
+    if len(text) <= MAX_SENT_MESSAGE_CHARS and (
+        isinstance(message.content, str) or len(str(message.content)) <= 2 * MAX_SENT_MESSAGE_CHARS
+    ):
+        return message
+    kept = text[:MAX_SENT_MESSAGE_CHARS]
+    note = CUT_MESSAGE.format(more=len(text) - len(kept))
+    return message.model_copy(update={"content": f"{kept}\n{note}"})
 
 
 def _questions(messages: Sequence[AnyMessage]) -> list[list[AnyMessage]]:

@@ -8,6 +8,7 @@ holding one are refused; model replies and search results get U+FFFD in its plac
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -81,9 +82,29 @@ def check_question(question: Any) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """Return a one-line, readable description of an exception: ``TypeName: message``."""
-    message = " ".join(str(exc).split())
+    """Return a one-line, readable description of an exception: ``TypeName: message``, secrets masked."""
+    message = mask_secrets(" ".join(str(exc).split()))
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+SECRET_MASK = "***"
+_KEY_SHAPED = re.compile(
+    r"\b(?:sk|pk|rk|sess|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{12,}|(?<=Bearer )[^\s'\"]+",
+    re.IGNORECASE,
+)
+_SECRET_ENV = re.compile(r"(?:API_KEY|TOKEN|SECRET|PASSWORD)$")
+
+
+def mask_secrets(text: str) -> str:
+    """Return text with key-shaped strings masked, and the value of every secret-named variable in the environment.
+
+    A provider's error may echo the request's key (a 401 body quoting it): what the
+    loop keeps of an error (``result.error``, traces, LangSmith) must not hold it.
+    """
+    for name, value in os.environ.items():
+        if len(value) >= 8 and _SECRET_ENV.search(name) and value in text:
+            text = text.replace(value, SECRET_MASK)
+    return _KEY_SHAPED.sub(SECRET_MASK, text)
 
 
 def frame_text(text: str, tag: str) -> str:
