@@ -241,10 +241,16 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
         )
     if b"\x00" in raw:
         raise IngestError(f"{path}: binary file (contains NUL bytes)")
+    if raw.startswith(BINARY_SIGNATURES):
+        raise IngestError(f"{path}: binary file (its first bytes are a known binary format's)")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise IngestError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+    if _control_share(text) > MAX_CONTROL_SHARE:
+        raise IngestError(
+            f"{path}: binary file (more than {MAX_CONTROL_SHARE:.0%} of its characters are control characters)"
+        )
     if not text.strip():
         raise IngestError(f"{path}: file is empty")
     source = str(path.resolve())
@@ -254,6 +260,32 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
         markdown=path.suffix.lower() in MARKDOWN_SUFFIXES,
         metadata={**metadata, "source": source},
     )
+
+
+BINARY_SIGNATURES = (
+    b"\x89PNG",
+    b"GIF87a",
+    b"GIF89a",
+    b"\xff\xd8\xff",  # JPEG
+    b"PK\x03\x04",  # zip, and the formats built on it (docx, xlsx, jar, wheel)
+    b"\x1f\x8b",  # gzip
+    b"\xfd7zXZ",
+    b"7z\xbc\xaf",
+    b"\x7fELF",
+    b"\xca\xfe\xba\xbe",  # Mach-O universal, Java class
+    b"SQLite format 3",
+    b"\x28\xb5\x2f\xfd",  # zstd
+)
+"""Opening bytes of common binary formats, refused before decoding: some hold no NUL early on."""
+MAX_CONTROL_SHARE = 0.01
+"""Text with more control characters than this share (tab, line breaks and form feed aside) is binary."""
+_CONTROL_CHARS = frozenset(chr(c) for c in [*range(0x01, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F])
+
+
+def _control_share(text: str, sample: int = 65_536) -> float:
+    """The share of control characters in the start of `text` (a sample: the whole file need not be read)."""
+    head = text[:sample]
+    return sum(ch in _CONTROL_CHARS for ch in head) / len(head) if head else 0.0
 
 
 def _read_bounded(path: Path, max_bytes: int) -> bytes:

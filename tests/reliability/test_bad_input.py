@@ -393,6 +393,12 @@ def _counts(kb):
 BAD_FILES = [
     ("binary", bytes(range(256)) * 40, "binary file"),
     ("png header", b"\x89PNG\r\n\x1a\n" + bytes(200), "binary file"),
+    ("binary without NUL bytes", bytes(range(1, 128)) * 300, "binary file"),
+    (
+        "gzip without NUL bytes",
+        b"\x1f\x8b\x08\x08" + b"compressed-looking bytes " * 20,
+        "binary file",
+    ),
     ("empty", b"", "file is empty"),
     ("whitespace only", b" \n\t\n ", "file is empty"),
     (
