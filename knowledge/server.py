@@ -235,7 +235,10 @@ def _running_server(target: Path) -> PostgresServer:
         with _start_dump_hidden():
             _settle(place)
             server = get_server(place, cleanup_mode="stop")
-            if not server.get_postmaster_info().is_running():  # this process's server died
+            # this process's server died, or its start failed (pgserver then keeps it without
+            # postmaster info): start it again
+            info = server._postmaster_info
+            if info is None or not info.is_running():
                 _settle(server.pgdata)
                 server.start()  # pgserver's own start: joins a server another process started meanwhile
     except DatabaseUnavailable:
