@@ -41,3 +41,11 @@ class IngestError(KnowledgeBaseError, ValueError):
 
 class StorageFull(KnowledgeBaseError):
     """The database ran out of disk space; the message says what was stored and what is left."""
+
+
+class DataDirectoryFull(DatabaseUnavailable, StorageFull):
+    """The embedded PostgreSQL cannot start: the disk holding its data directory is full.
+
+    The message names the data directory and the filesystem it is on; the stored
+    data is kept, and the server starts once space is freed.
+    """

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import math
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -452,6 +453,8 @@ def embedded_pgdata(tmp_path: Path) -> Iterator[Path]:
     if info is not None:
         with contextlib.suppress(psutil.Error):
             psutil.Process(info.pid).kill()
+    if pgdata.is_symlink():  # run as root, the cluster is kept outside tmp_path
+        shutil.rmtree(pgdata.resolve(), ignore_errors=True)
 
 
 def _joined(pgdata: Path) -> subprocess.Popen[str]:
