@@ -8,7 +8,8 @@ class, function and method, each titled by its qualified name
 ``__all__`` where it defines one; otherwise the public names whose object
 comes from the module itself, its C accelerator (``_csv`` for ``csv``,
 ``posix`` for ``os``) or a submodule of its package. An object reachable from
-several listed modules is documented once, under the first.
+several listed modules is documented once, under the first, and a docstring
+once: a subclass's or a sibling's copy of it is left out.
 
 The structure is given, not guessed: each section is ingested as its own
 document (``pydoc:asyncio#run``) whose ``section`` metadata is the member's
@@ -24,7 +25,7 @@ import inspect
 import re
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.documents import Document
@@ -97,15 +98,31 @@ class Section:
         return Document(page_content=self.text, metadata={**self.metadata, "source": self.source})
 
 
-def _doc(obj: Any) -> str:
-    """A class's docstring (its nearest base's when it has none), or a routine's own.
+@dataclass
+class Documented:
+    """What the corpus holds so far: objects (a bound method as its function) and docstrings."""
 
-    A method without a docstring of its own is left out rather than given its
-    base's: it would repeat that text under every subclass.
+    objects: set[int] = field(default_factory=set)
+    docs: set[str] = field(default_factory=set)
+
+    def claim(self, obj: Any, doc: str = "") -> bool:
+        """Record `obj` and its `doc`; `False` when either is documented already."""
+        key = id(getattr(obj, "__func__", obj))
+        if key in self.objects or (doc and doc in self.docs):
+            return False
+        self.objects.add(key)
+        if doc:
+            self.docs.add(doc)
+        return True
+
+
+def _doc(obj: Any) -> str:
+    """The object's own docstring, cleaned.
+
+    Not `inspect.getdoc`, which hands a class or method without one its base's:
+    every exception would read "Common base class for all non-exit exceptions."
     """
-    if inspect.isclass(obj):
-        return inspect.getdoc(obj) or ""
-    raw = getattr(obj, "__doc__", None)
+    raw = vars(obj).get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)
     return inspect.cleandoc(raw) if isinstance(raw, str) and raw.strip() else ""
 
 
@@ -116,12 +133,30 @@ def _signature(obj: Any) -> str:
         return ""
 
 
-def _section(module: str, name: str, obj: Any) -> Section | None:
-    doc = _doc(obj)
-    if not doc:
+def _bases(obj: Any) -> str:
+    """``Bases: socketserver.ThreadingMixIn, http.server.HTTPServer`` for a class, else ``""``."""
+    if not inspect.isclass(obj):
+        return ""
+    names = [
+        b.__qualname__ if b.__module__ == "builtins" else f"{b.__module__}.{b.__qualname__}"
+        for b in obj.__bases__
+        if b is not object
+    ]
+    return f"Bases: {', '.join(names)}" if names else ""
+
+
+def _section(module: str, name: str, obj: Any, documented: Documented) -> Section | None:
+    """The member's section: its name and signature, its bases, its docstring.
+
+    A class without a docstring still has one when it has bases, which say what
+    it is (``ThreadingHTTPServer``: a ``ThreadingMixIn`` and an ``HTTPServer``).
+    """
+    doc, bases = _doc(obj), _bases(obj)
+    if not (doc or bases) or not documented.claim(obj, doc):
         return None
     header = f"{'class ' if inspect.isclass(obj) else ''}{name}{_signature(obj)}"
-    return Section(module, name, f"{header}\n\n{doc}")
+    body = "\n\n".join(part for part in (bases, doc) if part)
+    return Section(module, name, f"{header}\n\n{body}")
 
 
 def _family(name: str, module: Any) -> tuple[set[str], str | None]:
@@ -156,39 +191,52 @@ def public_members(name: str, module: Any) -> list[tuple[str, Any]]:
     )
 
 
-def _method_sections(module: str, qualname: str, cls: type) -> Iterator[Section]:
+def _method_sections(
+    module: str, qualname: str, cls: type, documented: Documented
+) -> Iterator[Section]:
     """A class's own public methods (and properties), each its own section."""
     for attr, raw in sorted(vars(cls).items()):
         if attr.startswith("_"):
             continue
         value = raw.__func__ if isinstance(raw, classmethod | staticmethod) else raw
         if inspect.isroutine(value) or isinstance(value, property):
-            section = _section(module, f"{qualname}.{attr}", value)
+            section = _section(module, f"{qualname}.{attr}", value, documented)
             if section is not None:
                 yield section
 
 
-def module_sections(name: str, module: Any, seen: set[int] | None = None) -> Iterator[Section]:
+def module_sections(
+    name: str, module: Any, documented: Documented | None = None
+) -> Iterator[Section]:
     """Yield a module's docstring section, then one per documented public member.
+
+    The module's functions and classes come before the classes' methods, so a
+    module function that is a bound method (``random.randint`` of a hidden
+    ``Random``) is documented under its module name.
 
     Args:
         name: The module's name as listed (``os.path``, not ``posixpath``).
         module: The imported module.
-        seen: Ids of objects already documented under another module: skipped,
-            and the ones documented here are added.
+        documented: What other modules documented already: left out here, and
+            what this one documents is added.
     """
-    seen = set() if seen is None else seen
-    yield Section(name, name, f"{name}\n\n{inspect.getdoc(module) or ''}".rstrip())
+    documented = Documented() if documented is None else documented
+    if doc := inspect.getdoc(module):
+        yield Section(name, name, f"{name}\n\n{doc}")
+    classes = []
     for attr, member in public_members(name, module):
-        if id(member) in seen:
-            continue
-        seen.add(id(member))
         qualname = f"{name}.{attr}"
-        section = _section(name, qualname, member)
+        if inspect.isclass(member):
+            if id(member) in documented.objects:
+                continue
+            classes.append((qualname, member))
+        section = _section(name, qualname, member, documented)
         if section is not None:
             yield section
-        if inspect.isclass(member):
-            yield from _method_sections(name, qualname, member)
+        elif inspect.isclass(member):  # undocumented, or its doc is a copy: its methods still count
+            documented.claim(member)
+    for qualname, cls in classes:
+        yield from _method_sections(name, qualname, cls, documented)
 
 
 def _import(name: str) -> Any:
@@ -202,11 +250,11 @@ def _import(name: str) -> Any:
 
 def stdlib_sections() -> Iterator[tuple[str, list[Section]]]:
     """Yield ``(module, sections)`` for each module of `MODULES` that imports here."""
-    seen: set[int] = set()
+    documented = Documented()
     for name in MODULES:
         module = _import(name)
         if module is not None:
-            yield name, list(module_sections(name, module, seen))
+            yield name, list(module_sections(name, module, documented))
 
 
 def stdlib_documents() -> Iterator[tuple[str, str, dict[str, Any]]]:

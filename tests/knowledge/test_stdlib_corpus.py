@@ -133,3 +133,16 @@ def test_the_demo_corpus_ingests_with_its_sections(kb: KnowledgeBase, monkeypatc
     assert hit["metadata"]["section"] == "pickle.dump"
     assert hit["metadata"]["source"] == "pydoc:pickle#dump"
     assert ensure_python_docs(kb) is None  # already there
+
+
+def test_a_docstring_is_documented_once():
+    sections = [s for _, module in stdlib_sections() for s in module]
+    names = {s.name for s in sections}
+    # random.randint is a bound method of a hidden Random: one function, one section
+    assert "random.randint" in names and "random.Random.randint" not in names
+    # exceptions without a docstring once all read as their base's
+    inherited = "Common base class for all non-exit exceptions."
+    assert [s.name for s in sections if inherited in s.text] == ["builtins.Exception"]
+    assert "Bases: socketserver.ThreadingMixIn, http.server.HTTPServer" in next(
+        s.text for s in sections if s.name == "http.server.ThreadingHTTPServer"
+    )
