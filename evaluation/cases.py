@@ -4,9 +4,10 @@ A case file is JSON: ``{"name": ..., "collection": ..., "cases": [case, ...]}`` 
 list of cases is accepted too). Retrieval evaluation needs ``evidence``,
 ``relevant_ids`` or ``relevant_sources``; loop evaluation needs ``key_facts`` or
 ``reference`` and ``expected``. A chunk matches a source when its
-``metadata["source"]`` equals it, and an evidence passage when it contains the
-passage (compared normalised; a passage cut by a chunk boundary counts where the
-chunk holds most of it).
+``metadata["source"]`` equals it or is a part of it (``pydoc:asyncio#run`` is part
+of ``pydoc:asyncio``), and an evidence passage when it contains the passage, or one
+of its alternatives (compared normalised; a passage cut by a chunk boundary counts
+where the chunk holds most of it).
 
 Two sets ship for the demo corpus: the *lookup* set (`PYTHON_DOCS_EVAL`), whose
 questions mostly name the function that answers them, and the *realistic* set
@@ -38,6 +39,8 @@ SPLITS = ("tune", "test")
 
 KeyFact = str | list[str]
 """A key fact: a string, or a list of alternatives of which an answer must hold one."""
+Evidence = str | list[str]
+"""An evidence passage, or a list of alternative passages that state the same fact."""
 
 
 @dataclass
@@ -57,8 +60,10 @@ class EvalCase:
     """``gave_up`` for a question the collection cannot answer."""
     kind: str = "single"
     """Free label for breakdowns: ``single``, ``multi``, ``howto``, ``why``, ``unanswerable``..."""
-    evidence: list[str] = field(default_factory=list)
-    """Passages of the corpus that answer the question (one per part of a multi-part one)."""
+    evidence: list[Evidence] = field(default_factory=list)
+    """Passages of the corpus that answer the question (one per part of a multi-part one);
+    an entry may list alternatives, passages stating the same fact, of which a chunk
+    must hold one."""
     modules: list[str] = field(default_factory=list)
     """What the question is about (for coverage counts)."""
     names_api: bool = False
@@ -77,12 +82,17 @@ class EvalCase:
             raise ValueError(
                 f"case {self.id!r}: expected must be one of {OUTCOMES}, got {self.expected!r}"
             )
-        for name in ("relevant_ids", "relevant_sources", "evidence", "modules"):
+        for name in ("relevant_ids", "relevant_sources", "modules"):
             value: Any = getattr(self, name)
             if not isinstance(value, list) or not all(
                 isinstance(v, str) and v.strip() for v in value
             ):
                 raise ValueError(f"case {self.id!r}: {name} must be a list of non-empty strings")
+        evidence: Any = self.evidence
+        if not isinstance(evidence, list) or not all(_is_key_fact(e) for e in evidence):
+            raise ValueError(
+                f"case {self.id!r}: evidence must be a list of passages or of non-empty lists of passages"
+            )
         facts: Any = self.key_facts
         if not isinstance(facts, list) or not all(_is_key_fact(f) for f in facts):
             raise ValueError(
@@ -210,6 +220,11 @@ def _folded(text: str) -> str:
     return " ".join(_NOT_WORD.sub(" ", text.casefold()).split())
 
 
+def alternatives(evidence: Evidence) -> list[str]:
+    """The passages an evidence entry accepts: itself, or each of its alternatives."""
+    return [evidence] if isinstance(evidence, str) else list(evidence)
+
+
 def holds_passage(text: str, passage: str) -> bool:
     """Whether a chunk's text holds an evidence passage (normalised; a boundary may cut it)."""
     haystack, needle = _folded(text), _folded(passage)
@@ -228,8 +243,17 @@ def chunk_key(chunk: Mapping[str, Any], by: str, case: EvalCase | None = None) -
     if by == "evidence":
         passages = case.evidence if case is not None else []
         text = str(chunk.get("text", ""))
-        return next((evidence_key(i) for i, p in enumerate(passages) if holds_passage(text, p)), "")
+        return next(
+            (
+                evidence_key(i)
+                for i, entry in enumerate(passages)
+                if any(holds_passage(text, p) for p in alternatives(entry))
+            ),
+            "",
+        )
     if by == "id":
         return str(chunk["id"])
     metadata = chunk.get("metadata") or {}
-    return str(metadata.get("source") or chunk.get("source") or chunk.get("document_id") or "")
+    source = str(metadata.get("source") or chunk.get("source") or chunk.get("document_id") or "")
+    labelled = case.relevant_sources if case is not None else []
+    return next((s for s in labelled if source.startswith(f"{s}#")), source)

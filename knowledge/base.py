@@ -417,7 +417,9 @@ class KnowledgeBase:
             metadata: JSON metadata stored on each document and chunk: string keys,
                 none of `knowledge.writer.RESERVED_METADATA_KEYS`, no NaN or infinity,
                 no NUL or lone surrogate in any string. A `source` key is replaced
-                by the document's source name.
+                by the document's source name; a `title` key titles the document,
+                and a `section` key places all its chunks in that section (its text
+                is then not read for headings).
             name: Source name for text input or a single `Document` (default
                 `text:<hash>`); re-ingesting changed text under the same name
                 replaces it.

@@ -11,9 +11,11 @@ by their `source` metadata (`documents_from_langchain`).
 
 Chunking uses `RecursiveCharacterTextSplitter`: Markdown-aware separators for
 `.md`/`.markdown` files, HTML (whose headings become Markdown headings) and text
-with Markdown headings, plain separators otherwise. Defaults are 800 characters with 100 overlap: WordLlama averages token
-vectors, so chunks of a few paragraphs keep a focused embedding, and the overlap
-keeps a sentence cut at a boundary findable from either side.
+with Markdown headings, plain separators otherwise; a document whose metadata gives
+its `section` is placed whole in that section, and its text is not read for headings.
+Defaults are 800 characters with 100 overlap: WordLlama averages token vectors, so
+chunks of a few paragraphs keep a focused embedding, and the overlap keeps a sentence
+cut at a boundary findable from either side.
 """
 
 from __future__ import annotations
@@ -444,7 +446,8 @@ def split_document(
     doc: SourceDoc, *, collection: str, chunk_size: int, chunk_overlap: int
 ) -> list[ChunkRow]:
     """Split a document into chunks with stable ids and per-chunk metadata."""
-    splitter = _splitter(doc.markdown, chunk_size, chunk_overlap)
+    given = given_section(doc.metadata)
+    splitter = _splitter(doc.markdown and given is None, chunk_size, chunk_overlap)
     doc_id = document_id(collection, doc.source)
     pieces = [
         p
@@ -453,7 +456,7 @@ def split_document(
     ]
     title = document_title(doc.source, doc.metadata)
     contents = [start + content_offset(text) for text, start in pieces]
-    sections = section_paths(doc.text, contents)
+    sections = [given] * len(pieces) if given else section_paths(doc.text, contents)
     rows = []
     for position, ((text, start), section, content) in enumerate(
         zip(pieces, sections, contents, strict=True)
@@ -473,6 +476,16 @@ def split_document(
             )
         )
     return rows
+
+
+def given_section(metadata: dict[str, Any]) -> str | None:
+    """The section path a document's metadata gives it, or `None` to read it from its headings.
+
+    A caller that knows the structure (one member of an API reference, one page of
+    a wiki) says so; no line of such a document's text then becomes a heading.
+    """
+    value = metadata.get("section")
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def _with_start_index(pieces: list[str], text: str, chunk_overlap: int) -> list[tuple[str, int]]:

@@ -2,7 +2,14 @@ import json
 
 import pytest
 
-from arcana_loop.evaluation.cases import PYTHON_DOCS_EVAL, CaseSet, EvalCase, load_cases, save_cases
+from arcana_loop.evaluation.cases import (
+    PYTHON_DOCS_EVAL,
+    CaseSet,
+    EvalCase,
+    chunk_key,
+    load_cases,
+    save_cases,
+)
 from arcana_loop.evaluation.metrics import fact_found
 from arcana_loop.knowledge.stdlib_docs import COLLECTION, stdlib_documents
 
@@ -43,6 +50,7 @@ def test_a_bare_list_is_accepted_and_ids_default(tmp_path):
         ('[{"id": "a", "question": "  "}]', "question must be a non-empty string"),
         ('[{"id": "a", "question": "Q", "expected": "maybe"}]', "expected must be one of"),
         ('[{"id": "a", "question": "Q", "key_facts": "x"}]', "key_facts must be a list"),
+        ('[{"id": "a", "question": "Q", "evidence": [["p", ""]]}]', "evidence must be a list"),
         (
             '[{"id": "a", "question": "Q", "expected": "gave_up", "key_facts": ["x"]}]',
             "cannot have key facts",
@@ -56,6 +64,26 @@ def test_invalid_case_files_fail_clearly(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ValueError, match=message):
         load_cases(path)
+
+
+def test_an_evidence_entry_is_held_by_a_chunk_holding_any_of_its_alternatives():
+    case = EvalCase(
+        id="a", question="Q", evidence=["Pop and return the smallest", ["Alpha", "Beta"]]
+    )
+    assert case.relevant == ("evidence", ["evidence:0", "evidence:1"])
+    assert chunk_key({"text": "... beta."}, "evidence", case) == "evidence:1"
+    assert chunk_key({"text": "pop and return the smallest item"}, "evidence", case) == "evidence:0"
+    assert chunk_key({"text": "Gamma"}, "evidence", case) == ""
+
+
+def test_a_chunk_of_a_part_of_a_labelled_source_matches_it():
+    case = EvalCase(id="a", question="Q", relevant_sources=["pydoc:asyncio", "manual.pdf#2"])
+    key = chunk_key({"metadata": {"source": "pydoc:asyncio#run"}}, "source", case)
+    assert key == "pydoc:asyncio"
+    assert chunk_key({"metadata": {"source": "pydoc:asyncio.subprocess"}}, "source", case) == (
+        "pydoc:asyncio.subprocess"
+    )
+    assert chunk_key({"metadata": {"source": "manual.pdf#2"}}, "source", case) == "manual.pdf#2"
 
 
 def test_a_missing_file_raises_file_not_found(tmp_path):
