@@ -310,14 +310,22 @@ class KnowledgeBase:
             logger.warning("could not remove the empty collection %r: %s", coll.name, exc)
 
     def collections(self) -> list[CollectionInfo]:
-        """List collections with document and chunk counts, by name."""
+        """List collections with document and chunk counts, by name.
+
+        A collection holding no document is not listed: it is what an ingest leaves
+        when it is killed before its first commit (or one still before it), and
+        removing it here could race that ingest. It is used again by the next ingest
+        of that name, and `delete_collection` still removes it.
+        """
         with self._server_errors(), self.pool().connection() as conn:
             rows = conn.execute(
                 "SELECT k.name,"
                 " (SELECT count(*) FROM kb_documents d WHERE d.collection_id = k.id),"
                 " (SELECT count(*) FROM kb_chunks c WHERE c.collection_id = k.id),"
                 " k.embedding_model, k.dimension"
-                " FROM kb_collections k ORDER BY k.name"
+                " FROM kb_collections k"
+                " WHERE EXISTS (SELECT 1 FROM kb_documents d WHERE d.collection_id = k.id)"
+                " ORDER BY k.name"
             ).fetchall()
         return [CollectionInfo(r[0], int(r[1]), int(r[2]), r[3], int(r[4])) for r in rows]
 

@@ -204,3 +204,39 @@ def test_an_ingest_killed_midway_leaves_only_whole_documents(kb, pg_url, tmp_pat
     # the ingest can simply be run again: what was stored is skipped, the rest is added
     again = kb.ingest(folder, collection="crash")
     assert again.documents_skipped == len(rows) and again.documents_added == 300 - len(rows)
+
+
+CHILD_INGEST_STALLED = textwrap.dedent(
+    """
+    import sys, pathlib, time
+    from arcana_loop.knowledge import KnowledgeBase
+    from arcana_loop.knowledge.embeddings import WordLlamaEmbeddings
+
+    marker = pathlib.Path(sys.argv[2])
+
+    class Stalling(WordLlamaEmbeddings):
+        def embed_array(self, texts):
+            marker.write_text("embedding")
+            time.sleep(120)  # killed here, before the first document is committed
+
+    kb = KnowledgeBase(schema=sys.argv[1], embeddings=Stalling())
+    kb.ingest("A document that never lands.", collection="never-landed")
+    """
+)
+
+
+@pytest.mark.postgres
+def test_an_ingest_killed_before_its_first_commit_leaves_no_collection_to_see(kb, pg_url, tmp_path):
+    marker = tmp_path / "embedding"
+    kill_when(
+        marker.exists,
+        CHILD_INGEST_STALLED,
+        kb.schema,
+        str(marker),
+        env=child_env(DATABASE_URL=pg_url),
+        reaching="its first embedding",
+    )
+    assert "never-landed" not in [c.name for c in kb.collections()]
+    landed = kb.ingest("A document that lands.", collection="never-landed")
+    assert landed.documents_added == 1
+    assert [c.documents for c in kb.collections() if c.name == "never-landed"] == [1]
