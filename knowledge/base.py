@@ -267,8 +267,8 @@ class KnowledgeBase:
             if create:
                 created = (
                     conn.execute(
-                        "INSERT INTO kb_collections (name, embedding_model, dimension)"
-                        " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id",
+                        "INSERT INTO kb_collections (name, embedding_model, dimension, stored)"
+                        " VALUES (%s, %s, %s, false) ON CONFLICT (name) DO NOTHING RETURNING id",
                         (name, self.model_name, self.dimension),
                     ).fetchone()
                     is not None
@@ -312,10 +312,11 @@ class KnowledgeBase:
     def collections(self) -> list[CollectionInfo]:
         """List collections with document and chunk counts, by name.
 
-        A collection holding no document is not listed: it is what an ingest leaves
-        when it is killed before its first commit (or one still before it), and
-        removing it here could race that ingest. It is used again by the next ingest
-        of that name, and `delete_collection` still removes it.
+        A collection whose creating ingest has not committed a document yet is not
+        listed: it is what an ingest killed before its first commit leaves (removing
+        it here could race one still under way). The next ingest of that name uses
+        it, and `delete_collection` still removes it. A collection emptied by
+        deleting its documents is listed.
         """
         with self._server_errors(), self.pool().connection() as conn:
             rows = conn.execute(
@@ -323,9 +324,7 @@ class KnowledgeBase:
                 " (SELECT count(*) FROM kb_documents d WHERE d.collection_id = k.id),"
                 " (SELECT count(*) FROM kb_chunks c WHERE c.collection_id = k.id),"
                 " k.embedding_model, k.dimension"
-                " FROM kb_collections k"
-                " WHERE EXISTS (SELECT 1 FROM kb_documents d WHERE d.collection_id = k.id)"
-                " ORDER BY k.name"
+                " FROM kb_collections k WHERE k.stored ORDER BY k.name"
             ).fetchall()
         return [CollectionInfo(r[0], int(r[1]), int(r[2]), r[3], int(r[4])) for r in rows]
 

@@ -9,7 +9,8 @@ Each chunk is reduced to *terms* (see `terms`) and stored twice in `kb_chunks`:
 
 A query becomes a sparse vector holding each of its terms' IDF, so the inner
 product of the two (`<#>`, computed in C by pgvector) is the chunk's BM25 score.
-Document frequencies live in `kb_lex_terms`, kept exact by statement-level
+Document frequencies live in `kb_lex_terms`, per collection (a search sums them over its
+scope's collections), kept exact by statement-level
 triggers on `kb_chunks` (see `knowledge.schema`), whatever path inserts or
 deletes chunks.
 

@@ -344,8 +344,11 @@ lexq AS MATERIALIZED (
   SELECT q.key, coalesce(t.df, 0) AS df,
          ln(1 + (st.n - coalesce(t.df, 0) + 0.5) / (coalesce(t.df, 0) + 0.5)) AS idf
   FROM unnest(%(lex_keys)s::integer[]) AS q(key)
-  LEFT JOIN kb_lex_terms t ON t.key = q.key
-  CROSS JOIN (SELECT greatest(chunks, 1)::float8 AS n FROM kb_lex_stats) st),
+  LEFT JOIN (SELECT key, sum(df)::bigint AS df FROM kb_lex_terms
+             WHERE collection_id = ANY(%(ids)s) AND key = ANY(%(lex_keys)s::integer[])
+             GROUP BY key) t ON t.key = q.key
+  CROSS JOIN (SELECT greatest(coalesce(sum(chunks), 0), 1)::float8 AS n FROM kb_lex_stats
+              WHERE collection_id = ANY(%(ids)s)) st),
 lexv AS MATERIALIZED (
   SELECT ('{{' || string_agg((key + 1) || ':' || idf, ',' ORDER BY key) || '}}/1000000000')::sparsevec AS v
   FROM lexq WHERE df > 0),
@@ -362,7 +365,8 @@ fts AS (SELECT chunk_id, rank FROM bm WHERE rank >= %(lex_ratio)s * (SELECT max(
 """
 """BM25 candidates (`knowledge.lexical`), as CTEs ending in `fts (chunk_id, rank)`.
 
-The query's terms get their IDF from `kb_lex_terms`; the chunks scored are those
+The query's terms get their IDF from `kb_lex_terms`, summed over the scope's collections
+(so no other collection's content moves a score); the chunks scored are those
 holding one of the query's rarer terms, taking terms from the rarest while the
 rows they match stay under `or_budget` (always at least one term), so a query
 of common words does not score a quarter of the table; every term still counts

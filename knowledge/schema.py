@@ -57,6 +57,9 @@ _BASE_DDL = (
         created_at timestamptz NOT NULL DEFAULT now()
     )
     """,
+    # false from an ingest's creating the collection until its first document commits: a
+    # collection an ingest killed before that left behind is not shown
+    "ALTER TABLE kb_collections ADD COLUMN IF NOT EXISTS stored boolean NOT NULL DEFAULT true",
     """
     CREATE TABLE IF NOT EXISTS kb_documents (
         id text PRIMARY KEY,
@@ -88,32 +91,48 @@ _LEXICAL_DDL = (
     "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS lex sparsevec",
     "ALTER TABLE kb_chunks ADD COLUMN IF NOT EXISTS lex_keys integer[]",
     _TEXT_INDEXES["kb_chunks_lex_keys_idx"],
-    "CREATE TABLE IF NOT EXISTS kb_lex_terms (key integer PRIMARY KEY, df integer NOT NULL)",
+    # per collection, so no collection's content moves the scores seen in another; no
+    # foreign key: a collection's rows are counted down by its chunks' cascade, after it
+    """
+    CREATE TABLE IF NOT EXISTS kb_lex_terms (
+        collection_id bigint NOT NULL,
+        key integer NOT NULL,
+        df integer NOT NULL,
+        PRIMARY KEY (collection_id, key)
+    )
+    """,
     """
     CREATE TABLE IF NOT EXISTS kb_lex_stats (
-        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        collection_id bigint PRIMARY KEY,
         chunks bigint NOT NULL DEFAULT 0
     )
     """,
-    "INSERT INTO kb_lex_stats (one, chunks) VALUES (true, 0) ON CONFLICT DO NOTHING",
     # Document frequencies follow every insert, update and delete of kb_chunks (cascades
-    # from documents and collections included), one statement at a time. Keys are
-    # counted in key order, so two concurrent writers lock kb_lex_terms rows in the
-    # same order and never deadlock.
+    # from documents and collections included), one statement at a time. Rows are
+    # counted in (collection, key) order, so two concurrent writers lock kb_lex_terms
+    # rows in the same order and never deadlock.
     """
     CREATE OR REPLACE FUNCTION kb_lex_count() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF TG_OP IN ('DELETE', 'UPDATE') THEN
         UPDATE kb_lex_terms t SET df = t.df - d.n
-        FROM (SELECT k, count(*) AS n FROM old_rows o, unnest(o.lex_keys) AS k GROUP BY k) d
-        WHERE t.key = d.k;
-        UPDATE kb_lex_stats SET chunks = chunks - (SELECT count(*) FROM old_rows WHERE lex_keys IS NOT NULL);
+        FROM (SELECT o.collection_id AS c, k, count(*) AS n
+              FROM old_rows o, unnest(o.lex_keys) AS k GROUP BY 1, 2) d
+        WHERE t.collection_id = d.c AND t.key = d.k;
+        UPDATE kb_lex_stats s SET chunks = s.chunks - d.n
+        FROM (SELECT collection_id AS c, count(*) AS n FROM old_rows
+              WHERE lex_keys IS NOT NULL GROUP BY 1) d
+        WHERE s.collection_id = d.c;
       END IF;
       IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO kb_lex_terms AS t (key, df)
-        SELECT k, count(*) FROM new_rows r, unnest(r.lex_keys) AS k GROUP BY k ORDER BY k
-        ON CONFLICT (key) DO UPDATE SET df = t.df + excluded.df;
-        UPDATE kb_lex_stats SET chunks = chunks + (SELECT count(*) FROM new_rows WHERE lex_keys IS NOT NULL);
+        INSERT INTO kb_lex_terms AS t (collection_id, key, df)
+        SELECT r.collection_id, k, count(*) FROM new_rows r, unnest(r.lex_keys) AS k
+        GROUP BY 1, 2 ORDER BY 1, 2
+        ON CONFLICT (collection_id, key) DO UPDATE SET df = t.df + excluded.df;
+        INSERT INTO kb_lex_stats AS s (collection_id, chunks)
+        SELECT collection_id, count(*) FROM new_rows WHERE lex_keys IS NOT NULL
+        GROUP BY 1 ORDER BY 1
+        ON CONFLICT (collection_id) DO UPDATE SET chunks = s.chunks + excluded.chunks;
       END IF;
       RETURN NULL;
     END $$
@@ -130,6 +149,34 @@ _LEXICAL_DDL = (
     " REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION kb_lex_count()",
 )
 """The lexical index (`knowledge.lexical`): BM25 weights per chunk and document frequencies."""
+
+
+def _lexical_per_collection(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the lexical statistics exist in their per-collection form."""
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'kb_lex_stats' AND column_name = 'collection_id'"
+    ).fetchone()
+    return row is not None
+
+
+def _migrate_lexical(conn: psycopg.Connection[Any]) -> None:
+    """Create the lexical index, or move one whose statistics were shared by all collections.
+
+    The chunks' stored terms stay; the statistics are dropped and counted again per
+    collection from them, once, inside the schema's transaction.
+    """
+    conn.execute("DROP TABLE IF EXISTS kb_lex_terms, kb_lex_stats")
+    for statement in _LEXICAL_DDL:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT INTO kb_lex_terms (collection_id, key, df)"
+        " SELECT collection_id, k, count(*) FROM kb_chunks, unnest(lex_keys) AS k GROUP BY 1, 2"
+    )
+    conn.execute(
+        "INSERT INTO kb_lex_stats (collection_id, chunks)"
+        " SELECT collection_id, count(*) FROM kb_chunks WHERE lex_keys IS NOT NULL GROUP BY 1"
+    )
 
 
 def backfill_lexical(conn: psycopg.Connection[Any], batch: int = 2000) -> int:
@@ -185,12 +232,8 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in _BASE_DDL:
             conn.execute(statement)
-        lexical_ready = conn.execute(
-            "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'kb_lex_stats'"
-        ).fetchone()
-        if lexical_ready is None:
-            for statement in _LEXICAL_DDL:
-                conn.execute(statement)
+        if not _lexical_per_collection(conn):
+            _migrate_lexical(conn)
         dims = conn.execute("SELECT DISTINCT dimension FROM kb_collections ORDER BY 1").fetchall()
     _tolerate_full_disk(conn, create_fulltext_index, "full-text")
     for (dim,) in dims:
@@ -326,5 +369,4 @@ def truncate_all(conn: psycopg.Connection[Any]) -> None:
     """Empty every knowledge-base table in the current schema (tests use this)."""
     with conn.transaction():
         conn.execute("TRUNCATE kb_collections, kb_documents, kb_chunks RESTART IDENTITY CASCADE")
-        conn.execute("TRUNCATE kb_lex_terms")
-        conn.execute("UPDATE kb_lex_stats SET chunks = 0")
+        conn.execute("TRUNCATE kb_lex_terms, kb_lex_stats")

@@ -424,6 +424,7 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None
         raise CollectionNotFound(
             f"collection {coll.name!r} was deleted while this ingest was writing to it"
         )
+    conn.execute("UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,))
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:

@@ -50,12 +50,16 @@ def test_sections_follow_markdown_rst_and_dotted_names():
 
 def _df(kb: KnowledgeBase) -> dict[int, int]:
     with kb.pool().connection() as conn:
-        return dict(conn.execute("SELECT key, df FROM kb_lex_terms WHERE df > 0").fetchall())
+        return dict(
+            conn.execute(
+                "SELECT key, sum(df)::int FROM kb_lex_terms WHERE df > 0 GROUP BY key"
+            ).fetchall()
+        )
 
 
 def _chunks(kb: KnowledgeBase) -> int:
     with kb.pool().connection() as conn:
-        row = conn.execute("SELECT chunks FROM kb_lex_stats").fetchone()
+        row = conn.execute("SELECT coalesce(sum(chunks), 0) FROM kb_lex_stats").fetchone()
     assert row is not None
     return int(row[0])
 
