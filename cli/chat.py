@@ -1,18 +1,25 @@
 """``arcana-loop chat``: a conversation on one thread, question after question.
 
 Each line is a question on the same thread, so a follow-up ("and what about its
-timeout?") is read with the questions before it; ``/new`` starts a fresh thread and
-``/exit`` (or end of input) ends the chat. The loop's steps are printed as they
-happen, then the answer and its sources.
+timeout?") is read with the questions before it; ``/new`` starts a fresh thread,
+``/help`` lists the commands and ``/exit`` (or end of input) ends the chat. The
+loop's steps are printed as they happen, then the answer and its sources.
+
+A line that the loop refuses (blank after cleaning, too long, not valid text) is
+reported on one line and the chat goes on; a line that looks like a command
+(``/word``) but is not one is reported, never sent as a question. To ask a
+question that starts with ``/``, double it: ``//usr/lib holds what?`` is sent as
+``/usr/lib holds what?``. A model or database error ends the chat, as it ends
+``ask``.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from arcana_loop.cli.common import (
     MODEL_HINT,
@@ -24,11 +31,19 @@ from arcana_loop.cli.common import (
     out,
     prepare_scope,
     print_sources,
+    report,
+    shown,
 )
 
 NEW = "/new"
+HELP = "/help"
 EXIT = ("/exit", "/quit")
 PROMPT = "You> "
+COMMANDS_HELP = (
+    f"{NEW} starts a fresh thread, {HELP} shows this, {EXIT[0]} (or Ctrl-D) ends the chat;"
+    " a question starting with / is written with two (//...)"
+)
+_COMMAND_SHAPE = re.compile(r"/[A-Za-z][\w-]*")
 
 
 def _step_line(event: dict[str, Any]) -> str | None:
@@ -39,10 +54,10 @@ def _step_line(event: dict[str, Any]) -> str | None:
     if event.get("tool") == "search":
         ids = ", ".join(event.get("returned_chunk_ids") or []) or "nothing"
         note = " (duplicate)" if "duplicate_of" in event else ""
-        return f"  {turn} search{note} {escape(repr(event['args'].get('query')))} -> {escape(ids)}"
+        return f"  {turn} search{note} {shown(repr(event['args'].get('query')))} -> {shown(ids)}"
     if event.get("tool") in ("answer", "synthesis"):
         return f"  {turn} {event['tool']}"
-    return f"  {turn} {escape(str(event.get('tool')))}: {escape(str(event.get('summary'))[:120])}"
+    return f"  {turn} {shown(event.get('tool'))}: {shown(str(event.get('summary'))[:120])}"
 
 
 def _show_step(event: dict[str, Any]) -> None:
@@ -96,7 +111,7 @@ def chat(
     ] = None,
 ) -> None:
     """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
-    from arcana_loop.graph.text import check_text
+    from arcana_loop.graph.text import check_thread_id
 
     saver = checkpointer_spec_of(checkpointer)
     if saver is None:
@@ -105,15 +120,13 @@ def chat(
             "pass --checkpointer postgres, memory or sqlite:PATH",
         )
     try:
-        check_text("thread_id", thread_id)
+        check_thread_id(thread_id)
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
     scope, kb = prepare_scope(collection)
     spec = controller_spec(model)
     thread = thread_id or str(uuid.uuid4())
-    out.print(
-        f"[dim]Thread {thread}: ask a question; {NEW} starts a fresh thread, {EXIT[0]} ends the chat.[/]"
-    )
+    out.print(f"[dim]Thread {shown(thread)}: ask a question; {COMMANDS_HELP}.[/]")
     while (line := _read_line()) is not None:
         question = line.strip()
         if question in EXIT:
@@ -122,6 +135,14 @@ def chat(
             thread = str(uuid.uuid4())
             out.print(f"[dim]New thread {thread}.[/]")
             continue
+        if question == HELP:
+            out.print(f"[dim]Commands: {COMMANDS_HELP}.[/]")
+            continue
+        if _COMMAND_SHAPE.fullmatch(question.split(maxsplit=1)[0] if question else ""):
+            report(f"unknown command {question.split()[0]!r}.", f"commands: {COMMANDS_HELP}")
+            continue
+        if question.startswith("//"):
+            question = question[1:]
         if not question:
             continue
         result = _ask(
@@ -135,14 +156,14 @@ def chat(
             saver=saver,
             thread=thread,
         )
-        out.print(
-            escape(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False
-        )
+        if result is None:
+            continue
+        out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False)
         print_sources(result)
         if result.terminated_by != "answered":
             out.print(
                 f"[dim]Ended: {result.terminated_by}"
-                + (f" ({escape(result.error)})" if result.error else "")
+                + (f" ({shown(result.error)})" if result.error else "")
                 + "[/]"
             )
 
@@ -158,8 +179,12 @@ def _ask(
     ground: str | None,
     saver: str | None,
     thread: str,
-) -> Any:
-    """Run one question of the conversation; an error the user caused ends the chat on one line."""
+) -> Any | None:
+    """Run one question of the conversation.
+
+    A question the loop refuses is reported and gives `None` (the chat goes on); a
+    model spec or database error ends the chat on one line.
+    """
     from arcana_loop.graph import run
     from arcana_loop.graph.models import ModelSpecError
 
@@ -179,6 +204,7 @@ def _ask(
             )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)
-    except (ValueError, TypeError) as exc:  # an option or question the loop refused
-        fail(str(exc), "see arcana-loop chat --help")
+    except (ValueError, TypeError) as exc:  # the line the loop refused; the options were checked
+        report(str(exc), "ask another question, or /exit")
+        return None
     raise AssertionError("unreachable")

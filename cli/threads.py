@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from arcana_loop.cli.common import fail, out, print_result
+from arcana_loop.cli.common import cell, fail, out, print_result, shown
 
 DEFAULT_CHECKPOINTER = "postgres"
 CheckpointerOption = Annotated[
@@ -62,7 +62,9 @@ def trace_command(
         )  # machine output
         return
     conversation = len({row.question for row in rows}) > 1
-    table = Table("step", "node", "turn", "what happened", "ended", "ms", "tokens", "checkpoint")
+    table = Table("step", "node", "turn", "what happened", "ended", "ms", "tokens")
+    # folded, never cut: `replay --from` takes the id as printed here
+    table.add_column("checkpoint", overflow="fold")
     for row in rows:
         what = [
             f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls
@@ -77,7 +79,7 @@ def trace_command(
             str(row.step),
             row.node,
             f"q{row.question}.{row.iteration}" if conversation else str(row.iteration),
-            "\n".join(what) or (row.error or ""),
+            cell("\n".join(what) or (row.error or "")),
             row.terminated_by or "",
             f"{row.seconds * 1000:.1f}" if row.seconds is not None else "",
             str(row.tokens or ""),
@@ -141,10 +143,10 @@ def replay_command(
         out.print(
             "[green]The replay matches the record.[/]"
             if not differences
-            else "[red]The replay differs from the record:[/]\n" + "\n".join(differences)
+            else "[red]The replay differs from the record:[/]\n" + shown("\n".join(differences))
         )
     else:
-        out.print(f"New thread: {result.thread_id}")
+        out.print(f"New thread: {shown(result.thread_id)}")
     if differences:
         raise typer.Exit(1)
 
@@ -190,7 +192,9 @@ def record_command(
     except OSError as exc:
         fail(f"cannot write {out_path} ({exc.strerror}).", "choose a writable path")
         return
-    out.print(f"Wrote {written}; replay it with arcana-loop replay --record {written}")
+    out.print(
+        f"Wrote {shown(written)}; replay it with arcana-loop replay --record {shown(written)}"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -31,6 +31,7 @@ from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
 from arcana_loop.graph.conversation import is_closing, is_instruction, opening_index
 from arcana_loop.graph.run import LoopResult, recursion_limit, run
 from arcana_loop.graph.state import RESULT_KEYS
+from arcana_loop.graph.text import check_thread_id
 from arcana_loop.graph.trace import history
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.tools.execute import SEARCH_ERROR
@@ -79,6 +80,7 @@ def fork(
     unknown = set(options) - CONTEXT_FIELDS
     if unknown:
         raise TypeError(f"unknown run option(s): {', '.join(sorted(unknown))}")
+    check_thread_id(new_thread_id)
     saver = resolve_checkpointer(checkpointer)
     snapshots = history(thread_id, saver)
     index = _find(snapshots, checkpoint_id)

@@ -33,7 +33,7 @@ from arcana_loop.graph.state import (
     TerminatedBy,
     ToolEvent,
 )
-from arcana_loop.graph.text import check_question, check_text
+from arcana_loop.graph.text import check_question, check_text, check_thread_id
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.lifecycle import exception_event
 from arcana_loop.tools.scoping import normalize_scope
@@ -315,7 +315,7 @@ def _checked_call(
         )
     if durability is not None and durability not in DURABILITIES:
         raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
-    check_text("thread_id", thread_id)
+    check_thread_id(thread_id)
     deps, context_options = split_options(options)
     return deps, _checked_context(question, collection, deps, context_options)
 

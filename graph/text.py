@@ -35,6 +35,38 @@ def check_text(name: str, value: Any) -> None:
         )
 
 
+MAX_THREAD_ID_CHARS = 256
+"""The longest thread id: the PostgreSQL checkpointer indexes it (a btree row holds ~2.7 kB)."""
+_THREAD_ID_CHARS = re.compile(r"[^\x00-\x1f\x7f-\x9f]+")
+
+
+def check_thread_id(thread_id: Any) -> None:
+    """Raise a clear error for a thread id no checkpointer should be handed.
+
+    Allowed: any string of 1 to `MAX_THREAD_ID_CHARS` characters without control
+    characters (UUIDs, slugs, user names, e-mail addresses, non-ASCII text).
+    `None` passes: it means "no thread" or "a new one".
+
+    Raises:
+        TypeError: if it is not a str.
+        ValueError: if it is empty, too long, or holds a control character or a
+            lone surrogate; the message gives the length, not the id.
+    """
+    if thread_id is None:
+        return
+    if not isinstance(thread_id, str):
+        raise TypeError(f"thread_id must be a str, got {type(thread_id).__name__}")
+    if not thread_id:
+        raise ValueError("thread_id must not be empty")
+    if len(thread_id) > MAX_THREAD_ID_CHARS:
+        raise ValueError(
+            f"thread_id is at most {MAX_THREAD_ID_CHARS} characters, got {len(thread_id)}"
+        )
+    if not _THREAD_ID_CHARS.fullmatch(thread_id):
+        raise ValueError("thread_id must not contain control characters (newlines, escapes, NUL)")
+    check_text("thread_id", thread_id)
+
+
 def scrub(text: str) -> str:
     """Return the string with each lone surrogate replaced by U+FFFD."""
     return _SURROGATE.sub(REPLACEMENT, text) if has_lone_surrogate(text) else text

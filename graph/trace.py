@@ -16,6 +16,7 @@ from langgraph.types import StateSnapshot
 
 from arcana_loop.graph.channels import is_replacing
 from arcana_loop.graph.checkpoints import resolve_checkpointer
+from arcana_loop.graph.text import check_thread_id
 
 
 class ThreadNotFoundError(LookupError):
@@ -65,8 +66,9 @@ def history(thread_id: str, checkpointer: Any) -> list[StateSnapshot]:
 
     Raises:
         ThreadNotFoundError: when the checkpointer has nothing for the thread.
-        ValueError: for an unknown checkpointer spec.
+        ValueError: for an unknown checkpointer spec or a malformed thread id.
     """
+    check_thread_id(thread_id)
     saver = resolve_checkpointer(checkpointer)
     if saver is None:
         raise ValueError("a trace needs the checkpointer the thread ran with")

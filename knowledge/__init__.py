@@ -26,6 +26,7 @@ from arcana_loop.knowledge.embeddings import (
 from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     DatabaseUnavailable,
+    DataDirectoryFull,
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
@@ -46,6 +47,7 @@ __all__ = [
     "Chunk",
     "CollectionInfo",
     "CollectionNotFound",
+    "DataDirectoryFull",
     "DatabaseUnavailable",
     "EmbeddingMismatch",
     "IngestError",

@@ -15,6 +15,9 @@ from typing import Any
 MAX_COLLECTION_NAME_CHARS = 200
 """The longest collection name, in characters after NFC normalisation."""
 
+_CONTROL_CATEGORIES = frozenset({"Cc", "Cf"})
+"""Unicode categories a new collection name may not hold: controls and invisible format marks."""
+
 RESERVED_COLLECTION_NAME = "all"
 """Means "every collection" in a search or run scope, so no collection may be called that."""
 
@@ -68,10 +71,22 @@ def new_collection_name(name: Any) -> str:
 
     Raises:
         TypeError: if `name` is not a str.
-        ValueError: as `normalize_collection_name`, or if the name is `"all"` in any
-            case or spacing.
+        ValueError: as `normalize_collection_name`, if the name holds a control or
+            format character (an escape sequence, a newline, a bidirectional
+            override), or if it is `"all"` in any case or spacing.
+
+    Lookups use `normalize_collection_name` alone, so a collection stored under
+    such a name before this check existed can still be found and deleted.
     """
     normal = normalize_collection_name(name)
+    control = next((c for c in normal if unicodedata.category(c) in _CONTROL_CATEGORIES), None)
+    if control is not None:
+        # a name is printed by `collections`, in hints and in traces: an escape sequence
+        # in it would drive the terminal of whoever lists the knowledge base
+        raise ValueError(
+            f"collection names must not contain control characters; {normal!r} holds"
+            f" {control!r} at index {normal.index(control)}"
+        )
     if normal.strip().casefold() == RESERVED_COLLECTION_NAME:
         raise ValueError(
             f"{normal!r} is reserved (it means every collection in a search scope)"
