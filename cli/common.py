@@ -262,7 +262,9 @@ def cited_chunks(answer: str | None, chunks: list[dict[str, Any]]) -> list[dict[
 
 
 def print_sources(result: Any) -> None:
-    """Where the answer comes from: each cited chunk's source file and section."""
+    """Where the answer comes from: each cited chunk's source file, section and pages."""
+    from arcana_loop.knowledge.sections import page_label
+
     cited = cited_chunks(result.answer, result.chunks)
     if not result.answer:
         return
@@ -274,7 +276,8 @@ def print_sources(result: Any) -> None:
         where = shown_path(str(meta.get("source") or chunk.get("collection") or "?"))
         if meta.get("section"):
             where += f" > {meta['section']}"
-        page = f" (page {meta['page']})" if meta.get("page") else ""
+        pages = page_label(meta)
+        page = f" (page{'s' if pages and not pages.isdigit() else ''} {pages})" if pages else ""
         out.print(f"[cyan]\\[{chunk['id']}][/] {shown(where)}{shown(page)}", highlight=False)
 
 

@@ -6,16 +6,27 @@ file of that type is read. Without it, reading such a file raises `MissingExtra`
 (an `IngestError`), which names the extra: a directory walk skips the file with
 that reason, a file named directly fails before anything is written.
 
-HTML becomes text, not markup: scripts, styles and the head are dropped, block
-elements end lines, and `h1`..`h6` become Markdown `#` headings, so the section
-path of each chunk comes from the page's own headings. A PDF is read one page at
-a time; the offsets where pages start are kept so each chunk records its page.
+HTML becomes Markdown, read from the page's main content: the one `<main>` (or
+`role="main"`) element, else the one `<article>`, else the body; inside it,
+navigation, banners, footers, sidebars and cookie notices are dropped (by element,
+ARIA role, or a class or id naming them), as are scripts and styles. `h1`..`h6`
+become `#` headings, `<pre>` a fenced code block, a `<table>` a pipe table, so the
+structure parser (`knowledge.structure`) reads the page as it reads Markdown.
+Why not a general extractor: on real documentation pages (mdBook, rustdoc,
+texinfo) trafilatura dropped most code blocks of an API page (202 of 552 fences
+kept) and the blank lines inside code, and readability-lxml emptied every heading
+that holds an anchor link; documentation generators mark their main content, so
+the semantic elements find it (`knowledge/README.md` has the measurement).
+
+A PDF is read one page at a time; the offsets where pages start are kept so each
+chunk records its first and last page.
 """
 
 from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +43,25 @@ _BLOCK_TAGS = (
     "ol", "p", "section", "summary", "table", "tr", "ul",
 )  # fmt: skip
 _CELL_TAGS = ("td", "th")
+_BOILERPLATE_TAGS = ("nav", "footer", "aside", "dialog", "button", "form", "menu")
+_BOILERPLATE_ROLES = frozenset(
+    {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar", "dialog"}
+)
+_BOILERPLATE_WORDS = frozenset(
+    {
+        "nav", "navbar", "navigation", "sidebar", "breadcrumb", "breadcrumbs", "cookie",
+        "cookies", "consent", "banner", "footer", "menu", "toc", "skip", "share", "social",
+        "pagination", "pager", "headerlink", "copyright", "masthead", "topbar",
+    }
+)  # fmt: skip
+"""Words that, as a part of an element's class or id, mark it as page furniture, not content."""
+_CLASS_WORD = re.compile(r"[a-z]+")
+_DIGITS = re.compile(r"\d+")
+_PAGE_NUMBER = re.compile(r"(?:page\s*)?\d{1,4}(?:\s*(?:/|of)\s*\d{1,4})?", re.IGNORECASE)
+_GENERICS = re.compile(r"\s*<[^<>]*>")
+_SIGNATURE_KEYWORDS = frozenset(
+    {"pub", "pub(crate)", "const", "async", "unsafe", "extern", '"C"', "fn", "def", "static"}
+)
 _SPACES = re.compile(r"[ \t\f\v\u00a0]+")
 _WHITESPACE = re.compile(r"\s+")
 _FENCE = "```"
@@ -90,7 +120,7 @@ def read_pdf(raw: bytes, path: Path) -> Extracted:
         reader = PdfReader(io.BytesIO(raw))
         if reader.is_encrypted:
             raise IngestError(f"{path}: the PDF is encrypted")
-        pages = [_clean(page.extract_text() or "") for page in reader.pages]
+        pages = _without_running_lines([_clean(page.extract_text() or "") for page in reader.pages])
         title = _pdf_title(reader.metadata)
     except IngestError:
         raise
@@ -107,13 +137,39 @@ def read_pdf(raw: bytes, path: Path) -> Extracted:
     return Extracted(text=text, markdown=False, title=title, page_starts=tuple(starts))
 
 
+def _without_running_lines(pages: list[str]) -> list[str]:
+    """Drop running headers and footers: a first or last line repeated on most pages, or a page number.
+
+    Left in, "Capacity Report 2026 — page 3" would start every chunk of every page
+    and pull each of them toward any question naming the report.
+    """
+    if len(pages) < 3:
+        return pages
+    split = [page.split("\n") for page in pages]
+
+    def shape(line: str) -> str:  # "Report - page 3" and "Report - page 4" are one running line
+        return _DIGITS.sub("#", line.strip())
+
+    firsts = Counter(shape(lines[0]) for lines in split if lines)
+    lasts = Counter(shape(lines[-1]) for lines in split if lines)
+    repeated = {line for line, n in (firsts + lasts).items() if n > len(pages) // 2 and line}
+    cleaned = []
+    for lines in split:
+        while lines and (shape(lines[0]) in repeated or _PAGE_NUMBER.fullmatch(lines[0].strip())):
+            lines = lines[1:]
+        while lines and (shape(lines[-1]) in repeated or _PAGE_NUMBER.fullmatch(lines[-1].strip())):
+            lines = lines[:-1]
+        cleaned.append("\n".join(lines))
+    return cleaned
+
+
 def _pdf_title(info: Any) -> str | None:
     title = getattr(info, "title", None) if info is not None else None
     return _clean(title).strip() or None if isinstance(title, str) else None
 
 
 def read_html(raw: bytes, path: Path) -> Extracted:
-    """Extract the text of an HTML page, its headings as Markdown headings.
+    """Extract the main content of an HTML page as Markdown.
 
     Raises:
         MissingExtra: if beautifulsoup4 is not installed.
@@ -128,27 +184,97 @@ def read_html(raw: bytes, path: Path) -> Extracted:
     title = soup.title.get_text(" ", strip=True) if soup.title is not None else ""
     for tag in soup.find_all(_DROPPED_TAGS):
         tag.decompose()
-    _collapse_whitespace(soup)
-    for tag in soup.find_all(["h1", "h2", "h3", "h4", "h5", "h6"]):
+    root = _main_content(soup)
+    _drop_boilerplate(root)
+    _collapse_whitespace(root)
+    for tag in root.find_all("table"):
+        tag.replace_with(f"\n\n{_pipe_table(tag)}\n\n")
+    for tag in root.find_all(["h1", "h2", "h3", "h4", "h5", "h6"]):
         heading = " ".join(tag.get_text(" ").split())
+        if _is_code_heading(tag):
+            heading = _code_heading_name(heading)
         tag.replace_with(f"\n\n{'#' * int(tag.name[1])} {heading}\n\n" if heading else "\n")
-    for tag in soup.find_all("br"):
+    for tag in root.find_all("br"):
         tag.replace_with("\n")
-    for tag in soup.find_all(_CELL_TAGS):
-        tag.insert_after(" ")
-    for tag in soup.find_all("pre"):
-        # fenced, so the Markdown splitter keeps code whole and the tidy-up keeps its indentation
+    for tag in root.find_all("pre"):
+        # fenced, so the structure parser keeps code whole and the tidy-up keeps its indentation
         tag.replace_with(f"\n\n{_FENCE}\n{tag.get_text().strip(chr(10))}\n{_FENCE}\n\n")
-    for tag in soup.find_all(_BLOCK_TAGS):
+    for tag in root.find_all(_BLOCK_TAGS):
         if tag.name == "li":
             tag.insert(0, "- ")
         else:  # list items end a line each, without a blank line between them
             tag.insert_after("\n")
         tag.insert_before("\n")
-    text = _tidy(soup.get_text())
+    text = _tidy(root.get_text())
     if not text.strip():
         raise IngestError(f"{path}: the HTML page has no text")
     return Extracted(text=text, markdown=True, title=_clean(title).strip() or None)
+
+
+def _is_code_heading(tag: Any) -> bool:
+    """An API generator's signature heading (rustdoc's `code-header`, a heading that is all `<code>`)."""
+    if any("code" in name for name in tag.get("class", [])):
+        return True
+    code = tag.find("code")
+    return code is not None and code.get_text(strip=True) == tag.get_text(strip=True)
+
+
+def _code_heading_name(signature: str) -> str:
+    """What a signature heading names: ``pub fn push(&mut self, value: T)`` gives ``push``.
+
+    A section path holds headings, not code: generic parameters, the argument
+    list, `where` clauses and leading keywords are dropped.
+    """
+    text = signature.split(" where ")[0]
+    while (stripped := _GENERICS.sub("", text)) != text:
+        text = stripped
+    text = text.split("(")[0]
+    words = [w for w in text.replace("::", " ").split() if w not in _SIGNATURE_KEYWORDS]
+    name = " ".join(words).strip(" :;,=&*")
+    return name or signature
+
+
+def _main_content(soup: Any) -> Any:
+    """The element holding the page's content: its one `<main>`, else its one `<article>`, else the body."""
+    for candidates in (
+        soup.find_all("main") + soup.find_all(attrs={"role": "main"}),
+        soup.find_all("article"),
+    ):
+        unique = {id(tag): tag for tag in candidates}
+        if len(unique) == 1:
+            return next(iter(unique.values()))
+    return soup.body or soup
+
+
+def _drop_boilerplate(root: Any) -> None:
+    """Remove navigation, footers, sidebars and notices: by element, ARIA role or class/id words."""
+    doomed = list(root.find_all(_BOILERPLATE_TAGS))
+    for tag in root.find_all(True):
+        role = str(tag.get("role") or "").lower()
+        names = " ".join([*tag.get("class", []), str(tag.get("id") or "")]).lower()
+        if role in _BOILERPLATE_ROLES or _BOILERPLATE_WORDS & set(_CLASS_WORD.findall(names)):
+            doomed.append(tag)
+        elif tag.name == "header" and tag.find_parent(["main", "article"]) is None:
+            doomed.append(tag)  # a site header; an article's own header holds its title
+    for tag in doomed:
+        if not tag.decomposed:
+            tag.decompose()
+
+
+def _pipe_table(table: Any) -> str:
+    """A `<table>` as a Markdown pipe table: the first row is the header."""
+    rows = []
+    for row in table.find_all("tr"):
+        cells = [
+            " ".join(c.get_text(" ").split()).replace("|", "\\|") for c in row.find_all(_CELL_TAGS)
+        ]
+        if any(cells):
+            rows.append(cells)
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
+    return "\n".join([lines[0], "|" + "---|" * width, *lines[1:]])
 
 
 def _collapse_whitespace(soup: Any) -> None:

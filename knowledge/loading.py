@@ -9,13 +9,18 @@ PDF and HTML files are read by `knowledge.loaders` (optional extras); every
 other file must be UTF-8 text. LangChain `Document`s are ingested as text named
 by their `source` metadata (`documents_from_langchain`).
 
-Chunking uses `RecursiveCharacterTextSplitter`: Markdown-aware separators for
-`.md`/`.markdown` files, HTML (whose headings become Markdown headings) and text
-with Markdown headings, plain separators otherwise; a document whose metadata gives
-its `section` is placed whole in that section, and its text is not read for headings.
-Defaults are 800 characters with 100 overlap: WordLlama averages token vectors, so
-chunks of a few paragraphs keep a focused embedding, and the overlap keeps a sentence
-cut at a boundary findable from either side.
+Chunking reads the document's structure first (`knowledge.structure`): Markdown
+(`.md`/`.markdown` files, HTML pages, which are converted to Markdown, and text
+with Markdown headings) through a CommonMark parser, reStructuredText
+(`.rst`/`.rest`) through docutils, anything else as paragraphs. Chunks are then
+filled with whole paragraphs, lists, code blocks and tables of one section; only
+a block longer than a chunk is split (code at lines, tables at rows, prose by the
+recursive character splitter). A document whose metadata gives its `section` is
+placed whole in that section, and its text is not read for headings.
+Defaults are 800 characters with 100 overlap (between the pieces of one long
+paragraph): WordLlama averages token vectors, so chunks of a few paragraphs keep a
+focused embedding, and the overlap keeps a sentence cut at a boundary findable
+from either side.
 """
 
 from __future__ import annotations
@@ -27,24 +32,22 @@ import os
 import re
 import stat
 import uuid
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
-
-from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
+from typing import Any, Literal
 
 from arcana_loop.knowledge.errors import IngestError
 from arcana_loop.knowledge.loaders import loader_for
 from arcana_loop.knowledge.names import check_text
-from arcana_loop.knowledge.sections import (
-    content_offset,
-    context_line,
-    document_title,
-    searchable_text,
-    section_paths,
+from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
+from arcana_loop.knowledge.structure import (
+    Block,
+    markdown_blocks,
+    pack,
+    plain_blocks,
+    rst_blocks,
 )
 
 logger = logging.getLogger(__name__)
@@ -53,6 +56,8 @@ DEFAULT_CHUNK_SIZE = 800
 DEFAULT_CHUNK_OVERLAP = 100
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
+RST_SUFFIXES = frozenset({".rst", ".rest"})
+Syntax = Literal["markdown", "rst", "plain"]
 _MAX_PATH_CHARS = 4096
 _HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
 CHUNK_ID_CHARS = 32
@@ -66,7 +71,8 @@ class SourceDoc:
 
     source: str
     text: str
-    markdown: bool
+    syntax: Syntax
+    """How the text is marked up, which decides how its structure is read."""
     metadata: dict[str, Any]
     page_starts: tuple[int, ...] = ()
     """Offset in `text` where each page starts, for formats with pages (PDF)."""
@@ -135,7 +141,8 @@ def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> S
     _check_stored_text(text, "ingest text")
     if name is not None:
         _check_stored_text(name, "document name")
-    doc = SourceDoc(source="", text=text, markdown=bool(_HEADING.search(text)), metadata={})
+    syntax: Syntax = "markdown" if _HEADING.search(text) else "plain"
+    doc = SourceDoc(source="", text=text, syntax=syntax, metadata={})
     doc.source = name or f"text:{doc.content_hash[:16]}"
     doc.metadata = {**metadata, "source": doc.source}
     return doc
@@ -237,7 +244,7 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
         return SourceDoc(
             source=source,
             text=extracted.text,
-            markdown=extracted.markdown,
+            syntax="markdown" if extracted.markdown else "plain",
             metadata=meta,
             page_starts=extracted.page_starts,
         )
@@ -259,7 +266,7 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     return SourceDoc(
         source=source,
         text=text,
-        markdown=path.suffix.lower() in MARKDOWN_SUFFIXES,
+        syntax=_syntax_of(path),
         metadata={**metadata, "source": source},
     )
 
@@ -445,37 +452,61 @@ def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
 def split_document(
     doc: SourceDoc, *, collection: str, chunk_size: int, chunk_overlap: int
 ) -> list[ChunkRow]:
-    """Split a document into chunks with stable ids and per-chunk metadata."""
+    """Split a document into chunks with stable ids and per-chunk metadata.
+
+    Each chunk's metadata gets `section` (its headings joined by `` > ``), `page`
+    and `page_end` for a paged document (its first and last page), and
+    `start_index` when its text is a verbatim slice of the document's text.
+    """
+    check_chunking(chunk_size, chunk_overlap)
     given = given_section(doc.metadata)
-    splitter = _splitter(doc.markdown and given is None, chunk_size, chunk_overlap)
+    pieces = pack(
+        document_blocks(doc, structured=given is None),
+        doc.text,
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+    )
     doc_id = document_id(collection, doc.source)
-    pieces = [
-        p
-        for p in _with_start_index(splitter.split_text(doc.text), doc.text, chunk_overlap)
-        if p[0].strip()
-    ]
     title = document_title(doc.source, doc.metadata)
-    contents = [start + content_offset(text) for text, start in pieces]
-    sections = [given] * len(pieces) if given else section_paths(doc.text, contents)
     rows = []
-    for position, ((text, start), section, content) in enumerate(
-        zip(pieces, sections, contents, strict=True)
-    ):
-        metadata = {**doc.metadata, "start_index": start}
+    for position, piece in enumerate(p for p in pieces if p.text.strip()):
+        section = given or " > ".join(piece.section)
+        metadata = dict(doc.metadata)
+        if piece.start is not None:
+            metadata["start_index"] = piece.start
         if section:
             metadata.setdefault("section", section)
-        if doc.page_starts:
-            metadata.setdefault("page", bisect_right(doc.page_starts, content))  # 1-based
+        if piece.page is not None:
+            metadata.setdefault("page", piece.page)
+            metadata.setdefault("page_end", piece.page_end)
         rows.append(
             ChunkRow(
-                id=chunk_id(doc_id, position, text),
+                id=chunk_id(doc_id, position, piece.text),
                 position=position,
-                text=text,
+                text=piece.text,
                 metadata=metadata,
                 context=context_line(title, section),
             )
         )
     return rows
+
+
+def document_blocks(doc: SourceDoc, *, structured: bool = True) -> list[Block]:
+    """The document's blocks: parsed by its syntax, or as paragraphs when `structured` is false."""
+    if not structured or doc.syntax == "plain" or doc.page_starts:
+        return plain_blocks(doc.text, doc.page_starts)
+    if doc.syntax == "rst":
+        return rst_blocks(doc.text)
+    return markdown_blocks(doc.text)
+
+
+def _syntax_of(path: Path) -> Syntax:
+    suffix = path.suffix.lower()
+    if suffix in MARKDOWN_SUFFIXES:
+        return "markdown"
+    if suffix in RST_SUFFIXES:
+        return "rst"
+    return "plain"
 
 
 def given_section(metadata: dict[str, Any]) -> str | None:
@@ -486,35 +517,3 @@ def given_section(metadata: dict[str, Any]) -> str | None:
     """
     value = metadata.get("section")
     return value.strip() if isinstance(value, str) and value.strip() else None
-
-
-def _with_start_index(pieces: list[str], text: str, chunk_overlap: int) -> list[tuple[str, int]]:
-    """Pair each piece with its offset in `text`, found as `create_documents` finds it.
-
-    `create_documents(add_start_index=True)` does the same search but builds a
-    pydantic `Document` and deep-copies metadata per chunk: a fifth of the time
-    spent before the first batch is embedded.
-    """
-    out = []
-    index, previous_len = 0, 0
-    for piece in pieces:
-        index = text.find(piece, max(0, index + previous_len - chunk_overlap))
-        previous_len = len(piece)
-        out.append((piece, index))
-    return out
-
-
-def _splitter(
-    markdown: bool, chunk_size: int, chunk_overlap: int
-) -> RecursiveCharacterTextSplitter:
-    check_chunking(chunk_size, chunk_overlap)
-    if markdown:
-        return RecursiveCharacterTextSplitter.from_language(
-            Language.MARKDOWN,
-            chunk_size=chunk_size,
-            chunk_overlap=chunk_overlap,
-            add_start_index=True,
-        )
-    return RecursiveCharacterTextSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, add_start_index=True
-    )

@@ -6,19 +6,14 @@ searched, on both the lexical and the semantic side, as its *context* (the
 document's title and the headings above it) followed by its text, while the
 text the controller is shown stays the chunk alone.
 
-Headings recognised:
-
-* Markdown ATX headings (``# Title``, ``## Part``), nested by level;
-* reStructuredText headings (a line underlined by ``=``, ``-``, ``~`` ... of at
-  least its length), nested in the order the underline characters first appear;
-* a line that is a dotted Python name alone (``asyncio.wait_for``, the form
-  pydoc-style text uses to start each member), nested below the others.
+The section path itself comes from the document's parsed structure
+(`knowledge.structure`), or from the `section` its metadata gives.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import PurePath
 
 _ATX = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
@@ -45,62 +40,14 @@ def document_title(source: str, metadata: dict[str, object]) -> str:
     return path.stem if path.suffix else path.name or source
 
 
-def headings(text: str) -> list[tuple[int, int, str]]:
-    """Return ``(offset, level, heading)`` for every heading of `text`, in order."""
-    found: list[tuple[int, int, str]] = []
-    rst_levels: list[str] = []
-    offset = 0
-    lines = text.split("\n")
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        previous_blank = index == 0 or not lines[index - 1].strip()
-        if (m := _ATX.match(stripped)) is not None:
-            found.append((offset, len(m.group(1)), m.group(2)))
-        elif (
-            index + 1 < len(lines)
-            and stripped
-            and (u := _UNDERLINE.match(lines[index + 1].strip())) is not None
-            and len(lines[index + 1].strip()) >= len(stripped)
-        ):
-            if u.group(1) not in rst_levels:
-                rst_levels.append(u.group(1))
-            found.append((offset, 10 + rst_levels.index(u.group(1)), stripped))
-        elif previous_blank and _DOTTED_NAME.match(stripped):
-            found.append((offset, _DOTTED_LEVEL, stripped))
-        offset += len(line) + 1
-    return [(o, lvl, h[:_MAX_HEADING_CHARS]) for o, lvl, h in found]
-
-
-def content_offset(chunk: str) -> int:
-    """Offset of a chunk's first line of content: past its leading headings and blank lines."""
-    marks = {o for o, _, _ in headings(chunk)}
-    offset = 0
-    for line in chunk.split("\n"):
-        if line.strip() and offset not in marks and not _UNDERLINE.match(line.strip()):
-            return offset
-        offset += len(line) + 1
-    return max(0, len(chunk) - 1)
-
-
-def section_paths(text: str, starts: Sequence[int]) -> list[str]:
-    """Return, for each offset into `text`, the headings above it joined by `` > ``.
-
-    Pass a chunk's start plus its `content_offset`, so a chunk that begins with
-    its own headings is placed under them.
-    """
-    marks = headings(text)
-    paths = [""] * len(starts)
-    stack: list[tuple[int, str]] = []
-    next_mark = 0
-    for index in sorted(range(len(starts)), key=lambda i: starts[i]):
-        while next_mark < len(marks) and marks[next_mark][0] <= max(starts[index], 0):
-            _, level, heading = marks[next_mark]
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, heading))
-            next_mark += 1
-        paths[index] = " > ".join(h for _, h in stack)
-    return paths
+def page_label(metadata: Mapping[str, object]) -> str | None:
+    """The pages a chunk comes from, as a citation shows them: ``"3"`` or ``"2–3"`` (``None`` unpaged)."""
+    first, last = metadata.get("page"), metadata.get("page_end")
+    if not isinstance(first, int) or isinstance(first, bool):
+        return None
+    if isinstance(last, int) and not isinstance(last, bool) and last > first:
+        return f"{first}\u2013{last}"
+    return str(first)
 
 
 def context_line(title: str, section: str) -> str:

@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 
 from arcana_loop.graph.channels import merge_chunks
 from arcana_loop.graph.text import frame_text, scrub
+from arcana_loop.knowledge.sections import page_label
 from arcana_loop.knowledge.types import Chunk
 
 __all__ = ["merge_chunks"]
@@ -149,6 +150,8 @@ class ResultEntry(TypedDict):
     collection: str | None
     source: str | None
     section: str | None
+    pages: str | None
+    """``"3"`` or ``"2–3"`` for a chunk of a paged document (PDF)."""
     shown_in: int | None
     text_start: int | None
     text_end: int | None
@@ -184,7 +187,7 @@ def _attributes(entry: ResultEntry, **extra: str) -> str:
     pairs = {
         "n": str(entry["rank"] + 1),
         "id": entry["id"],
-        **{k: v for k in ("source", "section") if (v := entry[k]) is not None},
+        **{k: v for k in ("source", "section", "pages") if (v := entry[k]) is not None},
         **extra,
     }
     # quoteattr writes line breaks and tabs as character references: an id stays exact
@@ -207,6 +210,7 @@ def _entry(rank: int, chunk: Chunk, shown_in: int | None) -> ResultEntry:
         "collection": chunk.get("collection"),
         "source": _label(metadata.get("source")),
         "section": _label(metadata.get("section")),
+        "pages": page_label(metadata),
         "shown_in": shown_in,
         "text_start": None,
         "text_end": None,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from arcana_loop.knowledge import KnowledgeBase, lexical
-from arcana_loop.knowledge.sections import context_line, document_title, section_paths
+from arcana_loop.knowledge.sections import context_line, document_title
 
 pytestmark = pytest.mark.postgres
 
@@ -38,10 +38,7 @@ def test_operators_are_quoted_phrases_and_exclusions_only():
     )
 
 
-def test_sections_follow_markdown_rst_and_dotted_names():
-    text = "# Guide\n\nintro\n\n## Install\n\nsteps\n\nmod.func\nDoes things.\n"
-    starts = [0, text.index("steps"), text.index("Does")]
-    assert section_paths(text, starts) == ["Guide", "Guide > Install", "Guide > Install > mod.func"]
+def test_titles_and_context_lines():
     assert document_title("pydoc:asyncio.tasks", {}) == "asyncio.tasks"
     assert document_title("docs/deploy-guide.md", {}) == "deploy-guide"
     assert document_title("x", {"title": "The Title"}) == "The Title"
