@@ -57,6 +57,8 @@ DEFAULT_CHUNK_OVERLAP = 100
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 RST_SUFFIXES = frozenset({".rst", ".rest"})
+STRUCTURE_VERSION = "blocks-1"
+"""Names how documents are read and chunked; a change re-chunks every document on its next ingest."""
 Syntax = Literal["markdown", "rst", "plain"]
 _MAX_PATH_CHARS = 4096
 _HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
@@ -79,8 +81,13 @@ class SourceDoc:
     content_hash: str = field(init=False)
 
     def __post_init__(self) -> None:
-        """Hash the content, which decides skip versus replace."""
-        self.content_hash = content_hash(self.text)
+        """Hash the content, which decides skip versus replace.
+
+        The hash covers how the text is read (`STRUCTURE_VERSION`, the syntax) as
+        well as the text: a document stored by an earlier reader is chunked again
+        on its next ingest instead of being skipped as unchanged.
+        """
+        self.content_hash = content_hash(f"{STRUCTURE_VERSION}\x00{self.syntax}\x00{self.text}")
 
 
 @dataclass
@@ -143,7 +150,7 @@ def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> S
         _check_stored_text(name, "document name")
     syntax: Syntax = "markdown" if _HEADING.search(text) else "plain"
     doc = SourceDoc(source="", text=text, syntax=syntax, metadata={})
-    doc.source = name or f"text:{doc.content_hash[:16]}"
+    doc.source = name or f"text:{content_hash(text)[:16]}"
     doc.metadata = {**metadata, "source": doc.source}
     return doc
 
