@@ -16,17 +16,33 @@ from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.conversation import instruction as instruction_message
 from arcana_loop.graph.state import Coverage
 
-FULL_SUPPORT = 0.999
-"""A score at or above this (with no ``min_support``) counts as fully supported."""
 MAX_LISTED_CLAIMS = 10
 
 
 def coverage_of(grounding: Mapping[str, Any] | None, min_support: float | None) -> Coverage | None:
-    """Return ``supported``, ``partially_supported`` or ``unsupported`` for a grounding result."""
+    """Return ``supported``, ``partially_supported`` or ``unsupported`` for a grounding result.
+
+    The label agrees with the claims it sums up: every claim supported gives
+    ``supported``, none ``unsupported``, a mix ``partially_supported``. With
+    ``min_support`` set, an answer scored below it is never ``supported`` (it is the
+    bar the repair step holds answers to). A result without claims falls back to its
+    score: 0 is ``unsupported``, anything else ``partially_supported`` unless it
+    reaches ``min_support``.
+    """
     if grounding is None:
         return None
     score = float(grounding.get("score", 0.0))
-    if score >= (min_support if min_support is not None else FULL_SUPPORT):
+    verdicts = [
+        c.get("verdict") == "supported"
+        for c in grounding.get("claims") or []
+        if isinstance(c, Mapping)
+    ]
+    below_bar = min_support is not None and score < min_support
+    if verdicts:
+        if all(verdicts) and not below_bar:
+            return "supported"
+        return "partially_supported" if any(verdicts) else "unsupported"
+    if min_support is not None and not below_bar:
         return "supported"
     return "partially_supported" if score > 0 else "unsupported"
 

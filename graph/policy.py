@@ -2,8 +2,8 @@
 
 A small model asked a factual question often answers from its own memory without
 searching; a loop that accepts that is no retrieval engine. With ``require_search``
-``"on"``, an ``answer`` call or a plain-text reply that comes before any search goes
-back to the controller once with a note to search first; if the model answers again
+``"on"``, an ``answer`` call or a plain-text reply that comes before any evidence tool
+(``search`` or a custom tool) goes back to the controller once with a note to search first; if the model answers again
 without searching, that answer is taken (the result's ``grounded_in_chunks`` then says
 it rests on no chunk). ``"auto"`` (the default) does the same unless the question is
 small talk (a greeting, thanks, "who are you"), which needs no search; ``"off"``
@@ -18,7 +18,7 @@ from typing import Any
 
 from arcana_loop.graph.budget import turn_limit
 from arcana_loop.graph.context import LoopContext
-from arcana_loop.tools.schemas import SEARCH
+from arcana_loop.tools.schemas import CONTROL_TOOL_NAMES, SEARCH, SYNTHESIS
 
 _GREETING = r"(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))(?: there| all| everyone| you)?"
 _THANKS = r"(?:thanks|thank you|thx|ty|cheers|many thanks)(?: (?:a lot|so much|very much|again))?(?: for (?:your|the|all the) help)?"
@@ -26,6 +26,7 @@ _IDENTITY = r"(?:who|what) are you|what(?: is|s) your name|how are you(?: doing)
 _FAREWELL = r"(?:bye|goodbye|see you|ok(?:ay)?|great|cool|nice)"
 _SMALL_TALK = re.compile(rf"(?:(?:{_GREETING}|{_THANKS}|{_IDENTITY}|{_FAREWELL})\s*)+")
 _NOT_WORDS = re.compile(r"[^\w\s']+")
+_GATHERS_NOTHING = frozenset({*CONTROL_TOOL_NAMES, SYNTHESIS})
 MAX_SMALL_TALK_WORDS = 12
 """A longer question is never small talk, whatever it starts with."""
 
@@ -52,9 +53,14 @@ def search_required(ctx: LoopContext, question: str) -> bool:
             return not is_small_talk(question)
 
 
-def has_searched(history: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the controller has called ``search`` in this run (a failed or repeated search counts: it tried)."""
-    return any(entry["tool"] == SEARCH for entry in history)
+def has_gathered(history: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the controller has called an evidence tool in this run: ``search`` or a custom one.
+
+    Only ``answer``, ``give_up`` and the synthesis step gather nothing; a custom
+    tool (a ``web_search``, a database lookup) brings evidence as a search does. A
+    failed or repeated call counts: it tried.
+    """
+    return any(entry["tool"] not in _GATHERS_NOTHING for entry in history)
 
 
 def should_send_back(
@@ -69,7 +75,7 @@ def should_send_back(
     return (
         SEARCH in offered
         and not state.get("search_nudged")
-        and not has_searched(state.get("tool_history") or [])
+        and not has_gathered(state.get("tool_history") or [])
         and turn_limit(state, ctx) - turns_used >= 2
         and search_required(ctx, state["question"])
     )

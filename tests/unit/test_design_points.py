@@ -407,6 +407,29 @@ def test_without_a_search_tool_nothing_is_sent_back():
     assert result.terminated_by == "answered" and result.iterations == 1
 
 
+@pytest.mark.usefixtures("default_policy")
+def test_an_answer_after_a_custom_evidence_tool_is_not_sent_back():
+    model = scripted(calls(tool_call("web_lookup", query="asyncio")), answer("from the web"))
+    result = run(
+        "What is asyncio?",
+        controller_llm=model,
+        tools=[*default_tools(), web_lookup],
+        search_fn=ScriptedSearch(),
+    )
+    assert result.terminated_by == "answered" and result.answer == "from the web"
+    assert result.iterations == 2 and len(model.calls) == 2  # no note to search first
+
+
+@pytest.mark.usefixtures("default_policy")
+def test_an_answer_before_any_evidence_tool_is_still_sent_back_once():
+    model = scripted(answer("from memory"), answer("after the note"))
+    result = run("What is asyncio?", controller_llm=model, search_fn=ScriptedSearch())
+    assert result.answer == "after the note" and result.iterations == 2
+    assert result.tool_history[0]["tool"] == "answer" and SEARCH_FIRST.startswith(
+        result.tool_history[0]["summary"][:20]
+    )
+
+
 # --- 8. a give-up is not grounded ------------------------------------------------------------
 
 
