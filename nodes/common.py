@@ -15,7 +15,7 @@ from arcana_loop.graph import prompts
 from arcana_loop.graph.budget import budget_section
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.tools.schemas import ToolSchema, controller_tools, tool_name
+from arcana_loop.tools.schemas import ANSWER, GIVE_UP, ToolSchema, controller_tools, tool_name
 from arcana_loop.tools.scoping import Scope, normalize_scope
 
 logger = logging.getLogger("arcana_loop")
@@ -83,11 +83,30 @@ def render_system_prompt(
     if scope.kind == "pick":
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
+    offered = offered_tools(deps, scope, ctx)
+    names = {tool_name(schema) for schema in offered}
     return prompts.SYSTEM_PROMPT.format(
+        tool_guidance=tool_guidance(offered),
         collections_section=section,
+        last_step=prompts.GIVE_UP_STEP if GIVE_UP in names else prompts.NO_GIVE_UP_STEP,
+        output_how=prompts.ANSWER_TOOL_OUTPUT if ANSWER in names else prompts.PLAIN_OUTPUT,
         max_iterations=ctx.max_iterations,
         budget_section=budget_section(state, ctx),
     )
+
+
+def tool_guidance(offered: Sequence[ToolSchema]) -> str:
+    """The system prompt's tool list: one line per tool actually offered, in the order offered."""
+    lines = []
+    for schema in offered:
+        name = tool_name(schema)
+        if name in prompts.TOOL_GUIDANCE:
+            lines.append(prompts.TOOL_GUIDANCE[name])
+        else:
+            described = str(schema["function"].get("description") or "").strip()
+            first_line = described.splitlines()[0] if described else "a tool you may call"
+            lines.append(prompts.CUSTOM_TOOL_GUIDANCE.format(name=name, description=first_line))
+    return "\n".join(lines)
 
 
 def render_instruction(

@@ -63,6 +63,42 @@ def test_a_list_holding_default_tools_is_the_whole_toolset():
     assert result.terminated_by == "answered" and result.answer == "done"
 
 
+def _system_prompt(model: ScriptedChatModel) -> str:
+    first = model.calls[0]["messages"][0]
+    assert isinstance(first, SystemMessage)
+    return str(first.content)
+
+
+def test_the_system_prompt_names_only_the_tools_offered():
+    without_give_up = [t for t in default_tools() if t.name != "give_up"]
+    model = scripted(answer("done"))
+    run(
+        "Q?", controller_llm=model, tools=[*without_give_up, web_lookup], search_fn=ScriptedSearch()
+    )
+    prompt = _system_prompt(model)
+    assert "give_up" not in prompt and "give up" not in prompt
+    assert "- `web_lookup`: Look something up on the web." in prompt
+    assert "- `search`:" in prompt and "Call `answer`" in prompt
+    assert prompt.index("`search`") < prompt.index("`answer`") < prompt.index("`web_lookup`")
+
+
+def test_the_default_system_prompt_names_the_three_default_tools():
+    model = scripted(answer("done"))
+    run("Q?", controller_llm=model, search_fn=ScriptedSearch())
+    prompt = _system_prompt(model)
+    for name in ("search", "answer", "give_up"):
+        assert f"- `{name}`:" in prompt
+    assert "give up and say what is missing" in prompt
+
+
+def test_without_answer_offered_the_prompt_asks_for_a_plain_reply():
+    only_search = [t for t in default_tools() if t.name == "search"]
+    model = scripted("a plain reply")
+    run("Q?", controller_llm=model, tools=only_search, search_fn=ScriptedSearch())
+    prompt = _system_prompt(model)
+    assert "`answer`" not in prompt and "Reply with a complete" in prompt
+
+
 def test_the_toolset_keeps_the_order_it_is_given():
     model = scripted(answer("x"))
     run(
