@@ -84,12 +84,12 @@ def render_system_prompt(
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
     offered = offered_tools(deps, scope, ctx)
-    names = {tool_name(schema) for schema in offered}
+    offered_names = {tool_name(schema) for schema in offered}
     return prompts.SYSTEM_PROMPT.format(
         tool_guidance=tool_guidance(offered),
         collections_section=section,
-        last_step=prompts.GIVE_UP_STEP if GIVE_UP in names else prompts.NO_GIVE_UP_STEP,
-        output_how=prompts.ANSWER_TOOL_OUTPUT if ANSWER in names else prompts.PLAIN_OUTPUT,
+        last_step=prompts.GIVE_UP_STEP if GIVE_UP in offered_names else prompts.NO_GIVE_UP_STEP,
+        output_how=prompts.ANSWER_TOOL_OUTPUT if ANSWER in offered_names else prompts.PLAIN_OUTPUT,
         max_iterations=ctx.max_iterations,
         budget_section=budget_section(state, ctx),
     )
