@@ -17,7 +17,8 @@ from langchain_core.tools import BaseTool
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.models import ModelCaller, cached_model
 from arcana_loop.tools.execute import SearchFn
-from arcana_loop.tools.schemas import Toolset
+from arcana_loop.tools.schemas import SEARCH, Toolset
+from arcana_loop.tools.scoping import Scope
 
 PromptFn = Callable[[dict[str, Any]], str]
 SynthesizerFn = Callable[[list[Any], dict[str, Any]], Any]
@@ -72,6 +73,23 @@ class LoopDeps:
         """Whether a grounder is configured."""
         return self.grounder is not None or ctx.grounder is not None
 
+    def unsearchable(self, scope: Scope) -> str | None:
+        """Why the default knowledge base has nothing to search in `scope`, or `None`.
+
+        Only the knowledge base's own search is checked (a `search_fn` or a custom
+        ``search`` tool knows its own data); a database that cannot be reached is
+        left for the search to report.
+        """
+        if self.search_fn is not None or SEARCH in self.custom_tools:
+            return None
+        from arcana_loop import knowledge
+
+        try:
+            chunks = {c.name: c.chunks for c in knowledge.default_knowledge_base().collections()}
+        except Exception:  # reported by the first search, with its own message
+            return None
+        return unsearchable_reason(scope, chunks)
+
     def search(self) -> SearchFn:
         """Return the search function (sync or ``async def``); the knowledge base's by default."""
         if self.search_fn is not None:
@@ -79,3 +97,32 @@ class LoopDeps:
         from arcana_loop import knowledge
 
         return knowledge.search
+
+
+EMPTY_KNOWLEDGE_BASE = (
+    "the knowledge base is empty: no collection holds a document yet. Ingest some first, "
+    "e.g. `arcana-loop ingest PATH --collection NAME`."
+)
+NO_SUCH_COLLECTION = (
+    "there is no collection named {names} in the knowledge base (it holds {known}). "
+    "Ingest into it with `arcana-loop ingest PATH --collection {first}`, or ask another collection."
+)
+EMPTY_COLLECTION = (
+    "collection {names} holds no document yet. Ingest some with "
+    "`arcana-loop ingest PATH --collection {first}`."
+)
+
+
+def unsearchable_reason(scope: Scope, chunks: Mapping[str, int]) -> str | None:
+    """Why a scope finds nothing, given each stored collection's chunk count; `None` if it can."""
+    if not any(chunks.values()):
+        return EMPTY_KNOWLEDGE_BASE
+    if scope.kind == "all" or any(chunks.get(name) for name in scope.names):
+        return None
+    missing = [name for name in scope.names if name not in chunks]
+    names = " or ".join(repr(n) for n in (missing or scope.names))
+    first = (missing or list(scope.names))[0]
+    if missing:
+        known = ", ".join(repr(n) for n in sorted(chunks))
+        return NO_SUCH_COLLECTION.format(names=names, known=known, first=first)
+    return EMPTY_COLLECTION.format(names=names, first=first)

@@ -34,6 +34,7 @@ from arcana_loop.nodes.common import (
 )
 from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.tools.execute import (
+    GIVE_UP_ANSWER,
     KEPT_ARGUMENT_CHARS,
     REFUSED_MARK,
     kept_arguments,
@@ -213,6 +214,9 @@ def _prepare(
     if stop is not None:
         return {"terminated_by": "max_iterations", "budget_stop": stop}
     tools = offered_tools(deps, scope_of(state), ctx)
+    if opening and (reason := deps.unsearchable(scope_of(state))) is not None:
+        # before any model call: a question about nothing stored is no question for a model
+        return {"terminated_by": "gave_up", "answer": GIVE_UP_ANSWER.format(reason=reason)}
     opts = loop_opts(ctx, state, tools, "controller")
     if opening:
         emit(runtime, start_event(state, ctx, len(tools)))

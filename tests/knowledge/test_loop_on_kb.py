@@ -56,3 +56,30 @@ async def test_locked_scope_never_returns_other_collections_async(kb):
     )
     result = await arun("Q?", controller_llm=model, search_fn=kb.asearch, collection="asyncio")
     assert all(c["collection"] == "asyncio" for c in result.chunks)
+
+
+def test_run_on_a_missing_collection_of_the_default_knowledge_base_gives_up_unasked(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arcana_loop import knowledge
+    from arcana_loop.graph import run
+    from tests.fakes import scripted
+    from tests.fixtures.postgres import temporary_collection
+
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setattr(knowledge, "_default", None)
+    model = scripted("never asked")
+    docs = [("A zorblat is a harbour crane.", {})]
+    try:
+        with temporary_collection(pg_url, "loop-known", docs) as known:
+            result = run(
+                "What is a zorblat?", collection="no-such-collection", controller_llm=model
+            )
+            held = run("What is a zorblat?", collection=known, controller_llm=scripted("x", "x"))
+    finally:
+        if knowledge._default is not None:
+            knowledge._default.close()
+    assert result.terminated_by == "gave_up" and model.calls == []
+    assert "no collection named 'no-such-collection'" in (result.answer or "")
+    assert f"'{known}'" in (result.answer or "")
+    assert held.terminated_by == "answered"  # a stored collection is asked as before

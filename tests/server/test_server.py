@@ -350,3 +350,21 @@ def test_unknown_context_keys_are_dropped_by_the_server(
     state: Any = client.threads.get_state(thread_id)
     assert state["values"]["options"]["max_iterations"] == 10
     assert "max_iteration" not in state["values"]["options"]
+
+
+def test_a_missing_collection_gives_up_before_any_model_call(
+    server: LangGraphServer, collection: str
+) -> None:
+    assert server.openai is not None
+    sent_before = len(server.openai.requests)
+    result: Any = server.sync_client().runs.wait(
+        None,
+        server.graph_id,
+        input={"question": TIMEOUT_QUESTION, "collection": "no-such-collection"},
+        context={"controller_model": "openai:gpt-4o-mini"},
+    )
+    assert result["terminated_by"] == "gave_up", result
+    assert "no collection named 'no-such-collection'" in result["answer"]
+    assert f"'{collection}'" in result["answer"]  # the collections it does hold
+    assert "arcana-loop ingest PATH --collection no-such-collection" in result["answer"]
+    assert len(server.openai.requests) == sent_before  # no model was asked
