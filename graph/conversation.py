@@ -86,20 +86,6 @@ NO_ANSWER = {
 }
 
 
-def content_text(content: Any) -> str:
-    """Return the text of a message's content: a string, or text content blocks joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            p if isinstance(p, str) else p.get("text", "")
-            for p in content
-            if isinstance(p, str | dict)
-        ]
-        return "".join(str(p) for p in parts if isinstance(p, str))
-    return ""
-
-
 def instruction(text: str) -> HumanMessage:
     """Return an answer-writing instruction as a human turn the chat clients hide."""
     return HumanMessage(content=text, id=f"{INSTRUCTION_ID_PREFIX}{uuid.uuid4()}")
@@ -151,9 +137,9 @@ def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
     asked = [m for m in messages[start:] if is_user_turn(m)]
     if asked:  # a chat client's message: it is in the conversation already
         message = asked[-1]
-        return NewQuestion(content_text(message.content), str(message.id), None, index)
+        return NewQuestion(message.text, str(message.id), None, index)
     question = state.get("question")
-    current = content_text(messages[opening].content) if opening is not None else None
+    current = messages[opening].text if opening is not None else None
     if opening is not None and state.get("terminated_by") is None and question == current:
         return None  # an interrupted question, asked again: carry on
     if not isinstance(question, str):
@@ -337,11 +323,11 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
 def message_text(message: BaseMessage) -> str:
     """A message's text: its content's, and its tool calls' arguments (what a model is sent of it)."""
     calls = getattr(message, "tool_calls", None) or []
-    return content_text(message.content) + "".join(str(c.get("args")) for c in calls)
+    return message.text + "".join(str(c.get("args")) for c in calls)
 
 
 def _bounded(message: AnyMessage) -> AnyMessage:
-    text = content_text(message.content)
+    text = message.text
     if len(text) <= MAX_SENT_MESSAGE_CHARS and (
         isinstance(message.content, str) or len(str(message.content)) <= 2 * MAX_SENT_MESSAGE_CHARS
     ):
@@ -391,7 +377,7 @@ def _withheld(message: AIMessage) -> AIMessage:
         else call
         for call in message.tool_calls
     ]
-    content = OUT_OF_SCOPE_ANSWER if content_text(message.content).strip() else message.content
+    content = OUT_OF_SCOPE_ANSWER if message.text.strip() else message.content
     return message.model_copy(update={"content": content, "tool_calls": calls})
 
 
@@ -410,7 +396,7 @@ def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
     if (
         isinstance(last, AIMessage)
         and not (last.tool_calls or last.invalid_tool_calls)
-        and content_text(last.content) == text
+        and last.text == text
     ):
         return None if last.name == ANSWER_NAME else last.model_copy(update={"name": ANSWER_NAME})
     return AIMessage(content=text, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")

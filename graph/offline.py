@@ -199,12 +199,12 @@ def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
     The question is the last human message that is the user's (not one of the loop's
     own instructions); the position is that message's, so only later results count.
     """
-    from arcana_loop.graph.conversation import content_text, is_user_turn
+    from arcana_loop.graph.conversation import is_user_turn
 
     question, position, earlier = "", 0, ""
     for index, message in enumerate(messages):
         if is_user_turn(message):
-            text = content_text(message.content)
+            text = message.text
             question, position, earlier = (
                 with_subject(text, earlier),
                 index,

@@ -24,7 +24,6 @@ from arcana_loop.graph.text import describe_error
 from arcana_loop.nodes.common import (
     logger,
     loop_opts,
-    message_text,
     render_instruction,
     scope_of,
     system_message,
@@ -64,7 +63,7 @@ def _rewritten(instruction: HumanMessage, reply: AIMessage | BaseException) -> A
     if isinstance(reply, BaseException):
         logger.warning("answer model failed, keeping the draft: %s", describe_error(reply))
         return {}
-    text = message_text(reply.content).strip()
+    text = reply.text.strip()
     if not text:
         logger.warning("answer model returned no text, keeping the draft")
         return {}

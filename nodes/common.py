@@ -138,17 +138,3 @@ def system_message(
 def emit(runtime: Runtime[LoopContext], event: dict[str, Any]) -> None:
     """Send a live event to ``stream_mode="custom"`` listeners (a no-op when nobody listens)."""
     runtime.stream_writer(event)
-
-
-def message_text(content: Any) -> str:
-    """Return the text of a message's content, whether a string or a list of parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            p if isinstance(p, str) else p.get("text", "")
-            for p in content
-            if isinstance(p, str | dict)
-        ]
-        return "".join(str(p) for p in parts)
-    return ""

@@ -27,7 +27,6 @@ from arcana_loop.graph.text import check_question, describe_error
 from arcana_loop.nodes.common import (
     emit,
     loop_opts,
-    message_text,
     offered_tools,
     scope_of,
     system_message,
@@ -231,7 +230,7 @@ def _prepare(
     system = system_message(deps, ctx, state, opts)
     if sent_back_last_turn(state):
         # a note in the system prompt, not a forged user turn: the conversation stays the user's
-        system = SystemMessage(content=message_text(system.content) + prompts.SEARCH_FIRST_NOTE)
+        system = SystemMessage(content=system.text + prompts.SEARCH_FIRST_NOTE)
     sent: list[BaseMessage] = [
         system,
         *compact_earlier(
@@ -258,7 +257,7 @@ def _finish(
         "usage": usage_of("controller", reply),
     }
     if not (reply.tool_calls or reply.invalid_tool_calls):
-        text = message_text(reply.content)
+        text = reply.text
         if not text.strip():  # an empty reply is no answer, and "answered" would hide the failure
             update["terminated_by"] = "error"
             update["error"] = EMPTY_REPLY

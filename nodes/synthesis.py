@@ -24,7 +24,6 @@ from arcana_loop.nodes.common import (
     emit,
     logger,
     loop_opts,
-    message_text,
     render_instruction,
     scope_of,
     system_message,
@@ -82,7 +81,7 @@ def _written(
         failed: SynthesisUpdate = {"error": SYNTHESIS_FAILED.format(reason=describe_error(text))}
         logger.warning("%s", failed["error"])
         return failed
-    written = (message_text(text.content) if isinstance(text, AIMessage) else text) or ""
+    written = (text.text if isinstance(text, AIMessage) else text) or ""
     if not (isinstance(written, str) and written.strip()):
         logger.warning("%s", SYNTHESIS_EMPTY)
         return {"error": SYNTHESIS_EMPTY}

@@ -156,12 +156,18 @@ def test_usage_and_budgets_are_per_question_and_summed_for_the_thread() -> None:
 def test_a_failed_question_is_never_returned_for_the_next_one() -> None:
     model = ScriptedChatModel(responses=[RuntimeError("rate limited"), answer("fine now")])
     saver = InMemorySaver()
-    first = run("Q1?", controller_llm=model, checkpointer=saver)
+    first = run("Q1?", controller_llm=model, checkpointer=saver, search_fn=ScriptedSearch())
     assert first.terminated_by == "error"
     assert first.messages[-1].content.startswith(
         "The run failed before an answer: RuntimeError: rate limited"
     )
-    second = run("Q2?", controller_llm=model, checkpointer=saver, thread_id=first.thread_id)
+    second = run(
+        "Q2?",
+        controller_llm=model,
+        checkpointer=saver,
+        thread_id=first.thread_id,
+        search_fn=ScriptedSearch(),
+    )
     assert (second.answer, second.terminated_by, second.error) == ("fine now", "answered", None)
 
 
@@ -313,8 +319,11 @@ def test_an_input_without_question_or_human_message_is_refused_before_any_model_
 async def test_arun_continues_a_conversation_too() -> None:
     model = ScriptedChatModel(responses=[answer("first"), answer("second")])
     saver = InMemorySaver()
-    first = await arun("Q1?", controller_llm=model, checkpointer=saver)
-    second = await arun("Q2?", controller_llm=model, checkpointer=saver, thread_id=first.thread_id)
+    found = ScriptedSearch()
+    first = await arun("Q1?", controller_llm=model, checkpointer=saver, search_fn=found)
+    second = await arun(
+        "Q2?", controller_llm=model, checkpointer=saver, thread_id=first.thread_id, search_fn=found
+    )
     assert (second.question, second.answer, second.question_index) == ("Q2?", "second", 1)
     assert model.calls[1]["messages"][-1].content == "Q2?"
 

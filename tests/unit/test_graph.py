@@ -11,6 +11,7 @@ import pytest
 from arcana_loop.graph import arun, build_graph, make_deps, run
 from arcana_loop.graph.build import graph as served_graph
 from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.deps import LoopDeps
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 from tests.unit.test_loop import assert_every_call_answered
 
@@ -185,6 +186,13 @@ async def test_async_path_runs_sync_search_functions_off_the_event_loop():
     assert loop_threads == [False]
 
 
+@pytest.fixture
+def knowledge_base_holds_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The served graph's default knowledge base, taken as searchable (these tests are about models)."""
+    monkeypatch.setattr(LoopDeps, "unsearchable", lambda self, scope: None)
+
+
+@pytest.mark.usefixtures("knowledge_base_holds_documents")
 def test_served_graph_reads_models_from_the_context(monkeypatch):
     from arcana_loop.graph import models
 
@@ -215,6 +223,7 @@ def test_served_graph_reads_models_from_the_context(monkeypatch):
     )  # chat clients read the answer from the messages
 
 
+@pytest.mark.usefixtures("knowledge_base_holds_documents")
 def test_served_graph_with_a_bad_model_name_ends_as_error():
     out = served_graph.invoke(
         {"question": "Q?"}, context=LoopContext(controller_model="nosuchprovider:x")

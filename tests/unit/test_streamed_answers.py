@@ -94,7 +94,9 @@ def test_the_answer_tools_text_arrives_as_one_final_assistant_message() -> None:
 
 def test_a_plain_text_reply_streams_under_the_controller_tag_and_is_the_answer() -> None:
     controller = StreamingModel(messages=_replies("Use asyncio.wait_for."))
-    compiled = build_graph(make_deps(controller_llm=controller)).compile()
+    compiled = build_graph(
+        make_deps(controller_llm=controller, search_fn=ScriptedSearch())
+    ).compile()
     events, values = _stream(compiled)
     tokens = [
         m
