@@ -252,33 +252,22 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
             )
 
 
-def cited_chunks(answer: str | None, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The chunks whose id the answer mentions, in the order it first mentions them."""
-    if not answer:
-        return []
-    found = [(answer.find(c["id"]), c) for c in chunks if c.get("id") and c["id"] in answer]
-    unique = {c["id"]: (pos, c) for pos, c in sorted(found, key=lambda item: item[0], reverse=True)}
-    return [c for _, c in sorted(unique.values(), key=lambda item: item[0])]
-
-
 def print_sources(result: Any) -> None:
-    """Where the answer comes from: each cited chunk's source file, section and pages."""
-    from arcana_loop.knowledge.sections import page_label
-
-    cited = cited_chunks(result.answer, result.chunks)
+    """Where the answer comes from: each cited chunk's title, source file, section and pages."""
     if not result.answer:
         return
     out.rule("Sources")
-    if not cited:
+    if not result.sources:
         out.print("[dim](the answer cites no chunk)[/]")
-    for chunk in cited:
-        meta = chunk.get("metadata") or {}
-        where = shown_path(str(meta.get("source") or chunk.get("collection") or "?"))
-        if meta.get("section"):
-            where += f" > {meta['section']}"
-        pages = page_label(meta)
+    for source in result.sources:
+        place = shown_path(source["source"] or source["collection"] or "?")
+        stem = Path(source["source"] or "").stem
+        where = place if source["title"] in (stem, place) else f"{source['title']} ({place})"
+        if source["section"]:
+            where += f" > {source['section']}"
+        pages = source["pages"]
         page = f" (page{'s' if pages and not pages.isdigit() else ''} {pages})" if pages else ""
-        out.print(f"[cyan]\\[{chunk['id']}][/] {shown(where)}{shown(page)}", highlight=False)
+        out.print(f"[cyan]\\[{source['chunk_id']}][/] {shown(where)}{shown(page)}", highlight=False)
 
 
 def print_result(result: Any) -> None:

@@ -53,6 +53,7 @@ from langchain_core.messages import (
 )
 
 from arcana_loop.graph.channels import USAGE_RESET, replacing
+from arcana_loop.graph.sources import answer_content, cited_sources
 from arcana_loop.graph.text import MAX_QUESTION_CHARS
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
 from arcana_loop.tools.schemas import ANSWER
@@ -304,6 +305,8 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
       is dropped: OpenAI-style APIs refuse the whole request over one.
     * A message longer than `MAX_SENT_MESSAGE_CHARS` is cut, saying so: a client can
       send any message in a conversation, and it would be re-sent every turn.
+    * An earlier answer that carries its citations (`graph.sources`) is sent as its
+      text: annotations are for people, and not every provider accepts them back.
     """
     called: set[str] = set()
     sent: list[AnyMessage] = []
@@ -314,6 +317,8 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
             called.update(
                 str(c.get("id")) for c in [*message.tool_calls, *message.invalid_tool_calls]
             )
+            if message.name == ANSWER_NAME and not isinstance(message.content, str):
+                message = message.model_copy(update={"content": message.text})
         elif isinstance(message, ToolMessage) and message.tool_call_id not in called:
             continue
         sent.append(_bounded(message))
@@ -388,9 +393,12 @@ def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
     error, the spent budget). Named `ANSWER_NAME`, so a client can tell it apart: a
     reply that already holds the answer (the controller's plain text, the answer model's
     or the synthesis' reply) is named under its own id, so it replaces itself and a
-    streaming client, which has its tokens under that id, gets no second copy.
+    streaming client, which has its tokens under that id, gets no second copy. An
+    answer that cites chunks carries them as citation annotations (`graph.sources`).
     """
     text = closing_text(view)
+    sources = cited_sources(view.get("answer"), view.get("chunks") or [])
+    content: str | list[Any] = answer_content(text, sources) if sources else text
     messages = view.get("messages") or []
     last = messages[-1] if messages else None
     if (
@@ -398,8 +406,10 @@ def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
         and not (last.tool_calls or last.invalid_tool_calls)
         and last.text == text
     ):
-        return None if last.name == ANSWER_NAME else last.model_copy(update={"name": ANSWER_NAME})
-    return AIMessage(content=text, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")
+        if last.name == ANSWER_NAME and last.content == content:
+            return None
+        return last.model_copy(update={"name": ANSWER_NAME, "content": content})
+    return AIMessage(content=content, name=ANSWER_NAME, id=f"{CLOSING_ID_PREFIX}{uuid.uuid4()}")
 
 
 def is_closing(message: BaseMessage) -> bool:

@@ -25,6 +25,7 @@ from arcana_loop.graph.checkpoints import (
 )
 from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
 from arcana_loop.graph.deps import ConfigurationError
+from arcana_loop.graph.sources import Source, cited_sources
 from arcana_loop.graph.state import (
     RESULT_KEYS,
     BudgetStop,
@@ -71,6 +72,8 @@ class LoopResult:
     """The 0-based number of this question in its thread's conversation."""
     thread_usage: dict[str, Any] = field(default_factory=dict)
     """``usage`` summed over every question of the thread (``usage`` is this question's)."""
+    sources: list[Source] = field(default_factory=list)
+    """The chunks the answer cites, in the order it first cites them (`graph.sources`)."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
@@ -93,6 +96,7 @@ class LoopResult:
             grounded_in_chunks=grounded_in_chunks(state),
             question_index=int(state.get("question_index") or 0),
             thread_usage=dict(state.get("thread_usage") or state.get("usage") or {}),
+            sources=cited_sources(state.get("answer"), state.get("chunks") or []),
         )
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:

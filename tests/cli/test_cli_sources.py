@@ -218,11 +218,14 @@ def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
     from types import SimpleNamespace
 
     from arcana_loop.cli.common import print_result
+    from arcana_loop.graph.sources import cited_sources
 
     cited = "f0bd5bed8714dae404f421df34688752"  # "[f0bd...]" parses as a Rich tag unless escaped
+    chunks = [{"id": cited, "text": "t", "metadata": {"source": "a.md"}}]
     result = SimpleNamespace(
         answer=f"Use wait_for [{cited}].",
-        chunks=[{"id": cited, "text": "t", "metadata": {"source": "a.md"}}],
+        chunks=chunks,
+        sources=cited_sources(f"Use wait_for [{cited}].", chunks),
         tool_history=[],
         terminated_by="answered",
         iterations=1,
