@@ -1,15 +1,21 @@
-"""Help that shows an on/off option as a flag: ``--json``, not ``--json <bool>``.
+"""The root command: flags shown as flags in help, and usage errors on one line.
 
 Typer's help prints every option's type, a flag's too (``<bool>``, even for
 ``--help``), which reads as if the flag took a value. The root command clears the
 type shown for every flag of the command tree, sub-apps included, when it first
 reads its parameters (before any help is printed).
+
+A usage error (an unknown option, a missing argument, a bad value) is one line on
+stderr and exit status 1, like every other error of the CLI, with a hint naming the
+command's ``--help``; Typer would draw a box and exit with 2.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import typer
 from typer.core import TyperGroup
 
 
@@ -24,6 +30,28 @@ class FlagHelpGroup(TyperGroup):
             _clear_flag_types(self, ctx)
             self._flags_cleared = True
         return super().get_params(ctx)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Run the CLI; a usage error is printed on one line and exits with status 1."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        from arcana_loop.cli.common import report
+
+        try:
+            status = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:
+            report("aborted.")
+            sys.exit(1)
+        except Exception as exc:
+            # Typer ships its own copy of click and exports only a few of its exception
+            # classes; a click error is known by what every one of them has
+            if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+                raise
+            context = getattr(exc, "ctx", None)
+            path = getattr(context, "command_path", None) or "arcana-loop"
+            report(str(exc.format_message()).rstrip("."), f"see {path} --help")
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
 
 
 def _clear_flag_types(command: Any, ctx: Any) -> None:

@@ -261,4 +261,4 @@ app.command("chat")(chat)
 app.add_typer(entities_app, name="entities")
 
 if __name__ == "__main__":
-    app()
+    app(prog_name="arcana-loop")  # `python -m` would otherwise name the module in usage and hints

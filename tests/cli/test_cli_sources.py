@@ -235,3 +235,26 @@ def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
     )
     print_result(result)
     assert f"Use wait_for [{cited}]." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "hint"),
+    [
+        (["ask", "--bogus", "x"], "Error: No such option: --bogus", "arcana-loop ask --help"),
+        (["ask"], "Error: Missing argument 'question'", "arcana-loop ask --help"),
+        (["nosuchcmd"], "Error: No such command 'nosuchcmd'", "arcana-loop --help"),
+        (
+            ["ask", "--max-iterations", "many", "q"],
+            "Error: Invalid value",
+            "arcana-loop ask --help",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_status_1(
+    args: list[str], message: str, hint: str
+) -> None:
+    done = cli(*args, env={**_base_env(), "COLUMNS": "80"})
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2 and lines[0].startswith(message), done.stderr
+    assert lines[1] == f"Hint: see {hint}" and "╭" not in done.stderr
