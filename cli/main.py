@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from arcana_loop.cli import threads
@@ -33,6 +34,7 @@ from arcana_loop.cli.common import (
     print_result,
     progress_bar,
     shown,
+    shown_path,
     step_note,
 )
 from arcana_loop.cli.entities import entities_app
@@ -222,6 +224,52 @@ def collections() -> None:
             str(info.dimension),
         )
     out.print(table)
+    if infos:
+        out.print("[dim]List a collection's documents with arcana-loop documents -c NAME[/]")
+
+
+@app.command()
+def documents(
+    collection: Annotated[
+        str | None, typer.Option("--collection", "-c", help="Only this collection's documents.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print every field of every document as JSON.")
+    ] = False,
+) -> None:
+    """List stored documents: source, chunks, size and when each was last written."""
+    from arcana_loop.knowledge.errors import CollectionNotFound
+
+    kb = knowledge_base()
+    try:
+        with database_errors("cannot list the documents"):
+            infos = kb.documents(collection)
+    except CollectionNotFound:
+        known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
+        fail(f"no collection named {collection!r}.", f"known collections: {known}")
+    if as_json:
+        print(
+            json.dumps([i.to_dict() for i in infos], ensure_ascii=False, indent=2)
+        )  # machine output
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    if collection is None:
+        table.add_column("collection", overflow="fold", max_width=16)
+    table.add_column("source", overflow="fold", ratio=1)
+    table.add_column("chunks", justify="right", no_wrap=True)
+    table.add_column("KB", justify="right", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    for info in infos:
+        table.add_row(
+            *([cell(info.collection)] if collection is None else []),
+            cell(shown_path(info.source)),
+            str(info.chunks),
+            f"{info.bytes / 1024:,.1f}",
+            info.updated_at.strftime("%Y-%m-%d %H:%M"),
+        )
+    out.print(table)
+    if not infos:
+        out.print("[dim](no documents)[/]")
 
 
 @app.command()

@@ -38,6 +38,7 @@ from arcana_loop.knowledge.types import (
     SEARCH_MODES,
     Chunk,
     CollectionInfo,
+    DocumentInfo,
     IngestResult,
     SearchMode,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "CollectionInfo",
     "CollectionNotFound",
     "DataDirectoryFull",
+    "DocumentInfo",
     "DatabaseUnavailable",
     "EmbeddingMismatch",
     "IngestError",

@@ -63,12 +63,14 @@ from arcana_loop.knowledge.schema import (
     ensure_entity_schema,
     ensure_schema,
 )
+from arcana_loop.knowledge.sections import document_title
 from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
 from arcana_loop.knowledge.steps import Steps, first, run_async, run_sync
 from arcana_loop.knowledge.types import (
     SEARCH_MODES,
     Chunk,
     CollectionInfo,
+    DocumentInfo,
     IngestResult,
     ProgressFn,
 )
@@ -327,6 +329,33 @@ class KnowledgeBase:
                 " FROM kb_collections k WHERE k.stored ORDER BY k.name"
             ).fetchall()
         return [CollectionInfo(r[0], int(r[1]), int(r[2]), r[3], int(r[4])) for r in rows]
+
+    def documents(self, collection: str | None = None) -> list[DocumentInfo]:
+        """List the stored documents, of one collection or of all, by collection and source.
+
+        Raises:
+            CollectionNotFound: if `collection` names no collection.
+        """
+        name = None if collection is None else normalize_collection_name(collection)
+        with self._server_errors(), self.pool().connection() as conn:
+            if name is not None and not conn.execute(_COLLECTION_EXISTS, (name,)).fetchone():
+                raise CollectionNotFound(f"no collection named {name!r}")
+            rows = conn.execute(_DOCUMENTS, {"name": name}).fetchall()
+        return [
+            DocumentInfo(
+                id=r[0],
+                collection=r[1],
+                source=r[2],
+                title=document_title(r[2], r[3] or {}),
+                chunks=int(r[4]),
+                bytes=int(r[5]),
+                content_hash=r[6],
+                ingested_at=r[7],
+                updated_at=r[8],
+                metadata=dict(r[3] or {}),
+            )
+            for r in rows
+        ]
 
     def delete_collection(self, name: str) -> None:
         """Delete a collection with its documents, chunks and embeddings.
@@ -848,6 +877,15 @@ class KnowledgeBase:
 _DELETE_BY_ID = (
     "WITH gone AS (DELETE FROM kb_documents WHERE id = %s RETURNING id, collection_id)"
     " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
+)
+_COLLECTION_EXISTS = "SELECT 1 FROM kb_collections WHERE name = %s AND stored"
+_DOCUMENTS = (
+    "SELECT d.id, k.name, d.source, d.metadata, count(c.id),"
+    " coalesce(sum(octet_length(c.text)), 0), d.content_hash, d.ingested_at, d.created_at"
+    " FROM kb_documents d JOIN kb_collections k ON k.id = d.collection_id"
+    " LEFT JOIN kb_chunks c ON c.document_id = d.id"
+    " WHERE k.stored AND (%(name)s::text IS NULL OR k.name = %(name)s)"
+    " GROUP BY d.id, k.name ORDER BY k.name, d.source"
 )
 _DELETE_BY_SOURCE = (
     "WITH gone AS (DELETE FROM kb_documents d USING kb_collections k"

@@ -71,6 +71,9 @@ _BASE_DDL = (
         UNIQUE (collection_id, source)
     )
     """,
+    # created_at is rewritten when a document is replaced; ingested_at keeps its first write
+    # (documents stored before this column existed get the time of the upgrade)
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS ingested_at timestamptz NOT NULL DEFAULT now()",
     """
     CREATE TABLE IF NOT EXISTS kb_chunks (
         id text PRIMARY KEY,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
@@ -86,6 +87,33 @@ class CollectionInfo:
     def to_dict(self) -> dict[str, Any]:
         """Return the fields as a dict."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """One stored document: where it came from, how big it is, when it was written."""
+
+    id: str
+    collection: str
+    source: str
+    """The source as stored: a file's absolute path, a text's name, a LangChain document's ``source``."""
+    title: str
+    chunks: int
+    bytes: int
+    """UTF-8 bytes of text its chunks hold."""
+    content_hash: str
+    ingested_at: datetime
+    """When the document was first stored."""
+    updated_at: datetime
+    """When its content was last written (equal to `ingested_at` until it is replaced)."""
+    metadata: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the fields as JSON-ready data (times in ISO 8601)."""
+        data = asdict(self)
+        data["ingested_at"] = self.ingested_at.isoformat()
+        data["updated_at"] = self.updated_at.isoformat()
+        return data
 
 
 def checked_dimension(dimension: int) -> int:

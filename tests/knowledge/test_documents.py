@@ -1,0 +1,70 @@
+"""The documents of a knowledge base, as a user lists them: through the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from arcana_loop.cli.main import app
+from arcana_loop.knowledge import CollectionNotFound, KnowledgeBase
+
+
+def test_documents_lists_each_with_its_size_and_times(kb: KnowledgeBase, tmp_path: Path) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text("# Guide\n\nBerth seven is twelve metres deep.\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The crane lifts forty tonnes.")
+    kb.ingest(tmp_path, collection="docs")
+    kb.ingest("Tides turn at six.", collection="other", name="tides")
+    first = {d.source: d for d in kb.documents("docs")}
+    assert set(first) == {str(guide.resolve()), str(notes.resolve())}
+    doc = first[str(guide.resolve())]
+    assert (doc.collection, doc.title, doc.chunks) == ("docs", "guide", 1)
+    assert doc.bytes == len(b"# Guide\n\nBerth seven is twelve metres deep.")
+    assert doc.ingested_at == doc.updated_at and len(doc.content_hash) == 64
+    guide.write_text("# Guide\n\nBerth seven is now fourteen metres deep.\n")
+    kb.ingest(tmp_path, collection="docs")
+    replaced = {d.source: d for d in kb.documents("docs")}[str(guide.resolve())]
+    assert replaced.ingested_at == doc.ingested_at < replaced.updated_at
+    assert replaced.content_hash != doc.content_hash
+    assert [(d.collection, d.source) for d in kb.documents()] == sorted(
+        [("docs", str(guide.resolve())), ("docs", str(notes.resolve())), ("other", "tides")]
+    )
+    assert (
+        json.loads(json.dumps([d.to_dict() for d in kb.documents("other")]))[0]["title"] == "tides"
+    )
+
+
+def test_documents_of_a_missing_collection_is_a_clear_error(kb: KnowledgeBase) -> None:
+    with pytest.raises(CollectionNotFound, match="no collection named 'nope'"):
+        kb.documents("nope")
+
+
+@pytest.mark.postgres
+def test_the_cli_lists_documents_in_80_columns_and_as_json(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("COLUMNS", "80")
+    base = KnowledgeBase(pg_url)
+    long_name = tmp_path / ("a-rather-long-directory-name-" * 3) / "harbor-capacity-guide.md"
+    long_name.parent.mkdir()
+    long_name.write_text("# Capacity\n\nBerth seven holds two ships.\n")
+    try:
+        base.ingest(long_name, collection="cli-docs")
+        runner = CliRunner()
+        listed = runner.invoke(app, ["documents", "-c", "cli-docs"])
+        assert listed.exit_code == 0, listed.output
+        assert all(len(line) <= 80 for line in listed.stdout.splitlines())
+        assert "harbor-capacity-guide.md" in listed.stdout.replace("\n", "").replace(" ", "")
+        as_json = runner.invoke(app, ["documents", "-c", "cli-docs", "--json"])
+        (entry,) = json.loads(as_json.stdout)
+        assert entry["source"] == str(long_name.resolve()) and entry["chunks"] == 1
+        missing = runner.invoke(app, ["documents", "-c", "nope"])
+        assert missing.exit_code == 1 and "no collection named 'nope'" in missing.stderr
+    finally:
+        base.delete_collection("cli-docs")
+        base.close()
