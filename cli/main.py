@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -274,30 +274,84 @@ def documents(
 
 @app.command()
 def delete(
-    collection: Annotated[
-        str, typer.Argument(help="Collection to delete (or the collection of --source).")
-    ],
-    source: Annotated[
-        str | None, typer.Option("--source", help="Delete only this document source.")
+    collection_argument: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[COLLECTION]", help="Collection to delete (or the collection of --source)."
+        ),
     ] = None,
+    collection_option: Annotated[
+        str | None, typer.Option("--collection", "-c", help="The same collection, as an option.")
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            help="Delete only these documents: a path as ingested (absolute, or relative to here"
+            " or to the ingested directory) or a glob such as 'guides/*.md'.",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be deleted, delete nothing.")
+    ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete a collection, or one document of it."""
+    """Delete a collection, or the documents of it that --source names."""
+    if collection_argument and collection_option and collection_argument != collection_option:
+        fail(
+            f"two collections given: {collection_argument!r} and {collection_option!r}.",
+            "give the collection once, as COLLECTION or -c NAME",
+        )
+    collection = collection_argument or collection_option
+    if collection is None:
+        fail("which collection?", "arcana-loop delete -c NAME [--source PATH_OR_GLOB]")
+    kb = knowledge_base()
+    if source is None:
+        _delete_collection(kb, collection, dry_run=dry_run, yes=yes)
+    else:
+        _delete_documents(kb, collection, source, dry_run=dry_run, yes=yes)
+
+
+def _delete_collection(kb: Any, collection: str, *, dry_run: bool, yes: bool) -> None:
     from arcana_loop.knowledge.errors import KnowledgeBaseError
 
-    kb = knowledge_base()
-    what = f"document {source!r} of {collection!r}" if source else f"collection {collection!r}"
+    what = f"collection {collection!r}"
+    if dry_run:
+        out.print(f"Would delete {shown(what)}.")
+        return
     if not yes and not typer.confirm(f"Delete {what}?"):
         raise typer.Exit(1)
     try:
         with database_errors(f"could not delete {what}"):
-            if source:
-                kb.delete_document(source=source, collection=collection)
-            else:
-                kb.delete_collection(collection)
+            kb.delete_collection(collection)
     except KnowledgeBaseError as exc:
         fail(str(exc), "list collections with arcana-loop collections")
     out.print(f"Deleted {shown(what)}.")
+
+
+def _delete_documents(kb: Any, collection: str, source: str, *, dry_run: bool, yes: bool) -> None:
+    from arcana_loop.knowledge.errors import KnowledgeBaseError
+
+    try:
+        with database_errors(f"could not delete {source!r} of {collection!r}"):
+            matches = kb.find_documents(source, collection=collection)
+    except KnowledgeBaseError as exc:
+        fail(str(exc), f"list the documents with arcana-loop documents -c {collection}")
+    names = [shown_path(d.source) for d in matches]
+    if dry_run or not yes:
+        out.print(f"{'Would delete' if dry_run else 'Deleting'} {len(names)} of {collection!r}:")
+        for name in names:
+            out.print(f"  {shown(name)}", highlight=False)
+    if dry_run:
+        return
+    if not yes and not typer.confirm(f"Delete {len(names)} document{'s' * (len(names) != 1)}?"):
+        raise typer.Exit(1)
+    with database_errors(f"could not delete {source!r} of {collection!r}"):
+        gone = kb.delete_documents(source, collection=collection)
+    if len(gone) == 1:
+        out.print(f"Deleted document {shown(repr(names[0]))} of {shown(repr(collection))}.")
+    else:
+        out.print(f"Deleted {len(gone)} documents of {shown(repr(collection))}.")
 
 
 threads.register(app)

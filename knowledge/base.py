@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import logging
 import math
 import numbers
@@ -11,7 +12,7 @@ import os
 import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -384,31 +385,97 @@ class KnowledgeBase:
         source: str | os.PathLike[str] | None = None,
         collection: str = "default",
     ) -> int:
-        """Delete one document by id, or by source within `collection`; return chunks removed.
+        """Delete one document by id, or by source within `collection`; return documents removed.
 
-        A path source is resolved the way ingest stored it (absolute path).
+        `source` is read as `find_documents` reads it; it must name exactly one
+        document (use `delete_documents` for a pattern).
 
         Raises:
             ValueError: unless exactly one of `document_id` and `source` is given.
-            KnowledgeBaseError: if no such document exists.
+            KnowledgeBaseError: if no document matches (the message names the closest
+                sources), or if `source` matches several.
         """
         if (document_id is None) == (source is None):
             raise ValueError("give exactly one of document_id= or source=")
-        collection = normalize_collection_name(collection)
-        with self.pool().connection() as conn:
-            if document_id is not None:
-                cur = conn.execute(_DELETE_BY_ID, (document_id,))
-            else:
-                stored = str(Path(source).resolve()) if isinstance(source, os.PathLike) else source
-                cur = conn.execute(
-                    _DELETE_BY_SOURCE, ([stored, _resolved(str(stored))], collection)
+        if source is not None:
+            matches = self.find_documents(source, collection=collection)
+            if len(matches) > 1:
+                raise KnowledgeBaseError(
+                    f"{os.fspath(source)!r} matches {len(matches)} documents of {collection!r}"
+                    f" ({', '.join(repr(d.source) for d in matches[:3])}...): name one, or"
+                    " use delete_documents for them all"
                 )
-            row = cur.fetchone()
+            document_id = matches[0].id
+        with self.pool().connection() as conn:
+            row = conn.execute(_DELETE_BY_ID, (document_id,)).fetchone()
             if row is not None and row[0]:
                 entity_store.after_chunks_removed(conn, row[1])
         if row is None or row[0] == 0:
-            raise KnowledgeBaseError(f"no document matching {document_id or source!r}")
+            raise KnowledgeBaseError(f"no document matching {document_id!r}")
         return int(row[0])
+
+    def delete_documents(
+        self, source: str | os.PathLike[str], *, collection: str = "default", dry_run: bool = False
+    ) -> list[DocumentInfo]:
+        """Delete every document of `collection` that `source` names (a glob may name many).
+
+        Returns:
+            The documents deleted, or with `dry_run` the ones that would be.
+
+        Raises:
+            KnowledgeBaseError: if none matches (the message names the closest sources).
+        """
+        matches = self.find_documents(source, collection=collection)
+        if dry_run:
+            return matches
+        with self.pool().connection() as conn, conn.transaction():
+            row = conn.execute(_DELETE_BY_IDS, ([d.id for d in matches],)).fetchone()
+            if row is not None and row[0]:
+                entity_store.after_chunks_removed(conn, row[1])
+        return matches
+
+    def find_documents(
+        self, source: str | os.PathLike[str], *, collection: str = "default"
+    ) -> list[DocumentInfo]:
+        """The documents of `collection` that `source` names, as a user would name them.
+
+        Tried in order: the source exactly as stored; a path resolved as ingest
+        resolves it (relative to the working directory, ``~`` expanded); a glob
+        (``guides/*.md``, matched from the right of the stored path, so relative to
+        any ingested directory); a path relative to an ingested directory
+        (``guides/setup.md`` names ``/home/me/docs/guides/setup.md``).
+
+        Raises:
+            CollectionNotFound: if `collection` names no collection.
+            KnowledgeBaseError: if nothing matches; the message names the closest sources.
+        """
+        text = os.fspath(source)
+        docs = self.documents(collection)
+        by_source = {d.source: d for d in docs}
+        for candidate in (text, _resolved(text)):
+            if candidate in by_source:
+                return [by_source[candidate]]
+        if _GLOB_CHARS.search(text):
+            found = [d for d in docs if PurePosixPath(d.source).match(text)]
+        else:
+            tail = "/" + PurePosixPath(text).as_posix().removeprefix("./")
+            found = [d for d in docs if d.source.endswith(tail)]
+        if found:
+            return found
+        names = {*(d.source for d in docs), *(PurePosixPath(d.source).name for d in docs)}
+        close = difflib.get_close_matches(text, sorted(names), n=3, cutoff=0.4)
+        closest = [
+            d.source
+            for name in close
+            for d in docs
+            if name in (d.source, PurePosixPath(d.source).name)
+        ]
+        hint = (
+            f"; closest: {', '.join(repr(c) for c in dict.fromkeys(closest))}"
+            if closest
+            else f"; it holds {len(docs)} documents (list them with documents())"
+        )
+        raise KnowledgeBaseError(f"no document of {collection!r} matching {text!r}{hint}")
 
     # -- ingest --------------------------------------------------------------------
 
@@ -878,6 +945,11 @@ _DELETE_BY_ID = (
     "WITH gone AS (DELETE FROM kb_documents WHERE id = %s RETURNING id, collection_id)"
     " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
+_DELETE_BY_IDS = (
+    "WITH gone AS (DELETE FROM kb_documents WHERE id = ANY(%s) RETURNING id, collection_id)"
+    " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
+)
+_GLOB_CHARS = re.compile(r"[*?\[]")
 _COLLECTION_EXISTS = "SELECT 1 FROM kb_collections WHERE name = %s AND stored"
 _DOCUMENTS = (
     "SELECT d.id, k.name, d.source, d.metadata, count(c.id),"
@@ -886,12 +958,6 @@ _DOCUMENTS = (
     " LEFT JOIN kb_chunks c ON c.document_id = d.id"
     " WHERE k.stored AND (%(name)s::text IS NULL OR k.name = %(name)s)"
     " GROUP BY d.id, k.name ORDER BY k.name, d.source"
-)
-_DELETE_BY_SOURCE = (
-    "WITH gone AS (DELETE FROM kb_documents d USING kb_collections k"
-    " WHERE k.id = d.collection_id AND d.source = ANY(%s) AND k.name = %s"
-    " RETURNING d.id, d.collection_id)"
-    " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
 
 

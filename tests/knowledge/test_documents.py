@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
-from arcana_loop.knowledge import CollectionNotFound, KnowledgeBase
+from arcana_loop.knowledge import CollectionNotFound, KnowledgeBase, KnowledgeBaseError
 
 
 def test_documents_lists_each_with_its_size_and_times(kb: KnowledgeBase, tmp_path: Path) -> None:
@@ -67,4 +67,86 @@ def test_the_cli_lists_documents_in_80_columns_and_as_json(
         assert missing.exit_code == 1 and "no collection named 'nope'" in missing.stderr
     finally:
         base.delete_collection("cli-docs")
+        base.close()
+
+
+def _folder(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "guides" / "setup.md").write_text("# Setup\n\nInstall the harbor agent.\n")
+    (docs / "guides" / "tuning.md").write_text("# Tuning\n\nRaise the berth limit.\n")
+    (docs / "capacity.txt").write_text("Berth seven holds two ships.")
+    return docs
+
+
+def test_a_document_is_named_as_the_user_names_it(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = _folder(tmp_path)
+    kb.ingest(docs, collection="harbor")
+    capacity = str((docs / "capacity.txt").resolve())
+    assert [d.source for d in kb.find_documents("capacity.txt", collection="harbor")] == [capacity]
+    assert [d.source for d in kb.find_documents(capacity, collection="harbor")] == [capacity]
+    monkeypatch.chdir(docs / "guides")
+    assert [d.source for d in kb.find_documents("../capacity.txt", collection="harbor")] == [
+        capacity
+    ]
+    glob = kb.find_documents("guides/*.md", collection="harbor")
+    assert sorted(Path(d.source).name for d in glob) == ["setup.md", "tuning.md"]
+
+
+def test_a_glob_deletes_what_a_dry_run_listed_and_nothing_else(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    docs = _folder(tmp_path)
+    kb.ingest(docs, collection="harbor")
+    kb.ingest(docs, collection="elsewhere")
+    planned = kb.delete_documents("guides/*.md", collection="harbor", dry_run=True)
+    assert len(planned) == 2 and len(kb.documents("harbor")) == 3  # a dry run deletes nothing
+    gone = kb.delete_documents("guides/*.md", collection="harbor")
+    assert {d.id for d in gone} == {d.id for d in planned}
+    assert [Path(d.source).name for d in kb.documents("harbor")] == ["capacity.txt"]
+    assert len(kb.documents("elsewhere")) == 3  # another collection is untouched
+    found = kb.search("raise the berth limit", collection="harbor", limit=10)
+    assert found and not any("Raise the berth limit" in c["text"] for c in found)
+
+
+def test_no_match_names_the_closest_sources_and_deletes_nothing(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    kb.ingest(_folder(tmp_path), collection="harbor")
+    with pytest.raises(
+        KnowledgeBaseError,
+        match=r"no document of 'harbor' matching 'capacty.txt'; closest: '.*capacity\.txt'",
+    ):
+        kb.delete_document(source="capacty.txt", collection="harbor")
+    with pytest.raises(KnowledgeBaseError, match="matches 2 documents"):
+        kb.delete_document(source="guides/*.md", collection="harbor")
+    assert len(kb.documents("harbor")) == 3
+
+
+@pytest.mark.postgres
+def test_the_cli_deletes_by_glob_after_a_dry_run(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    base = KnowledgeBase(pg_url)
+    docs = _folder(tmp_path)
+    try:
+        base.ingest(docs, collection="cli-del")
+        runner = CliRunner()
+        dry = runner.invoke(
+            app, ["delete", "-c", "cli-del", "--source", "guides/*.md", "--dry-run"]
+        )
+        assert dry.exit_code == 0 and "Would delete 2 of 'cli-del'" in dry.stdout
+        assert len(base.documents("cli-del")) == 3
+        done = runner.invoke(app, ["delete", "-c", "cli-del", "--source", "guides/*.md", "--yes"])
+        assert done.exit_code == 0 and "Deleted 2 documents of 'cli-del'" in done.stdout
+        missing = runner.invoke(
+            app, ["delete", "-c", "cli-del", "--source", "capacty.txt", "--yes"]
+        )
+        assert missing.exit_code == 1 and "closest:" in missing.stderr
+        assert "arcana-loop documents -c cli-del" in missing.stderr
+    finally:
+        base.delete_collection("cli-del")
         base.close()
