@@ -10,7 +10,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich import box
@@ -83,7 +83,7 @@ def report(message: str, hint: str | None = None) -> None:
         err.print(f"[dim]Hint: {shown(hint)}[/]", highlight=False)
 
 
-def fail(message: str, hint: str | None = None) -> None:
+def fail(message: str, hint: str | None = None) -> NoReturn:
     """Print one clear sentence (on one line) and an optional hint, then exit with status 1."""
     report(message, hint)
     raise typer.Exit(1)

@@ -31,14 +31,22 @@ class FlagHelpGroup(TyperGroup):
             self._flags_cleared = True
         return super().get_params(ctx)
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(  # type: ignore[override]  # the same parameters, by keyword
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         """Run the CLI; a usage error is printed on one line and exits with status 1."""
+        given: dict[str, Any] = {"args": args, "prog_name": prog_name, "complete_var": complete_var}
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(**given, standalone_mode=False, **kwargs)
         from arcana_loop.cli.common import report
 
         try:
-            status = super().main(*args, standalone_mode=False, **kwargs)
+            status = super().main(**given, standalone_mode=False, **kwargs)
         except typer.Abort:
             report("aborted.")
             sys.exit(1)

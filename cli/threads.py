@@ -121,7 +121,6 @@ def replay_command(
                 "replay needs a thread id or --record FILE.",
                 "arcana-loop replay THREAD_ID, or arcana-loop replay --record run.json",
             )
-            return
         else:
             steps = _steps(thread_id, checkpointer)
             start = from_checkpoint or steps[0].checkpoint_id
@@ -130,7 +129,6 @@ def replay_command(
             differences = []
     except ReplayError as exc:
         fail(str(exc), "list checkpoints with arcana-loop trace THREAD_ID")
-        return
     if as_json:
         print(
             json.dumps(
@@ -188,10 +186,8 @@ def record_command(
         written = record_of(thread_id, checkpointer, question=question).save(out_path)
     except ReplayError as exc:
         fail(str(exc), "record a thread once its run has ended")
-        return
     except OSError as exc:
         fail(f"cannot write {out_path} ({exc.strerror}).", "choose a writable path")
-        return
     out.print(
         f"Wrote {shown(written)}; replay it with arcana-loop replay --record {shown(written)}"
     )
