@@ -1,0 +1,36 @@
+"""The README's options table and `LoopContext` name the same options, defaults and variables."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from pathlib import Path
+
+from arcana_loop.graph.context import LoopContext
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+ROW = re.compile(r"^\| `(\w+)` \| `([^`]*)` \| `(ARCANA_LOOP_\w+)`")
+
+
+def _table() -> dict[str, tuple[str, str]]:
+    text = README.read_text()
+    start = text.index("| option | default | environment | meaning |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        match = ROW.match(line)
+        assert match is not None, f"an options row the table's layout does not fit: {line[:80]}"
+        rows[match.group(1)] = (match.group(2), match.group(3))
+    return rows
+
+
+def test_every_option_is_in_the_table_with_its_default_and_variable():
+    table = _table()
+    options = {f.name: f.metadata for f in fields(LoopContext)}
+    assert set(table) == set(options)
+    for name, meta in options.items():
+        default, env = table[name]
+        assert env == meta["env"], name
+        assert ast.literal_eval(default) == meta["documented_default"], name
