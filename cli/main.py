@@ -211,13 +211,20 @@ def ask(
 @app.command()
 def collections() -> None:
     """List collections with document and chunk counts and their embedding model."""
-    table = Table("name", "documents", "chunks", "embedding model", "dimension")
     kb = knowledge_base()
     with database_errors("cannot list the collections"):
         infos = kb.collections()
-    for info in infos:
+    # a name is what the user types next, so it is kept on one line; the model name folds
+    names = [cell(info.name) for info in infos]
+    table = Table(box=box.HEAVY_HEAD)
+    table.add_column("name", no_wrap=True, min_width=min(max(map(len, names), default=4), 40))
+    table.add_column("documents", justify="right")
+    table.add_column("chunks", justify="right")
+    table.add_column("embedding model", overflow="fold")
+    table.add_column("dimension", justify="right")
+    for info, name in zip(infos, names, strict=True):
         table.add_row(
-            cell(info.name),
+            name,
             str(info.documents),
             str(info.chunks),
             cell(info.embedding_model),

@@ -140,17 +140,21 @@ def test_a_stored_name_holding_an_escape_is_listed_escaped(
 ) -> None:
     # a name stored before names were checked (or written by another program)
     name = f"old{ESCAPE}{uuid.uuid4().hex[:6]}"
+    # a neighbour with a long model name crowds the table, as a busy knowledge base does
+    crowd = f"crowd-{uuid.uuid4().hex[:6]}"
     with kb.pool().connection() as conn:
-        conn.execute(
-            "INSERT INTO kb_collections (name, embedding_model, dimension) VALUES (%s, 'm', 4)",
-            (name,),
-        )
+        for stored, model in ((name, "m"), (crowd, "an/embedding-model-" + "x" * 50)):
+            conn.execute(
+                "INSERT INTO kb_collections (name, embedding_model, dimension) VALUES (%s, %s, 4)",
+                (stored, model),
+            )
     try:
         listed = runner.invoke(app, ["collections"])
         assert listed.exit_code == 0
         assert "\x1b" not in listed.stdout and "\x07" not in listed.stdout
         assert "old\\x1b[2J\\x1b]0;owned\\x07" in listed.stdout
     finally:
+        kb.delete_collection(crowd)
         kb.delete_collection(name)  # lookups still find it, so it can be removed
     assert name not in {c.name for c in kb.collections()}
 
