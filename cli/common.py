@@ -254,20 +254,20 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
 
 def print_sources(result: Any) -> None:
     """Where the answer comes from: each cited chunk's title, source file, section and pages."""
+    from arcana_loop.graph.sources import Source, source_place
+
     if not result.answer:
         return
     out.rule("Sources")
     if not result.sources:
         out.print("[dim](the answer cites no chunk)[/]")
     for source in result.sources:
-        place = shown_path(source["source"] or source["collection"] or "?")
-        stem = Path(source["source"] or "").stem
-        where = place if source["title"] in (stem, place) else f"{source['title']} ({place})"
-        if source["section"]:
-            where += f" > {source['section']}"
-        pages = source["pages"]
-        page = f" (page{'s' if pages and not pages.isdigit() else ''} {pages})" if pages else ""
-        out.print(f"[cyan]\\[{source['chunk_id']}][/] {shown(where)}{shown(page)}", highlight=False)
+        # a path under the working directory is shown relative to it, as the user typed it
+        place: Source = source.copy()
+        place["source"] = shown_path(source["source"]) if source["source"] else None
+        out.print(
+            f"[cyan]\\[{source['chunk_id']}][/] {shown(source_place(place))}", highlight=False
+        )
 
 
 def print_result(result: Any) -> None:

@@ -219,6 +219,13 @@ class LoopContext:
         bool,
         "Offer the controller an 'explore' tool over the knowledge graph (an entity's description, neighbours and community).",
     )
+    sources_footer: bool = _opt(
+        "sources_footer",
+        True,
+        bool,
+        "End the closing message with a plain-text list of the sources it cites, for clients that show "
+        "text only; run() and the CLI turn it off (they have LoopResult.sources).",
+    )
     require_search: RequireSearch = _opt(
         "require_search",
         "auto",
@@ -274,6 +281,7 @@ class LoopContext:
             "duplicate_guard",
             "show_chunks_once",
             "explore_tool",
+            "sources_footer",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")

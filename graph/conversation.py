@@ -53,7 +53,7 @@ from langchain_core.messages import (
 )
 
 from arcana_loop.graph.channels import USAGE_RESET, replacing
-from arcana_loop.graph.sources import answer_content, cited_sources
+from arcana_loop.graph.sources import answer_content, answer_text, cited_sources
 from arcana_loop.graph.text import MAX_QUESTION_CHARS
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
 from arcana_loop.tools.schemas import ANSWER
@@ -306,7 +306,8 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
     * A message longer than `MAX_SENT_MESSAGE_CHARS` is cut, saying so: a client can
       send any message in a conversation, and it would be re-sent every turn.
     * An earlier answer that carries its citations (`graph.sources`) is sent as its
-      text: annotations are for people, and not every provider accepts them back.
+      text alone: annotations and the sources list are for people, and not every
+      provider accepts annotations back.
     """
     called: set[str] = set()
     sent: list[AnyMessage] = []
@@ -318,7 +319,7 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
                 str(c.get("id")) for c in [*message.tool_calls, *message.invalid_tool_calls]
             )
             if message.name == ANSWER_NAME and not isinstance(message.content, str):
-                message = message.model_copy(update={"content": message.text})
+                message = message.model_copy(update={"content": answer_text(message.content)})
         elif isinstance(message, ToolMessage) and message.tool_call_id not in called:
             continue
         sent.append(_bounded(message))
@@ -386,7 +387,7 @@ def _withheld(message: AIMessage) -> AIMessage:
     return message.model_copy(update={"content": content, "tool_calls": calls})
 
 
-def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
+def closing_message(view: Mapping[str, Any], *, sources_footer: bool = False) -> AIMessage | None:
     """Return the assistant message that ends a question, or ``None`` when the conversation ends with it.
 
     The answer, when there is one; otherwise why there is none (a give-up's reason, the
@@ -394,17 +395,20 @@ def closing_message(view: Mapping[str, Any]) -> AIMessage | None:
     reply that already holds the answer (the controller's plain text, the answer model's
     or the synthesis' reply) is named under its own id, so it replaces itself and a
     streaming client, which has its tokens under that id, gets no second copy. An
-    answer that cites chunks carries them as citation annotations (`graph.sources`).
+    answer that cites chunks carries them as citation annotations (`graph.sources`),
+    and with ``sources_footer`` a plain-text list of them after the answer.
     """
     text = closing_text(view)
     sources = cited_sources(view.get("answer"), view.get("chunks") or [])
-    content: str | list[Any] = answer_content(text, sources) if sources else text
+    content: str | list[Any] = (
+        answer_content(text, sources, footer=sources_footer) if sources else text
+    )
     messages = view.get("messages") or []
     last = messages[-1] if messages else None
     if (
         isinstance(last, AIMessage)
         and not (last.tool_calls or last.invalid_tool_calls)
-        and last.text == text
+        and answer_text(last.content) == text
     ):
         if last.name == ANSWER_NAME and last.content == content:
             return None

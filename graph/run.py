@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -23,7 +24,7 @@ from arcana_loop.graph.checkpoints import (
     resolve_checkpointer,
     resolve_checkpointer_spec,
 )
-from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
+from arcana_loop.graph.context import CONTEXT_FIELDS, ENV_PREFIX, LoopContext
 from arcana_loop.graph.deps import ConfigurationError
 from arcana_loop.graph.sources import Source, cited_sources
 from arcana_loop.graph.state import (
@@ -321,6 +322,11 @@ def _checked_call(
         raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
     check_thread_id(thread_id)
     deps, context_options = split_options(options)
+    if "sources_footer" not in context_options and not os.environ.get(
+        ENV_PREFIX + "SOURCES_FOOTER"
+    ):
+        # the list is for clients that show text only; run()'s caller has LoopResult.sources
+        context_options["sources_footer"] = False
     return deps, _checked_context(question, collection, deps, context_options)
 
 

@@ -6,7 +6,11 @@ order the answer first cites it, with its document's title, source, section and
 pages. The closing message carries the same list as LangChain standard content: one
 text block whose ``annotations`` hold a ``citation`` per mention (its ``start_index``
 and ``end_index`` locate the id in the text), so a chat front end that reads standard
-content can show them; `LoopResult.sources` holds the list itself.
+content can show them; `LoopResult.sources` holds the list itself. For clients that
+show text only (most chat front ends join the text blocks and drop the rest), a
+second text block lists the sources in words (`sources_footer`); it is on for served
+runs (the ``sources_footer`` run option) and off for `run()`, whose caller has
+`LoopResult.sources`.
 """
 
 from __future__ import annotations
@@ -70,8 +74,39 @@ def cited_sources(answer: str | None, chunks: Sequence[Mapping[str, Any]]) -> li
     return sources
 
 
-def answer_content(text: str, sources: Sequence[Source]) -> list[dict[str, Any]]:
-    """The closing message's content: the answer as one text block with a citation per id it mentions."""
+SHOWN_ID_CHARS = 8
+"""How much of a chunk id the plain-text list shows: enough to find it in the answer."""
+FOOTER_HEADING = "Sources:"
+
+
+def source_place(source: Source) -> str:
+    """Where a source is, in words: its title (and file, when the title is not the file's name), section and pages."""
+    place = source["source"] or source["collection"] or "?"
+    name = place.rsplit("/", 1)[-1]
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    title = source["title"]
+    where = place if title in ("", stem, name, place) else f"{title} ({place})"
+    if source["section"]:
+        where += f" > {source['section']}"
+    pages = source["pages"]
+    if pages:
+        where += f" (page{'s' if not pages.isdigit() else ''} {pages})"
+    return where
+
+
+def sources_footer(sources: Sequence[Source]) -> str:
+    """The sources as plain text, one line each, keyed by the start of the id the answer cites."""
+    lines = [f"[{s['chunk_id'][:SHOWN_ID_CHARS]}] {source_place(s)}" for s in sources]
+    return "\n\n" + "\n".join([FOOTER_HEADING, *lines])
+
+
+def answer_content(
+    text: str, sources: Sequence[Source], *, footer: bool = False
+) -> list[dict[str, Any]]:
+    """The closing message's content: the answer as one text block with a citation per id it mentions.
+
+    With ``footer``, a second text block lists the sources for clients that show text only.
+    """
     annotations: list[dict[str, Any]] = []
     for source in sources:
         start = text.find(source["chunk_id"])
@@ -89,4 +124,19 @@ def answer_content(text: str, sources: Sequence[Source]) -> list[dict[str, Any]]
             annotations.append(citation)
             start = text.find(source["chunk_id"], start + 1)
     annotations.sort(key=lambda a: a["start_index"])
-    return [{"type": "text", "text": text, "annotations": annotations}]
+    content: list[dict[str, Any]] = [{"type": "text", "text": text, "annotations": annotations}]
+    if footer:
+        content.append({"type": "text", "text": sources_footer(sources)})
+    return content
+
+
+def answer_text(content: str | Sequence[Any]) -> str:
+    """The answer in a closing message's content: its first text block (the sources list follows it)."""
+    if isinstance(content, str):
+        return content
+    for block in content:
+        if isinstance(block, str):
+            return block
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            return str(block.get("text") or "")
+    return ""

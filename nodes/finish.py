@@ -34,7 +34,7 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     # once per question, not a write per step: a question that never finishes (its process
     # killed, and a new question asked) is left out of the thread's usage
     update: FinishUpdate = {"thread_usage": dict(state.get("usage") or {})}
-    closing = closing_message(state)
+    closing = closing_message(state, sources_footer=runtime.context.sources_footer)
     if closing is not None:
         update["messages"] = [closing]
     return update

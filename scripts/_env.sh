@@ -11,15 +11,21 @@ if [ ! -x .venv/bin/python ]; then
     echo "Creating .venv (first run only)..." >&2
     "$python" -m venv .venv
 fi
+# The extras to install come from the calling script (ARCANA_LOOP_EXTRAS): the CLI needs
+# the runtime ones only (pdf,html), the test command the development tools (dev, which
+# includes the runtime extras, so its install serves the CLI too).
+extras="${ARCANA_LOOP_EXTRAS:-dev}"
 # Keyed on pyproject.toml and the list of modules: the editable install links each module
 # (strict mode, so type checkers and import contracts read the installed layout), and a
 # module added later needs a new link.
-stamp=.venv/.installed-$( { cat pyproject.toml; git ls-files -co --exclude-standard -- arcana_loop graph nodes tools grounding knowledge cli evaluation 2>/dev/null | sort; } | sha1sum | cut -c1-12)
-if [ ! -f "$stamp" ]; then
-    echo "Installing arcana-loop and its dependencies into .venv..." >&2
-    .venv/bin/python -m pip install -q --upgrade pip >&2
+key=$( { cat pyproject.toml; git ls-files -co --exclude-standard -- arcana_loop graph nodes tools grounding knowledge cli evaluation 2>/dev/null | sort; } | sha1sum | cut -c1-12)
+stamp=".venv/.installed-${extras//,/+}-$key"
+if [ ! -f "$stamp" ] && [ ! -f ".venv/.installed-dev-$key" ]; then
+    echo "Installing arcana-loop[$extras] into .venv..." >&2
     rm -rf build/__editable__.*  # links to modules that may be gone
-    .venv/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict >&2
-    rm -f .venv/.installed-*
+    # pip's own progress is left out; its errors still reach the terminal
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" \
+        --config-settings editable_mode=strict >&2
+    find .venv -maxdepth 1 -name '.installed-*' ! -name ".installed-*-$key" -delete
     touch "$stamp"
 fi

@@ -36,6 +36,13 @@ EXPECTED = ("quornix.deadline_call", "QuornixDeadlineError", "quornix.parse_blob
 CONTEXT = {"controller_model": "offline"}
 
 
+def _shown(content: str | list[Any]) -> str:
+    """What a chat front end that shows text only renders of a message: its text blocks, joined."""
+    if isinstance(content, str):
+        return content
+    return "".join(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
 @pytest.fixture(scope="module")
 def quornix(pg_url: str) -> Iterator[str]:
     """The made-up library's docs in a collection of their own, dropped afterwards."""
@@ -85,7 +92,14 @@ async def test_a_three_question_chat_on_one_thread(
         ]
         final = [m for m in streamed if m.get("name") == "answer" and not m.get("tool_calls")]
         assert len(final) == 1, streamed
-        answers.append(str(final[0]["content"]))
+        content = final[0]["content"]
+        # the answer as a text block citing each chunk it names, then the sources in words
+        assert isinstance(content, list) and content[0]["annotations"], content
+        cited = {a["extras"]["chunk_id"] for a in content[0]["annotations"]}
+        assert all(chunk_id in content[0]["text"] for chunk_id in cited)
+        assert content[1]["text"].startswith("\n\nSources:\n"), content
+        assert all(f"[{chunk_id[:8]}]" in content[1]["text"] for chunk_id in cited)
+        answers.append(content[0]["text"])
         custom = [data for event, data in parts if event == "custom"]
         assert custom[0]["event"] == "loop_start" and custom[0]["question"] == question
         assert custom[-1]["event"] == "loop_stop" and custom[-1]["terminated_by"] == "answered"
@@ -109,9 +123,11 @@ async def test_a_three_question_chat_on_one_thread(
     assert [
         m["content"] if isinstance(m["content"], str) else m["content"][0]["text"] for m in humans
     ] == list(QUESTIONS)
-    closings = [m["content"] for m in messages if m["type"] == "ai" and m.get("name") == "answer"]
+    closings = [
+        m["content"][0]["text"] for m in messages if m["type"] == "ai" and m.get("name") == "answer"
+    ]
     assert closings == answers  # three answers, in order, each the last message of its question
-    assert messages[-1]["type"] == "ai" and messages[-1]["content"] == answers[-1]
+    assert messages[-1]["type"] == "ai" and _shown(messages[-1]["content"]).startswith(answers[-1])
     assert [e["tool"] for e in values["tool_history"]] == [
         "search",
         "answer",
@@ -133,6 +149,7 @@ def test_a_follow_up_run_with_question_input_on_a_served_thread(
         thread["thread_id"],
         langgraph_server.graph_id,
         input={"question": QUESTIONS[2], "collection": quornix},
+        context={"sources_footer": False},
     )
     assert EXPECTED[0] in first["answer"]
     assert (
@@ -140,4 +157,7 @@ def test_a_follow_up_run_with_question_input_on_a_served_thread(
         and EXPECTED[2] in second["answer"]
         and second["answer"] != first["answer"]
     )
-    assert second["messages"][-1]["content"] == second["answer"]
+    # on by default for a served run, for clients that show text only; a client can turn it off
+    closing = [m for m in first["messages"] if m.get("name") == "answer"][-1]
+    assert _shown(closing["content"]).startswith(first["answer"] + "\n\nSources:\n")
+    assert _shown(second["messages"][-1]["content"]) == second["answer"]

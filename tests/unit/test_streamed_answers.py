@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from arcana_loop.graph.build import build_graph, make_deps
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.models import ANSWER_TAG, CONTROLLER_TAG
+from arcana_loop.graph.sources import answer_text
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 
@@ -71,7 +72,8 @@ def test_answer_model_tokens_stream_tagged_as_the_answer_and_the_controller_tagg
     # the streamed answer's id is the final message's: a client merges them, and gets no second copy
     final = values["messages"][-1]
     assert {m.id for m in answer_chunks} == {final.id}
-    assert final.text == values["answer"] and final.name == "answer"
+    assert answer_text(final.content) == values["answer"] and final.name == "answer"
+    assert final.text.startswith(values["answer"] + "\n\nSources:\n")
     assert [m for m, _ in events if not isinstance(m, AIMessageChunk) and m.id == final.id] == []
 
 
@@ -81,7 +83,11 @@ def test_the_answer_tools_text_arrives_as_one_final_assistant_message() -> None:
         make_deps(controller_llm=controller, search_fn=ScriptedSearch([[chunk("c1")]]))
     ).compile()
     events, _ = _stream(compiled)
-    answers = [(m, meta) for m, meta in events if m.type == "ai" and m.text == "Use wait_for [c1]."]
+    answers = [
+        (m, meta)
+        for m, meta in events
+        if m.type == "ai" and answer_text(m.content) == "Use wait_for [c1]."
+    ]
     assert len(answers) == 1
     message, meta = answers[0]
     assert (

@@ -40,13 +40,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    built = subprocess.run(
         [
             sys.executable,
             "-m",
             "pip",
             "wheel",
-            "-q",
+            "-v",  # the build backend's own output, warnings included
             "--no-deps",
             "--no-build-isolation",
             "-w",
@@ -55,9 +55,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ],
         check=True,
         capture_output=True,
+        text=True,
         timeout=300,
     )
+    (out / "build.log").write_text(built.stdout + built.stderr)
     return next(out.glob("arcana_loop-*.whl"))
+
+
+def test_the_wheel_builds_without_a_packaging_warning(wheel: Path) -> None:
+    log = (wheel.parent / "build.log").read_text()
+    assert "running bdist_wheel" in log  # the backend's output was captured
+    warnings = [line for line in log.splitlines() if "Warning" in line]
+    assert warnings == []
 
 
 def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
