@@ -223,7 +223,8 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
         title=cell(f"Ingested into {collection!r}"), title_justify="left", box=box.SIMPLE_HEAD
     )
     table.add_column("path", overflow="fold")
-    for header in ("added", "unchanged", "replaced", "chunks +", "chunks -"):
+    # documents: added, unchanged, replaced, removed (by a sync); chunks: new, kept, deleted
+    for header in ("added", "same", "changed", "removed", "chunks +", "kept", "chunks -"):
         table.add_column(header, justify="right", no_wrap=True)
     for path_text, result in rows:
         table.add_row(
@@ -234,7 +235,9 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
                     result.documents_added,
                     result.documents_skipped,
                     result.documents_replaced,
+                    result.documents_removed,
                     result.chunks_added,
+                    result.chunks_reused,
                     result.chunks_removed,
                 )
             ),

@@ -90,8 +90,26 @@ def ingest(
             help="Also build the knowledge graph (entities) of the new chunks (offline extractor).",
         ),
     ] = False,
+    sync: Annotated[
+        bool,
+        typer.Option(
+            "--sync",
+            help="Make the collection match each directory: also remove the documents whose file is gone.",
+        ),
+    ] = False,
+    include: Annotated[
+        list[str] | None,
+        typer.Option("--include", help="Glob of files to read in a directory (repeatable)."),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", help="Glob of files to leave out of a directory (repeatable)."),
+    ] = None,
 ) -> None:
-    """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection."""
+    """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection.
+
+    Unchanged files are skipped; a changed file re-embeds only its changed chunks.
+    """
     from arcana_loop.knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
     from arcana_loop.knowledge.names import new_collection_name
 
@@ -102,6 +120,8 @@ def ingest(
     for path in paths:
         if not path.exists():
             fail(f"{path} does not exist.", "check the path")
+        if sync and not path.is_dir():
+            fail(f"--sync needs directories; {path} is not one.", "see arcana-loop ingest --help")
     kb = knowledge_base()
     rows = []
     with progress_bar() as progress:
@@ -116,13 +136,18 @@ def ingest(
                         path,
                         collection=collection,
                         entities=True if entities else None,
+                        sync=sync,
+                        include=include or None,
+                        exclude=exclude or None,
                         progress=lambda done, total, t=task: progress.update(
                             t, completed=done, total=total
                         ),
                     )
                 except DatabaseUnavailable:
                     raise  # database_errors words it
-                except (KnowledgeBaseError, ValueError, OSError) as exc:
+                except (TypeError, ValueError) as exc:  # a bad glob, typically
+                    fail(f"could not ingest {path}: {exc}", "see arcana-loop ingest --help")
+                except (KnowledgeBaseError, OSError) as exc:
                     fail(
                         f"could not ingest {path}: {exc}",
                         "text files (UTF-8), HTML and PDF can be ingested",

@@ -495,6 +495,7 @@ class KnowledgeBase:
         progress: ProgressFn | None = None,
         entities: bool | None = None,
         entity_extractor: Extractor | Any = None,
+        sync: bool = False,
     ) -> IngestResult:
         """Ingest text, a file, a directory or LangChain `Document`s into `collection` (created if missing).
 
@@ -541,6 +542,14 @@ class KnowledgeBase:
                 so its knowledge graph stays complete.
             entity_extractor: An `Extractor`, a chat model (LLM extraction) or
                 `None` (the offline extractor).
+            sync: Make the collection's documents under the directory `source`
+                match it: new files added, changed ones updated, and the documents
+                whose file no longer exists removed (`documents_removed`). Only
+                documents stored under that directory are ever removed; a file that
+                exists but is left out (by `include`/`exclude`, hidden, or skipped as
+                unreadable) keeps its stored document. Each document is written or
+                removed in a transaction of its own batch, so an interrupted sync
+                leaves each document old or new, and running it again completes it.
 
         Returns:
             The counts; see `IngestResult`.
@@ -565,6 +574,7 @@ class KnowledgeBase:
         )
         collection = new_collection_name(collection)
         meta = check_metadata(metadata)
+        root = _sync_root(source) if sync else None
         result = IngestResult()
         docs = self._load(
             source,
@@ -576,6 +586,8 @@ class KnowledgeBase:
             result=result,
         )
         if not docs:
+            if root is not None:
+                self._prune(collection, root, set(), result)
             return result
         coll, created = self._resolve_collection(collection, create=True)
         try:
@@ -594,8 +606,28 @@ class KnowledgeBase:
             if created and not (result.documents_added or result.documents_replaced):
                 self._drop_if_empty(coll)
             raise
+        if root is not None:
+            self._prune(collection, root, {d.source for d in docs}, result)
         self._ingest_entities(coll, result, entities, entity_extractor)
         return result
+
+    def _prune(self, collection: str, root: Path, read: set[str], result: IngestResult) -> None:
+        """Remove the documents of `collection` under `root` whose file is gone (a sync's last step)."""
+        prefix = str(root).rstrip(os.sep) + os.sep
+        with self.pool().connection() as conn, conn.transaction():
+            rows = conn.execute(_DOCUMENTS_UNDER, (collection, prefix)).fetchall()
+            gone = [
+                (doc_id, chunks)
+                for doc_id, source, chunks in rows
+                if source.startswith(prefix) and source not in read and not os.path.isfile(source)
+            ]
+            if not gone:
+                return
+            row = conn.execute(_DELETE_BY_IDS, ([doc_id for doc_id, _ in gone],)).fetchone()
+            if row is not None and row[0]:
+                entity_store.after_chunks_removed(conn, row[1])
+        result.documents_removed += len(gone)
+        result.chunks_removed += sum(chunks for _, chunks in gone)
 
     def _ingest_entities(
         self, coll: CollectionRef, result: IngestResult, entities: bool | None, extractor: Any
@@ -949,6 +981,11 @@ _DELETE_BY_IDS = (
     "WITH gone AS (DELETE FROM kb_documents WHERE id = ANY(%s) RETURNING id, collection_id)"
     " SELECT count(*), array_agg(DISTINCT collection_id) FROM gone"
 )
+_DOCUMENTS_UNDER = (
+    "SELECT d.id, d.source, (SELECT count(*) FROM kb_chunks c WHERE c.document_id = d.id)"
+    " FROM kb_documents d JOIN kb_collections k ON k.id = d.collection_id"
+    " WHERE k.name = %s AND starts_with(d.source, %s) FOR UPDATE OF d"
+)
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _COLLECTION_EXISTS = "SELECT 1 FROM kb_collections WHERE name = %s AND stored"
 _DOCUMENTS = (
@@ -1015,6 +1052,16 @@ def _check_ingest_options(
     for label, value in (("max_bytes", max_bytes), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be a positive int, got {value!r}")
+
+
+def _sync_root(source: object) -> Path:
+    """The directory a sync makes the collection match, resolved as ingest resolves its files."""
+    if not isinstance(source, str | os.PathLike) or not is_path_source(source):
+        raise ValueError("sync=True needs a directory to sync with, not text or documents")
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"sync=True needs a directory; {os.fspath(source)!r} is not one")
+    return path.resolve()
 
 
 def _resolved(source: str) -> str:

@@ -117,9 +117,15 @@ def document_id(collection: str, source: str) -> str:
     return str(uuid.uuid5(_DOC_NAMESPACE, f"{collection}\x00{source}"))
 
 
-def chunk_id(doc_id: str, position: int, text: str) -> str:
-    """Return a stable chunk id: same document, position and text give the same id."""
-    return hashlib.sha256(f"{doc_id}\x00{position}\x00{text}".encode()).hexdigest()[:CHUNK_ID_CHARS]
+def chunk_id(doc_id: str, searchable: str, occurrence: int = 0) -> str:
+    """Return a chunk's id, from its document and the text it is searched by (context and text).
+
+    Not from its position: a chunk an edit elsewhere in the document moved keeps its
+    id, so a re-ingest reuses its row and embedding, and an earlier answer citing it
+    still resolves. ``occurrence`` tells apart identical chunks of one document.
+    """
+    key = f"{doc_id}\x00{occurrence}\x00{searchable}"
+    return hashlib.sha256(key.encode()).hexdigest()[:CHUNK_ID_CHARS]
 
 
 def is_path_source(source: str | os.PathLike[str]) -> bool:
@@ -476,6 +482,7 @@ def split_document(
     doc_id = document_id(collection, doc.source)
     title = document_title(doc.source, doc.metadata)
     rows = []
+    seen: Counter[str] = Counter()
     for position, piece in enumerate(p for p in pieces if p.text.strip()):
         section = given or " > ".join(piece.section)
         metadata = dict(doc.metadata)
@@ -486,15 +493,18 @@ def split_document(
         if piece.page is not None:
             metadata.setdefault("page", piece.page)
             metadata.setdefault("page_end", piece.page_end)
+        context = context_line(title, section)
+        searchable = searchable_text(context, piece.text)
         rows.append(
             ChunkRow(
-                id=chunk_id(doc_id, position, piece.text),
+                id=chunk_id(doc_id, searchable, seen[searchable]),
                 position=position,
                 text=piece.text,
                 metadata=metadata,
-                context=context_line(title, section),
+                context=context,
             )
         )
+        seen[searchable] += 1
     return rows
 
 

@@ -50,8 +50,11 @@ class IngestResult:
 
     A *document* is one text or one file. Re-ingesting the same source with the
     same content is `documents_skipped`; with changed content it is
-    `documents_replaced`, and its old chunks are deleted (`chunks_removed`) and
-    the new ones inserted (`chunks_added`) in the same transaction.
+    `documents_replaced`: its chunks whose text (under its title and section) is
+    unchanged keep their rows, ids and embeddings (`chunks_reused`), the others are
+    deleted (`chunks_removed`) and the new ones embedded and inserted
+    (`chunks_added`), all in one transaction. A sync (``ingest(..., sync=True)``)
+    also removes the documents whose file is gone (`documents_removed`).
     """
 
     documents_added: int = 0
@@ -63,7 +66,11 @@ class IngestResult:
     chunks_added: int = 0
     """Chunks inserted, for added and replaced documents."""
     chunks_removed: int = 0
-    """Old chunks deleted because their document was replaced."""
+    """Old chunks deleted: changed in a replaced document, or of a removed one."""
+    chunks_reused: int = 0
+    """Chunks of replaced documents kept as stored (not embedded again)."""
+    documents_removed: int = 0
+    """Documents a sync removed because their file is gone."""
     skipped_files: list[tuple[str, str]] = field(default_factory=list)
     """`(path, reason)` for files a directory walk could not use (binary, too large, ...)."""
 

@@ -1,11 +1,15 @@
 """Write documents into the knowledge base: embed in batches, bulk-insert, count.
 
 Each batch (about `batch_size` chunks, whole documents only) is one transaction:
-for every document it re-checks the stored content hash under a row lock, deletes
-the old chunks of a changed document, then binary-`COPY`s the new chunks and
-their embeddings. A failure anywhere in a batch rolls the whole batch back, so a
-document is never half-written and a replaced document keeps its old chunks.
-Embedding batch *n + 1* overlaps with writing batch *n* (one writer thread).
+for every document it re-checks the stored content hash under a row lock; of a
+changed document it keeps the chunks whose id (its text under its title and
+section, `loading.chunk_id`) is still among the new ones, deletes the rest, and
+binary-`COPY`s only the new chunks with their embeddings. Only new chunks are
+embedded: the stored chunk ids of each changed document are read before
+embedding, so an edit costs about what it changed. A failure anywhere in a batch
+rolls the whole batch back, so a document is never half-written and a replaced
+document keeps its old chunks. Embedding batch *n + 1* overlaps with writing
+batch *n* (one writer thread).
 
 Large loads (at least `BULK_MIN_CHUNKS` new chunks, and at least a fifth of the
 rows already in the dimension's table) drop the HNSW index first and rebuild it
@@ -78,6 +82,13 @@ class _Planned:
     doc: SourceDoc
     doc_id: str
     chunks: list[ChunkRow]
+    stored: frozenset[str] = frozenset()
+    """Ids of its chunks already stored when it was planned (a changed document's unchanged chunks)."""
+
+    @property
+    def fresh(self) -> list[ChunkRow]:
+        """The chunks to embed: those not already stored."""
+        return [c for c in self.chunks if c.id not in self.stored]
 
 
 @dataclass
@@ -86,11 +97,12 @@ class _Batch:
 
     @property
     def size(self) -> int:
-        return sum(len(item.chunks) for item in self.items)
+        """Chunks to embed and write."""
+        return sum(len(item.fresh) for item in self.items)
 
     def texts(self) -> list[str]:
-        """What is embedded: each chunk with its context (title and section path)."""
-        return [c.searchable for item in self.items for c in item.chunks]
+        """What is embedded: each new chunk with its context (title and section path)."""
+        return [c.searchable for item in self.items for c in item.fresh]
 
 
 RESERVED_METADATA_KEYS = frozenset(
@@ -190,6 +202,9 @@ def write_documents(
         )
         for d in pending
     ]
+    stored = _stored_chunk_ids(pool, [item.doc_id for item in planned])
+    for item in planned:
+        item.stored = frozenset(c.id for c in item.chunks) & stored.get(item.doc_id, frozenset())
     batches = _batches(planned, batch_size)
     total = sum(b.size for b in batches)
     if progress is not None:
@@ -315,6 +330,19 @@ def _drop_unchanged(
     return list(pending.values())
 
 
+def _stored_chunk_ids(pool: ConnectionPool[Any], doc_ids: list[str]) -> dict[str, frozenset[str]]:
+    """The ids of the chunks stored for each of `doc_ids` (the changed ones have some)."""
+    if not doc_ids:
+        return {}
+    with pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT document_id, array_agg(id) FROM kb_chunks"
+            " WHERE document_id = ANY(%s) GROUP BY document_id",
+            (doc_ids,),
+        ).fetchall()
+    return {doc_id: frozenset(ids) for doc_id, ids in rows}
+
+
 def _batches(planned: list[_Planned], batch_size: int) -> list[_Batch]:
     batches = [_Batch()]
     for item in planned:
@@ -372,7 +400,7 @@ def _run_pipeline(load: _Load) -> None:
             if inflight is not None:
                 done += _merge(load.result, inflight.result())
                 _report(load.progress, done, load.total)
-            inflight = writer.submit(_write_batch, load.pool, load.coll, batch, matrix)
+            inflight = writer.submit(_write_batch, load, batch, matrix)
         if inflight is not None:
             done += _merge(load.result, inflight.result())
             _report(load.progress, done, load.total)
@@ -384,6 +412,7 @@ def _merge(result: IngestResult, delta: IngestResult) -> int:
     result.documents_skipped += delta.documents_skipped
     result.chunks_added += delta.chunks_added
     result.chunks_removed += delta.chunks_removed
+    result.chunks_reused += delta.chunks_reused
     return delta.chunks_added
 
 
@@ -392,18 +421,30 @@ def _report(progress: ProgressFn | None, done: int, total: int) -> None:
         progress(done, total)
 
 
-def _write_batch(
-    pool: ConnectionPool[Any], coll: CollectionRef, batch: _Batch, matrix: np.ndarray[Any, Any]
-) -> IngestResult:
+def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> IngestResult:
     """Write one batch in one transaction and return its counts."""
+    coll = load.coll
     delta = IngestResult()
     parts = _split_rows(matrix, batch)
-    with pool.connection() as conn, conn.transaction():
+    with load.pool.connection() as conn, conn.transaction():
         _hold_collection(conn, coll)
-        keep = _upsert_documents(conn, coll, batch.items, delta)
-        kept = [(item, part) for item, part, ok in zip(batch.items, parts, keep, strict=True) if ok]
-        _copy_chunks(conn, coll, kept)
-        delta.chunks_added = sum(len(item.chunks) for item, _ in kept)
+        kept_ids = _upsert_documents(conn, coll, batch.items, delta)
+        writes = []
+        for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
+            if kept is None:
+                continue
+            new = [c for c in item.chunks if c.id not in kept]
+            embedded = dict(zip((c.id for c in item.fresh), vectors, strict=True))
+            missing = [c for c in new if c.id not in embedded]
+            if missing:  # another writer changed the document since it was planned: rare
+                more = embed_matrix(
+                    load.embeddings, [c.searchable for c in missing], coll.dimension
+                )
+                embedded.update(zip((c.id for c in missing), more, strict=True))
+            rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
+            writes.append((item.doc_id, new, rows))
+        _copy_chunks(conn, coll, writes)
+        delta.chunks_added = sum(len(new) for _, new, _ in writes)
     return delta
 
 
@@ -428,14 +469,17 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
-    bounds = np.cumsum([len(item.chunks) for item in batch.items])[:-1]
+    bounds = np.cumsum([len(item.fresh) for item in batch.items])[:-1]
     return list(np.split(matrix, bounds))
 
 
 def _upsert_documents(
     conn: psycopg.Connection[Any], coll: CollectionRef, items: list[_Planned], delta: IngestResult
-) -> list[bool]:
-    """Insert or replace the batch's document rows; return, per item, whether to write it.
+) -> list[frozenset[str] | None]:
+    """Insert or replace the batch's document rows; return, per item, what to keep of it.
+
+    ``None``: nothing to write (the same content is stored); else the ids of its
+    chunks that stay stored (none for a new document), so only the others are written.
 
     One locking read and one insert for the whole batch (a statement per document
     cost two round trips each). Rows are locked and inserted in id order, so two
@@ -451,16 +495,15 @@ def _upsert_documents(
     raced = [item.doc_id for item in new if item.doc_id not in inserted]
     if raced:
         known.update(_lock_stored(conn, raced))
-    keep = []
+    keep: list[frozenset[str] | None] = []
     for item in items:
         if item.doc_id in inserted:
-            keep.append(True)
+            keep.append(frozenset())
         elif known.get(item.doc_id) == item.doc.content_hash:
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
-            keep.append(False)
+            keep.append(None)
         elif item.doc_id in known:
-            _replace_document(conn, item, delta)
-            keep.append(True)
+            keep.append(_replace_document(conn, item, delta))
         else:  # inserted by another writer, then deleted before this one could lock it
             raise CollectionNotFound(
                 f"document {item.doc.source!r} of collection {coll.name!r} was deleted"
@@ -501,29 +544,61 @@ def _insert_documents(
     return {row[0] for row in rows}
 
 
-def _replace_document(conn: psycopg.Connection[Any], item: _Planned, delta: IngestResult) -> None:
-    """Drop a changed document's old chunks and record its new hash and metadata."""
-    removed = conn.execute("DELETE FROM kb_chunks WHERE document_id = %s", (item.doc_id,))
-    delta.chunks_removed += removed.rowcount
+def _replace_document(
+    conn: psycopg.Connection[Any], item: _Planned, delta: IngestResult
+) -> frozenset[str]:
+    """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
+
+    A kept chunk may have moved (text added before it), and its position, offset
+    and page with it: those are updated in place. Returns the kept chunks' ids.
+    """
+    new = {c.id: c for c in item.chunks}
+    stored = {
+        row[0]
+        for row in conn.execute(
+            "SELECT id FROM kb_chunks WHERE document_id = %s", (item.doc_id,)
+        ).fetchall()
+    }
+    stale = sorted(stored - new.keys())
+    if stale:
+        conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s)", (stale,))
+    delta.chunks_removed += len(stale)
+    kept = [new[i] for i in sorted(stored & new.keys())]
+    if kept:
+        conn.execute(
+            "UPDATE kb_chunks AS c SET position = u.position, metadata = u.meta"
+            " FROM unnest(%s::text[], %s::int4[], %s::jsonb[]) AS u(id, position, meta)"
+            " WHERE c.id = u.id AND (c.position <> u.position OR c.metadata <> u.meta)",
+            (
+                [c.id for c in kept],
+                [c.position for c in kept],
+                [Jsonb(c.metadata) for c in kept],
+            ),
+        )
+    delta.chunks_reused += len(kept)
     conn.execute(
         "UPDATE kb_documents SET content_hash = %s, metadata = %s, created_at = now()"
         " WHERE id = %s",
         (item.doc.content_hash, Jsonb(item.doc.metadata), item.doc_id),
     )
     delta.documents_replaced += 1
+    return frozenset(c.id for c in kept)
 
 
 def _copy_chunks(
     conn: psycopg.Connection[Any],
     coll: CollectionRef,
-    kept: list[tuple[_Planned, np.ndarray[Any, Any]]],
+    writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
 ) -> None:
-    """Binary-COPY the chunk rows of a batch, then their embeddings."""
-    if not kept:
+    """Binary-COPY a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings."""
+    writes = [w for w in writes if w[1]]
+    if not writes:
         return
     with conn.cursor() as cur:
         rows = [
-            (item, row, lexical.terms(row.searchable)) for item, _ in kept for row in item.chunks
+            (doc_id, row, lexical.terms(row.searchable))
+            for doc_id, chunks, _ in writes
+            for row in chunks
         ]
         avg_len = lexical.average_length(t for _, _, t in rows)
         with cur.copy(
@@ -531,12 +606,12 @@ def _copy_chunks(
             " FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(["text", "text", "int8", "int4", "text", "jsonb", "sparsevec", "int4[]"])
-            for item, row, terms in rows:
+            for doc_id, row, terms in rows:
                 weights = lexical.document_vector(terms, avg_len)
                 copy.write_row(
                     (
                         row.id,
-                        item.doc_id,
+                        doc_id,
                         coll.id,
                         row.position,
                         row.text,
@@ -548,8 +623,8 @@ def _copy_chunks(
         statement = sql.SQL(
             "COPY {t} (chunk_id, collection_id, embedding) FROM STDIN (FORMAT BINARY)"
         ).format(t=embeddings_table(coll.dimension))
-        ids = [row.id for item, _ in kept for row in item.chunks]
-        vectors = np.concatenate([vectors for _, vectors in kept])
+        ids = [row.id for _, chunks, _ in writes for row in chunks]
+        vectors = np.concatenate([vectors for _, _, vectors in writes])
         with cur.copy(statement) as copy:
             if all(len(i) == CHUNK_ID_CHARS and i.isascii() for i in ids):
                 copy.write(_binary_embedding_rows(ids, coll.id, vectors))

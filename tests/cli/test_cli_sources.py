@@ -115,10 +115,12 @@ def test_ingest_summary_fits_80_columns_and_reports_each_skipped_file_once(
     assert header.split() == [
         "path",
         "added",
-        "unchanged",
-        "replaced",
+        "same",
+        "changed",
+        "removed",
         "chunks",
         "+",
+        "kept",
         "chunks",
         "-",
     ]

@@ -1,0 +1,296 @@
+"""A knowledge base kept in step with its files: change-only re-embedding and sync."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.embeddings import Embeddings
+from typer.testing import CliRunner
+
+from arcana_loop.cli.main import app
+from arcana_loop.knowledge import KnowledgeBase
+
+
+class CountingEmbeddings(Embeddings):
+    """The knowledge base's own embedder, counting the texts it is given."""
+
+    def __init__(self, inner: Embeddings) -> None:
+        self.inner = inner
+        self.texts: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.texts.extend(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def _counting(kb: KnowledgeBase) -> CountingEmbeddings:
+    counting = CountingEmbeddings(kb.embeddings)
+    kb.embeddings = counting
+    return counting
+
+
+def _guide(sections: int, *, edited: int | None = None, preface: str = "") -> str:
+    parts = [f"# Harbour guide\n\n{preface}"]
+    for n in range(sections):
+        fact = f"Berth {n} is {n + 10} metres deep and takes ships of {n * 3 + 40} metres."
+        if n == edited:
+            fact = f"Berth {n} was dredged to {n + 30} metres last spring."
+        parts.append(f"## Berth {n}\n\n{fact}\n\nIts crane lifts {n + 5} tonnes.\n")
+    return "\n".join(parts)
+
+
+def _chunks(kb: KnowledgeBase, collection: str) -> dict[str, tuple[int, dict[str, Any], str]]:
+    with kb.pool().connection() as conn:
+        rows = conn.execute(
+            "SELECT c.id, c.position, c.metadata, c.text FROM kb_chunks c"
+            " JOIN kb_collections k ON k.id = c.collection_id WHERE k.name = %s",
+            (collection,),
+        ).fetchall()
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+def test_an_edit_re_embeds_only_the_chunks_it_changed(kb: KnowledgeBase, tmp_path: Path) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(40))
+    counting = _counting(kb)
+    first = kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    before = _chunks(kb, "harbour")
+    assert first.chunks_added == len(before) == len(counting.texts) >= 40
+
+    counting.texts.clear()
+    guide.write_text(_guide(40, edited=7))
+    second = kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    after = _chunks(kb, "harbour")
+    assert (second.documents_replaced, second.chunks_added, second.chunks_removed) == (1, 1, 1)
+    assert second.chunks_reused == len(before) - 1
+    assert len(counting.texts) == 1 and "dredged" in counting.texts[0]
+    assert len(set(before) & set(after)) == len(before) - 1  # the others keep their ids
+    hits = kb.search("dredged last spring", collection="harbour", limit=1)
+    assert "dredged to 37 metres" in hits[0]["text"]
+
+
+def test_text_added_before_a_chunk_moves_it_without_re_embedding_it(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(12))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    before = _chunks(kb, "harbour")
+    counting = _counting(kb)
+    text = _guide(12, preface="Pilots board at the outer buoy.\n")
+    guide.write_text(text)
+    result = kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    after = _chunks(kb, "harbour")
+    assert result.chunks_added == len(counting.texts) <= 2 and result.chunks_reused >= 10
+    for chunk_id, (_, metadata, chunk_text) in after.items():
+        # a kept chunk's position and offset follow the new text
+        assert text[metadata["start_index"] :].startswith(chunk_text)
+        if chunk_id in before:
+            assert metadata["section"] == before[chunk_id][1]["section"]
+    assert sorted(p for p, _, _ in after.values()) == list(range(len(after)))
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_sync_adds_updates_and_removes_and_touches_nothing_else(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    _tree(
+        docs,
+        {
+            "tides.md": "# Tides\n\nHigh tide is at six.",
+            "cranes.md": "# Cranes\n\nThe crane lifts forty tonnes.",
+            "guides/pilots.md": "# Pilots\n\nPilots board at the outer buoy.",
+            "drafts/old.md": "# Old\n\nA draft about moorings.",
+        },
+    )
+    elsewhere = tmp_path / "docs-elsewhere.md"  # beside the directory, sharing its name's start
+    elsewhere.write_text("# Elsewhere\n\nNot under the synced directory.")
+    kb.ingest(docs, collection="port", sync=True)
+    kb.ingest(elsewhere, collection="port")
+    kb.ingest("A note of text.", collection="port", name="note")
+    kb.ingest(docs, collection="other")  # the same files in another collection
+
+    (docs / "tides.md").unlink()  # deleted
+    (docs / "cranes.md").rename(docs / "lifting.md")  # renamed
+    (docs / "guides/pilots.md").write_text("# Pilots\n\nPilots board at the inner buoy now.")
+    (docs / "drafts/old.md").write_text("# Old\n\nStill a draft.")  # changed, but left out
+    result = kb.ingest(docs, collection="port", sync=True, exclude="drafts/*")
+    assert (
+        result.documents_added,
+        result.documents_replaced,
+        result.documents_removed,
+        result.documents_skipped,
+    ) == (1, 1, 2, 0)
+    sources = {d.source for d in kb.documents("port")}
+    assert sources == {
+        str((docs / "lifting.md").resolve()),
+        str((docs / "guides/pilots.md").resolve()),
+        str((docs / "drafts/old.md").resolve()),  # excluded, so kept as stored
+        str(elsewhere.resolve()),
+        "note",
+    }
+    assert len(kb.documents("other")) == 4  # another collection is never touched
+    assert not kb.search("high tide six", collection="port", mode="fulltext")
+    again = kb.ingest(docs, collection="port", sync=True, exclude="drafts/*")
+    assert (again.documents_added, again.documents_removed, again.documents_skipped) == (0, 0, 2)
+
+
+def test_sync_of_an_emptied_directory_removes_its_documents(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    _tree(docs, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBravo."})
+    kb.ingest(docs, collection="port", sync=True)
+    for name in ("a.md", "b.md"):
+        (docs / name).unlink()
+    result = kb.ingest(docs, collection="port", sync=True)
+    assert (result.documents_removed, result.chunks_removed) == (2, 2)
+    assert kb.documents("port") == []
+
+
+def test_sync_needs_a_directory_and_refuses_before_writing(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nA note.")
+    for source in ("Some text to ingest.", note):
+        with pytest.raises(ValueError, match="sync=True needs a directory"):
+            kb.ingest(source, collection="port", sync=True)
+    assert kb.collections() == []
+
+
+@pytest.mark.postgres
+def test_the_cli_syncs_with_globs_and_counts_what_it_did(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setenv("COLUMNS", "80")
+    name = f"cli-sync-{uuid.uuid4().hex[:8]}"
+    docs = tmp_path / "docs"
+    _tree(docs, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBravo.", "c.txt": "Charlie."})
+    runner = CliRunner()
+    base = KnowledgeBase(pg_url)
+    try:
+        done = runner.invoke(app, ["ingest", str(docs), "-c", name, "--include", "*.md"])
+        assert done.exit_code == 0, done.output
+        assert {Path(d.source).name for d in base.documents(name)} == {"a.md", "b.md"}
+        (docs / "a.md").unlink()
+        synced = runner.invoke(
+            app, ["ingest", str(docs), "-c", name, "--sync", "--exclude", "*.txt"]
+        )
+        assert synced.exit_code == 0, synced.output
+        counts = [
+            line.split()[-7:]
+            for line in synced.stdout.splitlines()
+            if len(line.split()) >= 8 and all(n.isdigit() for n in line.split()[-7:])
+        ]
+        # added, unchanged, replaced, removed; chunks added, kept, removed
+        assert counts == [["0", "1", "0", "1", "0", "0", "1"]], synced.stdout
+        assert {Path(d.source).name for d in base.documents(name)} == {"b.md"}
+        refused = runner.invoke(app, ["ingest", str(docs / "b.md"), "-c", name, "--sync"])
+        assert refused.exit_code == 1 and "--sync needs directories" in refused.stderr
+    finally:
+        base.delete_collection(name)
+        base.close()
+
+
+KILLED_SYNC = textwrap.dedent(
+    """
+    import os, signal, sys
+    from arcana_loop.knowledge import KnowledgeBase
+
+    kb = KnowledgeBase(sys.argv[1], schema=sys.argv[2])
+
+    def progress(done, total):
+        if done >= 2:  # two batches committed, the rest not
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    kb.ingest(sys.argv[3], collection="port", sync=True, batch_size=1, progress=progress)
+    """
+)
+
+
+def _versions(kb: KnowledgeBase) -> dict[str, tuple[str, set[str]]]:
+    """Each stored document's content hash, and which version ("Old", "New") each of its chunks holds."""
+    stored = {}
+    with kb.pool().connection() as conn:
+        for doc in kb.documents("port"):
+            texts = conn.execute(
+                "SELECT text FROM kb_chunks WHERE document_id = %s", (doc.id,)
+            ).fetchall()
+            versions = {v for (t,) in texts for v in ("Old", "New") if f"{v} text" in t}
+            stored[Path(doc.source).name] = (doc.content_hash, versions)
+    return stored
+
+
+def test_a_sync_killed_midway_leaves_each_document_old_or_new_and_a_rerun_completes_it(
+    kb: KnowledgeBase, pg_url: str, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    old = {f"d{n}.md": f"# Doc {n}\n\nOld text number {n}." for n in range(8)}
+    _tree(docs, old)
+    kb.ingest(docs, collection="port")
+    old_hashes = {name: digest for name, (digest, _) in _versions(kb).items()}
+    _tree(docs, {name: text.replace("Old", "New") for name, text in old.items()})
+    (docs / "d7.md").unlink()
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_SYNC, pg_url, kb.schema, str(docs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    midway = _versions(kb)
+    assert set(midway) == set(old)  # nothing removed before every write is done
+
+    rerun = kb.ingest(docs, collection="port", sync=True)
+    assert rerun.documents_removed == 1
+    done = _versions(kb)
+    assert set(done) == set(old) - {"d7.md"}
+    assert all(versions == {"New"} for _, versions in done.values())
+    for name, (digest, versions) in midway.items():
+        # wholly old or wholly new: its hash and every one of its chunks agree
+        expected = "Old" if digest == old_hashes[name] else "New"
+        assert versions == {expected}, (name, versions)
+        if expected == "New":
+            assert digest == done[name][0]
+    assert 1 <= sum(digest != old_hashes[n] for n, (digest, _) in midway.items()) < 7
+
+
+def test_an_interrupted_database_loses_no_document(kb: KnowledgeBase, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    _tree(docs, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBravo."})
+    kb.ingest(docs, collection="port")
+    (docs / "a.md").write_text("# A\n\nAlpha, changed.")
+    (docs / "b.md").unlink()
+    calls = 0
+
+    def fail_second(done: int, total: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # after the first batch: the connection to the database goes away
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    with pytest.raises(psycopg.OperationalError):
+        kb.ingest(docs, collection="port", sync=True, progress=fail_second, batch_size=1)
+    names = {Path(d.source).name for d in kb.documents("port")}
+    assert names == {"a.md", "b.md"}  # the removal comes last, after every write
+    kb.ingest(docs, collection="port", sync=True)
+    assert {Path(d.source).name for d in kb.documents("port")} == {"a.md"}
