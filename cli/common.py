@@ -209,6 +209,35 @@ def progress_bar() -> Progress:
     )
 
 
+def where_filter(conditions: list[str]) -> dict[str, Any]:
+    """A metadata filter from ``KEY=VALUE`` options (all must hold); a bad one fails the command.
+
+    VALUE is read as JSON when it is a number, ``true``, ``false``, ``null`` or a quoted
+    string, else taken as the string it is (``tag=guide``, ``page=3``, ``year='"2026"'``).
+    """
+    import json
+
+    from arcana_loop.knowledge.filters import FilterError, check_filter
+
+    found: dict[str, Any] = {}
+    for condition in conditions:
+        key, sep, raw = condition.partition("=")
+        if not sep or not key.strip():
+            fail(f"--where takes KEY=VALUE, got {condition!r}", "e.g. --where tag=guide")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if isinstance(value, dict | list):
+            value = raw
+        found[key.strip()] = value
+    try:
+        check_filter(found)
+    except FilterError as exc:
+        fail(str(exc), "e.g. --where tag=guide")
+    return found
+
+
 def shown_path(source: str) -> str:
     """A stored source as the user knows it: relative to the working directory when under it."""
     try:

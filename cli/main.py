@@ -36,6 +36,7 @@ from arcana_loop.cli.common import (
     shown,
     shown_path,
     step_note,
+    where_filter,
 )
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
@@ -196,12 +197,21 @@ def ask(
             help="Thread to store the run under; an existing thread's conversation continues with this question (default: a new thread).",
         ),
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="Search only chunks whose metadata has KEY=VALUE (repeatable; all must hold). "
+            "A VALUE that reads as a JSON number, true, false or null is one; quote it for a string.",
+        ),
+    ] = None,
 ) -> None:
     """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
     from arcana_loop.graph import run
     from arcana_loop.graph.models import ModelSpecError
 
     check_question(question)
+    search_filter = where_filter(where or [])
     saver = checkpointer_spec_of(checkpointer)
     scope, kb = prepare_scope(collection)
     spec = controller_spec(model)
@@ -215,6 +225,7 @@ def ask(
                 max_iterations=max_iterations,
                 grounder=ground,
                 search_fn=kb.search,
+                search_opts={"filter": search_filter} if search_filter else None,
                 checkpointer=saver,
                 thread_id=thread_id,
                 on_event=lambda event: status.update(step_note(event)),

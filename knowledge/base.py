@@ -11,7 +11,7 @@ import numbers
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from arcana_loop.knowledge.errors import (
     IngestError,
     KnowledgeBaseError,
 )
+from arcana_loop.knowledge.filters import check_filter
 from arcana_loop.knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -797,6 +798,7 @@ class KnowledgeBase:
         ef_search: int | None = None,
         entities: bool | None = None,
         entity_depth: int | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> list[Chunk]:
         """Search chunks.
 
@@ -813,6 +815,11 @@ class KnowledgeBase:
                 `False`: text search only. See `knowledge.entities.search`.
             entity_depth: Relationship hops from the matched entities (default
                 `entity_options.depth`).
+            filter: Only chunks whose metadata matches, e.g. ``{"source": {"$like":
+                "%/guides/%"}, "page": {"$gte": 3}}`` (the operators are those of
+                langchain-postgres; see `knowledge.filters`). It narrows the scope,
+                never widens it; a filtered search does not fuse in the knowledge
+                graph (its entities' chunks would bypass the filter).
 
         Returns:
             Chunks, best first. Entity-fused results carry an RRF score and, in
@@ -821,12 +828,13 @@ class KnowledgeBase:
 
         Raises:
             ValueError: for a blank query, an unknown mode, a limit outside
-                1..`MAX_SEARCH_LIMIT` or a non-finite threshold.
+                1..`MAX_SEARCH_LIMIT`, a non-finite threshold, or a filter that cannot
+                be read (`FilterError`, naming the operator or key).
             TypeError: for a threshold that is not a number (`bool` included).
             EmbeddingMismatch: if a named collection uses another embedder.
             DatabaseUnavailable: if the server is down or went away mid-search.
         """
-        req = _search_request(query, collection, limit, mode, threshold, ef_search)
+        req = _search_request(query, collection, limit, mode, threshold, ef_search, filter)
         if req is None:
             return []
         vector = self._query_vector(req)
@@ -845,9 +853,10 @@ class KnowledgeBase:
         ef_search: int | None = None,
         entities: bool | None = None,
         entity_depth: int | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
-        req = _search_request(query, collection, limit, mode, threshold, ef_search)
+        req = _search_request(query, collection, limit, mode, threshold, ef_search, filter)
         if req is None:
             return []
         vector = await self._aquery_vector(req)
@@ -872,12 +881,12 @@ class KnowledgeBase:
             dimension=self.dimension,
             vector=vector,
             opts=opts,
-            entities=entities,
+            entities=False if req.filter else entities,
             depth=depth,
         )
         exact = False
         if req.mode != "fulltext":
-            exact, settings = self._scan(req, first((yield q.count_statement(resolved))))
+            exact, settings = self._scan(req, first((yield q.count_statement(resolved, req))))
             if settings is not None:
                 yield settings
         rows = yield q.search_statement(
@@ -901,6 +910,7 @@ class KnowledgeBase:
         mode: str = "hybrid",
         k: int = 4,
         threshold: float | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> KnowledgeBaseRetriever:
         """Return this knowledge base as a LangChain retriever (`invoke` and `ainvoke`).
 
@@ -912,6 +922,7 @@ class KnowledgeBase:
             mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
             k: Most documents each query returns (1..`MAX_SEARCH_LIMIT`).
             threshold: Minimum score, in the mode's own scale (see `search`).
+            filter: A metadata filter for every query (see `search`).
 
         Raises:
             ValueError: for an unknown mode, a `k` outside 1..`MAX_SEARCH_LIMIT` or
@@ -935,12 +946,14 @@ class KnowledgeBase:
             raise ValueError(f"k must be an int in 1..{MAX_SEARCH_LIMIT}, got {k!r}")
         _check_limit_and_threshold(k, threshold)
         q.scope_names(collection)
+        checked = check_filter(filter)
         return KnowledgeBaseRetriever(
             knowledge_base=self,
             collection=scope_list(collection),
             mode=mode,
             k=k,
             threshold=threshold,
+            filter=checked,
         )
 
     def _scan(
@@ -1005,6 +1018,7 @@ def _search_request(
     mode: str,
     threshold: float | None,
     ef_search: int | None,
+    filter: Any = None,
 ) -> q.SearchRequest | None:
     """Check a search's arguments; `None` when it matches nothing (an empty list of collections).
 
@@ -1019,6 +1033,7 @@ def _search_request(
         mode=mode,
         threshold=threshold,
         ef_search=ef_search,
+        filter=filter,
     )
 
 

@@ -34,6 +34,7 @@ from psycopg import sql
 
 from arcana_loop.knowledge import lexical
 from arcana_loop.knowledge.errors import EmbeddingMismatch
+from arcana_loop.knowledge.filters import check_filter, filter_sql
 from arcana_loop.knowledge.schema import embeddings_table
 from arcana_loop.knowledge.types import SEARCH_MODES, Chunk, SearchMode
 
@@ -70,6 +71,8 @@ class SearchRequest:
     mode: SearchMode
     threshold: float | None
     ef_search: int
+    filter: dict[str, Any] | None = None
+    """A checked metadata filter (`knowledge.filters`), or ``None``."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ def make_request(
     mode: str,
     threshold: float | None,
     ef_search: int | None,
+    filter: Any = None,
 ) -> SearchRequest | None:
     """Validate arguments; return `None` when the scope is an empty list (match nothing).
 
@@ -111,6 +115,7 @@ def make_request(
     ef = DEFAULT_EF_SEARCH if ef_search is None else ef_search
     if not _is_int(ef) or not 1 <= ef <= MAX_EF_SEARCH:
         raise ValueError(f"ef_search must be an int in 1..{MAX_EF_SEARCH}, got {ef_search!r}")
+    checked = check_filter(filter)  # a bad filter fails before anything runs
     names = scope_names(collection)
     if names == []:
         return None
@@ -121,6 +126,7 @@ def make_request(
         mode=mode,
         threshold=None if threshold is None else float(threshold),
         ef_search=ef,
+        filter=checked,
     )
 
 
@@ -185,7 +191,9 @@ def candidate_pool(req: SearchRequest) -> int:
     return req.limit if req.mode == "semantic" else max(4 * req.limit, 40)
 
 
-def count_statement(collections: ResolvedCollections) -> Statement:
+def count_statement(
+    collections: ResolvedCollections, req: SearchRequest | None = None
+) -> Statement:
     """Estimate the scoped vectors from planner statistics, to choose exact scan or HNSW.
 
     A real bounded count cost 5-7 ms at 100k rows, more than the HNSW search
@@ -193,10 +201,18 @@ def count_statement(collections: ResolvedCollections) -> Statement:
     estimate (no statistics yet) only changes speed or recall a little, never
     which rows are eligible.
     """
+    params: dict[str, Any] = {"ids": collections.ids}
+    if req is not None and req.filter:
+        # the rows a filtered search ranks: few enough, and the exact scan keeps its recall
+        query = sql.SQL(
+            "EXPLAIN (FORMAT JSON) SELECT 1 FROM kb_chunks c"
+            " WHERE c.collection_id = ANY(%(ids)s) AND {f}"
+        ).format(f=filter_sql(req.filter, sql.SQL("c.metadata"), params))
+        return query, params
     query = sql.SQL(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {t} WHERE collection_id = ANY(%(ids)s)"
     ).format(t=embeddings_table(collections.dimension))
-    return query, {"ids": collections.ids}
+    return query, params
 
 
 def estimated_rows(row: Sequence[Any] | None) -> int:
@@ -275,9 +291,12 @@ LIMIT %(limit)s
 
 _SEMANTIC = """
 SELECT e.chunk_id, 1 - (e.embedding <=> %(q)s) AS sim
-FROM {t} e WHERE e.collection_id = ANY(%(ids)s)
+FROM {t} e {join} WHERE e.collection_id = ANY(%(ids)s) {where}
 ORDER BY {order} LIMIT %(pool)s
 """
+_FILTER_JOIN = "JOIN kb_chunks fc ON fc.id = e.chunk_id"
+"""A filtered semantic search reads each candidate's metadata (`fc`): the HNSW scan
+iterates (``hnsw.iterative_scan``) until enough candidates pass."""
 _HNSW_ORDER = "e.embedding <=> %(q)s"
 _EXACT_ORDER = "sim DESC"
 """Ordering by the selected similarity, not the distance, computes one distance a
@@ -290,7 +309,7 @@ ftq AS MATERIALIZED (
          websearch_to_tsquery('english', %(or_text)s) AS q_or),
 ft_and AS MATERIALIZED (
   SELECT id AS chunk_id, ts_rank_cd(tsv, (SELECT q_and FROM ftq)) AS rank
-  FROM kb_chunks WHERE tsv @@ (SELECT q_and FROM ftq) AND collection_id = ANY(%(ids)s)
+  FROM kb_chunks WHERE tsv @@ (SELECT q_and FROM ftq) AND collection_id = ANY(%(ids)s) {where}
   ORDER BY rank DESC, id LIMIT %(pool)s),
 ft_stats AS MATERIALIZED (
   SELECT (SELECT reltuples FROM pg_class WHERE oid = 'kb_chunks'::regclass) AS n,
@@ -319,7 +338,7 @@ ft_or AS (
   SELECT id AS chunk_id, ts_rank_cd(tsv, (SELECT q_or FROM ftq)) AS rank
   FROM kb_chunks
   WHERE %(plain)s AND NOT EXISTS (SELECT 1 FROM ft_and)
-    AND tsv @@ (SELECT q FROM ft_rare) AND collection_id = ANY(%(ids)s)
+    AND tsv @@ (SELECT q FROM ft_rare) AND collection_id = ANY(%(ids)s) {where}
   ORDER BY rank DESC, id LIMIT %(pool)s),
 fts AS (SELECT chunk_id, rank FROM ft_and UNION ALL SELECT chunk_id, rank FROM ft_or)
 """
@@ -359,7 +378,7 @@ lexsel AS MATERIALIZED (
 bm AS MATERIALIZED (
   SELECT id AS chunk_id, coalesce(-(lex <#> (SELECT v FROM lexv)), 0) AS rank
   FROM kb_chunks
-  WHERE {candidates} AND collection_id = ANY(%(ids)s)
+  WHERE {candidates} AND collection_id = ANY(%(ids)s) {where}
   ORDER BY rank DESC, id LIMIT %(pool)s),
 fts AS (SELECT chunk_id, rank FROM bm WHERE rank >= %(lex_ratio)s * (SELECT max(rank) FROM bm))
 """
@@ -441,12 +460,20 @@ class Ranking:
 LEXICAL_RANKINGS = ("bm25", "ts_rank")
 
 
-def lexical_statement(req: SearchRequest, lexical_ranking: str) -> sql.Composable:
-    """Return the lexical CTEs (ending in `fts`) for `req` under the chosen ranking."""
+_NO_CONDITION = sql.SQL("")
+
+
+def lexical_statement(
+    req: SearchRequest, lexical_ranking: str, where: sql.Composable = _NO_CONDITION
+) -> sql.Composable:
+    """Return the lexical CTEs (ending in `fts`) for `req` under the chosen ranking.
+
+    `where` is a further condition on `kb_chunks` rows (a metadata filter), starting with AND.
+    """
     if lexical_ranking == "ts_rank":
-        return sql.SQL(_FULLTEXT)
+        return sql.SQL(_FULLTEXT).format(where=where)
     candidates = _BM25_OPERATORS if lexical.has_operators(req.query) else _BM25_WORDS
-    return sql.SQL(_BM25).format(candidates=sql.SQL(candidates))
+    return sql.SQL(_BM25).format(candidates=sql.SQL(candidates), where=where)
 
 
 def search_statement(
@@ -485,8 +512,17 @@ def search_statement(
         "w_lex": ranking.lexical_weight,
         "lex_ratio": ranking.lexical_min_ratio,
     }
+    join: sql.Composable = sql.SQL("")
+    semantic_where: sql.Composable = sql.SQL("")
+    lexical_where: sql.Composable = sql.SQL("")
+    if req.filter:
+        join = sql.SQL(_FILTER_JOIN)
+        semantic_where = sql.SQL("AND ") + filter_sql(req.filter, sql.SQL("fc.metadata"), params)
+        lexical_where = sql.SQL("AND ") + filter_sql(req.filter, sql.SQL("metadata"), params)
     semantic = sql.SQL(_SEMANTIC).format(
         t=embeddings_table(collections.dimension),
+        join=join,
+        where=semantic_where,
         order=sql.SQL(_EXACT_ORDER if exact else _HNSW_ORDER),
     )
     if req.mode == "semantic":
@@ -495,11 +531,11 @@ def search_statement(
         )
     elif req.mode == "fulltext":
         head = sql.SQL("WITH {f}, ranked AS (SELECT chunk_id, rank AS score FROM fts)").format(
-            f=lexical_statement(req, ranking.lexical)
+            f=lexical_statement(req, ranking.lexical, lexical_where)
         )
     else:
         head = sql.SQL(_HYBRID).format(
-            semantic=semantic, fulltext=lexical_statement(req, ranking.lexical)
+            semantic=semantic, fulltext=lexical_statement(req, ranking.lexical, lexical_where)
         )
     return sql.Composed([head, sql.SQL(_SELECT)]), params
 

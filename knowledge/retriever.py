@@ -54,6 +54,8 @@ class KnowledgeBaseRetriever(BaseRetriever):
     k: int = 4
     """Most documents returned."""
     threshold: float | None = None
+    filter: dict[str, Any] | None = None
+    """A metadata filter for every query (`knowledge.filters`)."""
     """Minimum score, in the mode's own scale (see `KnowledgeBase.search`)."""
 
     def _get_relevant_documents(
@@ -66,6 +68,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
             limit=self.k,
             mode=self.mode,
             threshold=self.threshold,
+            filter=self.filter,
         )
         return [chunk_document(c) for c in chunks]
 
@@ -79,6 +82,7 @@ class KnowledgeBaseRetriever(BaseRetriever):
             limit=self.k,
             mode=self.mode,
             threshold=self.threshold,
+            filter=self.filter,
         )
         return [chunk_document(c) for c in chunks]
 

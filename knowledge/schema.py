@@ -45,8 +45,11 @@ _INDEX_LOCK_KEY = 0x6B625F696478  # "kb_idx": one builder per index, so two neve
 _TEXT_INDEXES = {
     "kb_chunks_tsv_idx": "CREATE INDEX IF NOT EXISTS kb_chunks_tsv_idx ON kb_chunks USING gin (tsv)",
     "kb_chunks_lex_keys_idx": "CREATE INDEX IF NOT EXISTS kb_chunks_lex_keys_idx ON kb_chunks USING gin (lex_keys)",
+    "kb_chunks_metadata_idx": "CREATE INDEX IF NOT EXISTS kb_chunks_metadata_idx ON kb_chunks USING gin (metadata jsonb_path_ops)",
 }
-"""The GIN indexes of the lexical side: PostgreSQL full text (operators) and BM25 term keys."""
+"""The GIN indexes of `kb_chunks`: PostgreSQL full text (operators), BM25 term keys, and
+metadata (containment, which a filter's equalities compile to, `knowledge.filters`).
+A bulk load drops and rebuilds them together."""
 _BASE_DDL = (
     """
     CREATE TABLE IF NOT EXISTS kb_collections (

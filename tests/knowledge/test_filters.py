@@ -1,0 +1,164 @@
+"""Metadata filters through search, the retriever, the loop's search options and the CLI."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from arcana_loop.cli.main import app
+from arcana_loop.graph import run
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.filters import FilterError, check_filter
+
+MODES = ("hybrid", "semantic", "fulltext")
+
+
+@pytest.fixture
+def berths(kb: KnowledgeBase) -> KnowledgeBase:
+    for n in range(6):
+        kb.ingest(
+            f"Berth {n} holds ships of {n * 10 + 40} metres at the quay.",
+            collection="port",
+            name=f"berth-{n}",
+            metadata={
+                "berth": n,
+                "side": "east" if n % 2 else "west",
+                "surveyed": f"2026-0{n + 1}-15",
+            },
+        )
+    kb.ingest(
+        "Berth 9 of the secret yard holds ships of 90 metres at the quay.",
+        collection="secret",
+        name="yard",
+        metadata={"berth": 9, "side": "east", "classified": True},
+    )
+    return kb
+
+
+def _berths(kb: KnowledgeBase, where: object, mode: str = "hybrid", **kw: object) -> list[int]:
+    hits = kb.search("berth ships metres quay", limit=10, mode=mode, filter=where, **kw)  # type: ignore[arg-type]
+    return sorted(int(h["metadata"]["berth"]) for h in hits)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_operator_narrows_every_search_mode(berths: KnowledgeBase, mode: str) -> None:
+    scope = {"collection": "port"}
+    cases = [
+        ({"side": "east"}, [1, 3, 5]),
+        ({"side": {"$eq": "west"}}, [0, 2, 4]),
+        ({"side": {"$ne": "east"}}, [0, 2, 4]),
+        ({"berth": {"$gt": 3}}, [4, 5]),
+        ({"berth": {"$gte": 3, "$lt": 5}}, [3, 4]),
+        ({"berth": {"$lte": 1}}, [0, 1]),
+        ({"berth": {"$in": [0, 5, 7]}}, [0, 5]),
+        ({"berth": {"$nin": [0, 5]}}, [1, 2, 3, 4]),
+        ({"surveyed": {"$between": ["2026-02-01", "2026-04-30"]}}, [1, 2, 3]),
+        ({"source": {"$like": "berth-%"}}, [0, 1, 2, 3, 4, 5]),
+        ({"source": {"$ilike": "BERTH-1"}}, [1]),
+        ({"side": {"$exists": True}}, [0, 1, 2, 3, 4, 5]),
+        ({"classified": {"$exists": False}}, [0, 1, 2, 3, 4, 5]),
+        ({"$or": [{"berth": 0}, {"$and": [{"side": "east"}, {"berth": {"$gt": 2}}]}]}, [0, 3, 5]),
+        ({"berth": {"$gt": "3"}}, []),  # a string never orders against a number
+        ({"side": "north"}, []),  # a filter that matches nothing
+    ]
+    for where, expected in cases:
+        assert _berths(berths, where, mode, **scope) == expected, where
+
+
+def test_a_filter_never_widens_a_collection_lock(berths: KnowledgeBase) -> None:
+    # the other collection's metadata, named in the filter, under a lock to "port"
+    for where in ({"classified": True}, {"berth": 9}, {"source": "yard"}):
+        for mode in MODES:
+            assert _berths(berths, where, mode, collection="port") == []
+    assert _berths(berths, {"classified": True}, collection=None) == [9]
+
+
+def test_the_retriever_and_the_loop_search_through_the_filter(berths: KnowledgeBase) -> None:
+    retriever = berths.as_retriever(collection="port", k=10, filter={"side": "east"})
+    assert sorted(d.metadata["id"] for d in retriever.invoke("berth ships")) == sorted(
+        h["id"] for h in berths.search("berth ships", collection="port", filter={"side": "east"})
+    )
+    result = run(
+        "How long are the ships at berth 4?",
+        collection="port",
+        controller_llm="offline",
+        search_fn=berths.search,
+        search_opts={"filter": {"berth": {"$gte": 4}}},
+        grounder=None,
+    )
+    assert result.chunks and {c["metadata"]["berth"] for c in result.chunks} <= {4, 5}
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ({"side": {"$regex": "e.*"}}, "unknown operator '\\$regex'"),
+        ({"$not": {"side": "east"}}, "unknown operator '\\$not'"),
+        ({"berth": {"$in": "east"}}, "\\$in takes a list"),
+        ({"berth": {"$gt": [1]}}, "\\$gt takes a number or a string"),
+        ({"berth": {"$between": [1]}}, "\\$between takes \\[low, high\\]"),
+        ({"side": {"$exists": "yes"}}, "\\$exists takes true or false"),
+        ({"$or": []}, "\\$or takes a non-empty list"),
+        ({"side": {}}, "the condition on 'side' is empty"),
+        ({"berth": float("nan")}, "\\$eq takes a string"),
+        ("side=east", "filter must be a mapping"),
+    ],
+)
+def test_a_filter_that_cannot_be_read_is_refused_before_anything_runs(
+    berths: KnowledgeBase, where: object, message: str
+) -> None:
+    with pytest.raises(FilterError, match=message):
+        check_filter(where)
+    with pytest.raises(ValueError, match=message):
+        berths.search("berth", collection="port", filter=where)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        berths.as_retriever(filter=where)  # type: ignore[arg-type]
+
+
+def test_values_are_parameters_never_sql(berths: KnowledgeBase) -> None:
+    hostile = "x'); DROP TABLE kb_chunks; --"
+    for where in ({hostile: 1}, {"side": hostile}, {"side": {"$like": hostile}}):
+        assert _berths(berths, where, collection="port") == []
+    assert len(_berths(berths, None, collection="port")) == 6  # the table is still there
+
+
+@pytest.mark.postgres
+def test_the_cli_asks_with_where_conditions(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    name = f"cli-where-{uuid.uuid4().hex[:8]}"
+    base = KnowledgeBase(pg_url)
+    try:
+        for side in ("east", "west"):
+            base.ingest(
+                f"The {side} quay crane lifts {40 if side == 'east' else 70} tonnes.",
+                collection=name,
+                name=f"{side}-quay",
+                metadata={"side": side},
+            )
+        runner = CliRunner()
+        done = runner.invoke(
+            app,
+            [
+                "ask",
+                "How much does the quay crane lift?",
+                "-c",
+                name,
+                "--where",
+                "side=west",
+                "--checkpointer",
+                "none",
+                "--json",
+            ],
+        )
+        assert done.exit_code == 0, done.output
+        assert "70 tonnes" in done.stdout and "40 tonnes" not in done.stdout
+        bad = runner.invoke(app, ["ask", "crane?", "-c", name, "--where", "side"])
+        assert bad.exit_code == 1 and "--where takes KEY=VALUE" in bad.stderr
+    finally:
+        base.delete_collection(name)
+        base.close()
