@@ -60,10 +60,10 @@ from arcana_loop.knowledge.pools import (
     unavailable,
 )
 from arcana_loop.knowledge.schema import (
-    backfill_lexical,
     ensure_dimension,
     ensure_entity_schema,
     ensure_schema,
+    refresh_lexical,
 )
 from arcana_loop.knowledge.sections import document_title
 from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
@@ -197,7 +197,7 @@ class KnowledgeBase:
                 ensure_pgvector(conn)
                 ensure_schema(conn, self.schema)
                 ensure_entity_schema(conn)
-                backfill_lexical(conn)
+                refresh_lexical(conn)
         except psycopg.OperationalError as exc:
             raise unavailable(exc, self.url) from None  # the original may repeat the password
 

@@ -3,7 +3,9 @@
 Each chunk is reduced to *terms* (see `terms`) and stored twice in `kb_chunks`:
 
 * `lex`, a pgvector `sparsevec` holding the document half of BM25 for every
-  term of the chunk: ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``;
+  term of the chunk: ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avg_len))``, where
+  ``avg_len`` is its collection's (`kb_collections.lex_avg_len`: the mean of its first
+  ingest, kept, so every chunk of a collection is weighed alike, whichever call wrote it);
 * `lex_keys`, the chunk's distinct term keys (GIN-indexed), which selects the
   candidates of a query and feeds the document frequencies.
 
@@ -38,6 +40,13 @@ from pgvector.utils import SparseVector  # type: ignore[import-untyped]  # pgvec
 
 K1 = 1.2
 B = 0.75
+TERMS_REVISION = 1
+"""The revision of `terms` (token pattern, splitting, stop words, stemmer) and `key`: raise it
+whenever any of them changes what a text's terms or keys are."""
+LEXICAL_VERSION = f"terms{TERMS_REVISION}-k1={K1}-b={B}"
+"""What a collection's stored weights were computed with. A collection stored under another
+version is weighed again from its chunks' text when the knowledge base is opened, so one
+search never mixes two weightings."""
 DIMENSIONS = 1_000_000_000
 """pgvector's largest sparse-vector dimension; keys are 0..DIMENSIONS-1 (the text form counts from 1)."""
 MAX_TERMS = 16_000

@@ -63,6 +63,10 @@ _BASE_DDL = (
     # false from an ingest's creating the collection until its first document commits: a
     # collection an ingest killed before that left behind is not shown
     "ALTER TABLE kb_collections ADD COLUMN IF NOT EXISTS stored boolean NOT NULL DEFAULT true",
+    # the BM25 length normalisation of the collection and the weighting it was computed
+    # with (`knowledge.lexical.LEXICAL_VERSION`); NULL until its first chunks are written
+    "ALTER TABLE kb_collections ADD COLUMN IF NOT EXISTS lex_avg_len float8",
+    "ALTER TABLE kb_collections ADD COLUMN IF NOT EXISTS lex_version text",
     """
     CREATE TABLE IF NOT EXISTS kb_documents (
         id text PRIMARY KEY,
@@ -185,36 +189,73 @@ def _migrate_lexical(conn: psycopg.Connection[Any]) -> None:
     )
 
 
-def backfill_lexical(conn: psycopg.Connection[Any], batch: int = 2000) -> int:
-    """Index the chunks stored before the lexical index existed; return how many.
+def refresh_lexical(conn: psycopg.Connection[Any], batch: int = 2000) -> int:
+    """Weigh again every collection whose stored BM25 weights are not of `LEXICAL_VERSION`; return its chunks.
 
-    Such chunks are indexed under their document's title and their stored text;
-    their embeddings stay as they were (re-ingest a document to embed it under
-    its context too). Costs one scan of `kb_chunks` when nothing is missing.
+    Such a collection was written by an earlier version (other `K1`, `B` or terms, or
+    chunks stored before the lexical index existed, or weights normalised per ingest
+    call). Its chunks are weighed under their document's title and section path, as
+    ingest weighs them, against one average length for the whole collection; their
+    embeddings stay. Costs a scan of `kb_chunks` when every collection is current.
     """
+    stale = conn.execute(
+        "SELECT k.id FROM kb_collections k WHERE (k.lex_version IS DISTINCT FROM %s"
+        " AND EXISTS (SELECT 1 FROM kb_chunks c WHERE c.collection_id = k.id))"
+        " OR EXISTS (SELECT 1 FROM kb_chunks c WHERE c.collection_id = k.id AND c.lex_keys IS NULL)"
+        " ORDER BY k.id",
+        (lexical.LEXICAL_VERSION,),
+    ).fetchall()
     done = 0
-    while rows := conn.execute(
+    for (collection_id,) in stale:
+        done += _reweigh(conn, collection_id, batch)
+    return done
+
+
+def _searchable_rows(
+    conn: psycopg.Connection[Any], collection_id: int, after: str, batch: int
+) -> list[tuple[str, list[str]]]:
+    rows = conn.execute(
         "SELECT c.id, c.text, d.source, d.metadata, coalesce(c.metadata->>'section', '')"
         " FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
-        " WHERE c.lex_keys IS NULL LIMIT %s",
-        (batch,),
-    ).fetchall():
-        searchable = [
-            searchable_text(context_line(document_title(source, meta or {}), section), text)
-            for _, text, source, meta, section in rows
-        ]
-        term_lists = [lexical.terms(t) for t in searchable]
-        avg_len = lexical.average_length(term_lists)
+        " WHERE c.collection_id = %s AND c.id > %s ORDER BY c.id LIMIT %s",
+        (collection_id, after, batch),
+    ).fetchall()
+    return [
+        (
+            chunk_id,
+            lexical.terms(
+                searchable_text(context_line(document_title(source, meta or {}), section), text)
+            ),
+        )
+        for chunk_id, text, source, meta, section in rows
+    ]
+
+
+def _reweigh(conn: psycopg.Connection[Any], collection_id: int, batch: int) -> int:
+    """Weigh one collection's chunks again (two passes: the average length, then the weights)."""
+    lengths: list[int] = []
+    after = ""
+    while rows := _searchable_rows(conn, collection_id, after, batch):
+        lengths.extend(len(t) for _, t in rows)
+        after = rows[-1][0]
+    avg_len = max(1.0, sum(lengths) / len(lengths)) if lengths else 1.0
+    logger.info("weighing %d chunks of collection %d again (BM25)", len(lengths), collection_id)
+    after = ""
+    while rows := _searchable_rows(conn, collection_id, after, batch):
         updates = []
-        for (chunk_id, *_), chunk_terms in zip(rows, term_lists, strict=True):
+        for chunk_id, chunk_terms in rows:
             weights = lexical.document_vector(chunk_terms, avg_len)
             updates.append((lexical.sparse_vector(weights).to_text(), sorted(weights), chunk_id))
         with conn.transaction(), conn.cursor() as cur:
             cur.executemany(
                 "UPDATE kb_chunks SET lex = %s::sparsevec, lex_keys = %s WHERE id = %s", updates
             )
-        done += len(rows)
-    return done
+        after = rows[-1][0]
+    conn.execute(
+        "UPDATE kb_collections SET lex_avg_len = %s, lex_version = %s WHERE id = %s",
+        (avg_len, lexical.LEXICAL_VERSION, collection_id),
+    )
+    return len(lengths)
 
 
 def embeddings_table(dimension: int) -> sql.Identifier:

@@ -600,7 +600,9 @@ def _copy_chunks(
             for doc_id, chunks, _ in writes
             for row in chunks
         ]
-        avg_len = lexical.average_length(t for _, _, t in rows)
+        avg_len = _collection_average_length(
+            conn, coll, lexical.average_length(t for _, _, t in rows)
+        )
         with cur.copy(
             "COPY kb_chunks (id, document_id, collection_id, position, text, metadata, lex, lex_keys)"
             " FROM STDIN (FORMAT BINARY)"
@@ -632,6 +634,27 @@ def _copy_chunks(
                 copy.set_types(["text", "int8", "vector"])
                 for chunk, vector in zip(ids, vectors, strict=True):
                     copy.write_row((chunk, coll.id, vector))
+
+
+def _collection_average_length(
+    conn: psycopg.Connection[Any], coll: CollectionRef, this_batch: float
+) -> float:
+    """The average chunk length BM25 normalises by in `coll`: set by its first batch, then kept.
+
+    Kept, not recomputed per call, so every chunk of the collection is weighed alike; two
+    first writers racing agree on the one that commits first (the row lock orders them).
+    """
+    row = conn.execute(
+        "SELECT lex_avg_len FROM kb_collections WHERE id = %s", (coll.id,)
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        return float(row[0])
+    row = conn.execute(
+        "UPDATE kb_collections SET lex_avg_len = coalesce(lex_avg_len, %s),"
+        " lex_version = coalesce(lex_version, %s) WHERE id = %s RETURNING lex_avg_len",
+        (this_batch, lexical.LEXICAL_VERSION, coll.id),
+    ).fetchone()
+    return float(row[0]) if row is not None else this_batch
 
 
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, extension length

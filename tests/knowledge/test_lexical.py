@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langchain_core.documents import Document
 
 from arcana_loop.knowledge import KnowledgeBase, lexical
 from arcana_loop.knowledge.sections import context_line, document_title
@@ -84,6 +85,70 @@ def test_chunks_stored_before_the_lexical_index_are_backfilled(kb: KnowledgeBase
             "The sourdough starter needs flour and water."
         ]
         assert _df(reopened) == before
+    finally:
+        reopened.close()
+
+
+def _weights(kb: KnowledgeBase, collection: str, text: str) -> str:
+    with kb.pool().connection() as conn:
+        row = conn.execute(
+            "SELECT c.lex::text FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id"
+            " WHERE k.name = %s AND c.text = %s",
+            (collection, text),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_length_normalisation_is_the_collections_not_the_ingest_calls(kb: KnowledgeBase):
+    short = "Tides turn at six."
+    probe = "The harbour crane lifts forty tonnes of cargo."
+    long = " ".join(f"Berth {n} is dredged to {n + 9} metres every spring." for n in range(30))
+    for collection in ("with-long", "alone"):
+        kb.ingest(short, collection=collection, name="short")
+    kb.ingest(
+        [
+            Document(probe, metadata={"source": "probe"}),
+            Document(long, metadata={"source": "long"}),
+        ],
+        collection="with-long",
+    )
+    kb.ingest(probe, collection="alone", name="probe")
+    # weighed against the average its collection's first ingest set, whatever came with it
+    assert _weights(kb, "with-long", probe) == _weights(kb, "alone", probe)
+    with kb.pool().connection() as conn:
+        rows = conn.execute("SELECT lex_avg_len, lex_version FROM kb_collections").fetchall()
+    assert {version for _, version in rows} == {lexical.LEXICAL_VERSION}
+    assert len({avg for avg, _ in rows}) == 1
+
+
+def test_a_collection_weighed_under_another_version_is_weighed_again_on_opening(
+    kb: KnowledgeBase, pg_url: str
+):
+    texts = ["Tides turn at six.", "The harbour crane lifts forty tonnes of cargo every day."]
+    for n, text in enumerate(texts):
+        kb.ingest(text, collection="port", name=f"t{n}")
+    garbage = "{1:9}/1000000000"
+    with kb.pool().connection() as conn:
+        # as an earlier weighting left it, under another version
+        conn.execute("UPDATE kb_chunks SET lex = %s::sparsevec", (garbage,))
+        conn.execute("UPDATE kb_collections SET lex_version = 'terms0-k1=2-b=0.5'")
+    kb.close()
+    reopened = KnowledgeBase(pg_url, embeddings=kb.embeddings, schema=kb.schema)
+    try:
+        with reopened.pool().connection() as conn:
+            row = conn.execute(
+                "SELECT lex_version, lex_avg_len FROM kb_collections WHERE name = 'port'"
+            ).fetchone()
+        assert row is not None and row[0] == lexical.LEXICAL_VERSION
+        lengths = [
+            len(lexical.terms(f"{context_line(document_title(f't{n}', {}), '')}\n{t}"))
+            for n, t in enumerate(texts)
+        ]
+        assert row[1] == pytest.approx(sum(lengths) / len(lengths), abs=1.0)
+        assert all(_weights(reopened, "port", t) != garbage for t in texts)
+        hits = reopened.search("crane tonnes", collection="port", mode="fulltext")
+        assert [h["text"] for h in hits] == [texts[1]]
     finally:
         reopened.close()
 

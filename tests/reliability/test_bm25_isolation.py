@@ -31,7 +31,9 @@ def test_a_word_stored_only_in_b_never_changes_scores_under_a_lock_to_a(kb: Know
 
 
 def test_a_scope_of_two_collections_scores_as_one_collection_holding_both(kb: KnowledgeBase):
-    texts = {**A_TEXTS, "kestrel": "A kestrel hovers before it dives on a vole."}
+    # each collection normalises lengths by its first chunk's; the falcon's and the
+    # kestrel's have 7 terms each, so all three collections share one normalisation
+    texts = {**A_TEXTS, "kestrel": "A kestrel hovers high before it dives on a small vole."}
     for name, text in texts.items():
         kb.ingest(text, collection="union", name=name)
     union = {
