@@ -22,6 +22,7 @@ from arcana_loop.graph.deps import LoopDeps, PromptFn, SynthesizerFn
 from arcana_loop.graph.models import ModelSpec, resolve_model
 from arcana_loop.graph.routing import Node, Route, Routers
 from arcana_loop.graph.state import (
+    AnswerOutput,
     LoopInput,
     LoopOutput,
     LoopState,
@@ -45,6 +46,13 @@ GRAPH_DESCRIPTION = (
     "coverage, the searches made (tool_history) and the chunks the answer rests on."
 )
 """What the served graph does, as its assistant's description (``langgraph.json``) shows it, e.g. to MCP clients."""
+ANSWER_GRAPH_NAME = "arcana-loop-answer"
+ANSWER_GRAPH_DESCRIPTION = (
+    "Answer a question from the knowledge base, briefly: the same agent as arcana-loop, whose "
+    "output is only the answer, terminated_by, error and the sources it cites (title, file, "
+    "section, pages). Input: question (optionally collection, a name or a list of names)."
+)
+"""The served brief graph's description: for MCP clients and others that show a result as text."""
 
 LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
 
@@ -132,7 +140,7 @@ def make_deps(
 
 
 def build_graph(
-    deps: LoopDeps | None = None, *, run_input: bool = False, **kwargs: Any
+    deps: LoopDeps | None = None, *, run_input: bool = False, brief: bool = False, **kwargs: Any
 ) -> LoopGraph:
     """Build the loop graph (uncompiled, so callers choose the checkpointer).
 
@@ -140,6 +148,7 @@ def build_graph(
         deps: resolved dependencies; or pass `make_deps` keyword arguments instead.
         run_input: accept `RunInput` (the input with the run's options, what `run` sends)
             instead of the public `LoopInput` a served graph shows its clients.
+        brief: output `AnswerOutput` (answer, how it ended, its sources) instead of `LoopOutput`.
         **kwargs: `make_deps` keyword arguments, when ``deps`` is not given.
 
     Returns:
@@ -148,8 +157,12 @@ def build_graph(
     deps = deps if deps is not None else make_deps(**kwargs)
     routers = Routers(deps)
     input_schema: type[Any] = RunInput if run_input else LoopInput
+    output_schema: type[Any] = AnswerOutput if brief else LoopOutput
     builder: LoopGraph = StateGraph(
-        LoopState, context_schema=LoopContext, input_schema=input_schema, output_schema=LoopOutput
+        LoopState,
+        context_schema=LoopContext,
+        input_schema=input_schema,
+        output_schema=output_schema,
     )
     for body in (controller, tools, answerer, synthesis, ground, finish):
         builder.add_node(body.__name__, Node(body.__name__, _timed(body, deps)))
@@ -165,3 +178,5 @@ def build_graph(
 
 graph = build_graph().compile(name=GRAPH_NAME)
 """The served graph: models, grounder and search options come from the run's context."""
+answer_graph = build_graph(brief=True).compile(name=ANSWER_GRAPH_NAME)
+"""The same loop served with a brief output (`AnswerOutput`), for MCP clients."""

@@ -118,6 +118,21 @@ class LoopOutput(TypedDict):
     messages: list[AnyMessage]
 
 
+class AnswerOutput(TypedDict):
+    """The result of the served ``arcana-loop-answer`` graph: the answer and where it comes from, nothing more.
+
+    For clients that show a result as its text (an MCP tool result is the Python repr of
+    the run's output, langgraph-api offering no hook to shape it): a few hundred bytes,
+    answer first, where `LoopOutput` is tens of kilobytes of chunks and messages.
+    """
+
+    answer: str | None
+    terminated_by: TerminatedBy | None
+    error: str | None
+    sources: list[dict[str, Any]]
+    """The chunks the answer cites (`graph.sources.Source`: title, source, section, pages, chunk id, cited text)."""
+
+
 RESULT_KEYS = tuple(LoopOutput.__annotations__)
 """The state keys of a run's result, in `LoopOutput`'s order (`graph.run.LoopResult` adds ``thread_id`` and ``grounded_in_chunks``)."""
 
@@ -144,6 +159,8 @@ class LoopState(LoopInput):
     iterations: NotRequired[int]
     """Controller turns run so far for this question, the failing one included."""
     terminated_by: NotRequired[TerminatedBy | None]
+    sources: NotRequired[list[dict[str, Any]]]
+    """The chunks the question's answer cites (`graph.sources`), written when it ends."""
     answer: NotRequired[str | None]
     error: NotRequired[str | None]
     grounding: NotRequired[dict[str, Any] | None]

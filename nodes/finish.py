@@ -1,7 +1,7 @@
 """The ``finish`` node: where every ending of a question routes, and the one place it ends.
 
 It adds the question's closing message (its answer, or why it has none) to the
-conversation, adds the question's usage to the thread's, and sends the run's stop event.
+conversation, records the sources the answer cites, adds the question's usage to the thread's, and sends the run's stop event.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing_extensions import TypedDict
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.conversation import closing_message
 from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.sources import cited_sources
 from arcana_loop.graph.state import LoopState
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
 from arcana_loop.nodes.lifecycle import stop_event
@@ -25,6 +26,7 @@ class FinishUpdate(TypedDict, total=False):
 
     messages: list[BaseMessage]
     thread_usage: dict[str, Any]
+    sources: list[dict[str, Any]]
 
 
 def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> FinishUpdate:
@@ -33,7 +35,10 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     emit(runtime, stop_event(state, runtime.context, tool_count))
     # once per question, not a write per step: a question that never finishes (its process
     # killed, and a new question asked) is left out of the thread's usage
-    update: FinishUpdate = {"thread_usage": dict(state.get("usage") or {})}
+    update: FinishUpdate = {
+        "thread_usage": dict(state.get("usage") or {}),
+        "sources": [dict(s) for s in cited_sources(state.get("answer"), state.get("chunks") or [])],
+    }
     closing = closing_message(state, sources_footer=runtime.context.sources_footer)
     if closing is not None:
         update["messages"] = [closing]
