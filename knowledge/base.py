@@ -886,7 +886,7 @@ class KnowledgeBase:
         )
         exact = False
         if req.mode != "fulltext":
-            exact, settings = self._scan(req, first((yield q.count_statement(resolved, req))))
+            exact, settings = self._scan(req, first((yield q.count_statement(resolved))))
             if settings is not None:
                 yield settings
         rows = yield q.search_statement(

@@ -191,28 +191,20 @@ def candidate_pool(req: SearchRequest) -> int:
     return req.limit if req.mode == "semantic" else max(4 * req.limit, 40)
 
 
-def count_statement(
-    collections: ResolvedCollections, req: SearchRequest | None = None
-) -> Statement:
+def count_statement(collections: ResolvedCollections) -> Statement:
     """Estimate the scoped vectors from planner statistics, to choose exact scan or HNSW.
 
     A real bounded count cost 5-7 ms at 100k rows, more than the HNSW search
     itself; the planner's estimate costs a fraction of a millisecond. A wrong
     estimate (no statistics yet) only changes speed or recall a little, never
-    which rows are eligible.
+    which rows are eligible. A metadata filter does not change the choice: an
+    exact scan still reads every row of the scope to test the filter (a 10 %
+    ``$like`` filter at 100k rows: 77 ms exact, 7 ms through HNSW's iterative scan).
     """
-    params: dict[str, Any] = {"ids": collections.ids}
-    if req is not None and req.filter:
-        # the rows a filtered search ranks: few enough, and the exact scan keeps its recall
-        query = sql.SQL(
-            "EXPLAIN (FORMAT JSON) SELECT 1 FROM kb_chunks c"
-            " WHERE c.collection_id = ANY(%(ids)s) AND {f}"
-        ).format(f=filter_sql(req.filter, sql.SQL("c.metadata"), params))
-        return query, params
     query = sql.SQL(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {t} WHERE collection_id = ANY(%(ids)s)"
     ).format(t=embeddings_table(collections.dimension))
-    return query, params
+    return query, {"ids": collections.ids}
 
 
 def estimated_rows(row: Sequence[Any] | None) -> int:
