@@ -173,16 +173,32 @@ def checkpointer_spec_of(value: str) -> str | None:
     return spec
 
 
-def controller_spec(model: str | None) -> str:
-    """The controller to run: `--model`, else the configured or default one (offline without a key)."""
-    from arcana_loop.graph.models import OFFLINE, default_controller_spec
+def controller_spec(model: str | None, *, announce: bool = True) -> str:
+    """The controller to run: `--model`, else the configured or default one (offline without a key).
 
-    spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or default_controller_spec()
+    With ``announce``, say now when it is the offline controller by default; otherwise
+    the caller says it (`announce_offline`) once the run has passed its checks.
+    """
+    spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or _default_spec()
+    if announce:
+        announce_offline(model, spec)
+    return spec
+
+
+def _default_spec() -> str:
+    from arcana_loop.graph.models import default_controller_spec
+
+    return default_controller_spec()
+
+
+def announce_offline(model: str | None, spec: str) -> None:
+    """Say that the offline controller runs because no model was configured (nothing else)."""
+    from arcana_loop.graph.models import OFFLINE
+
     if spec == OFFLINE and model is None:
         err.print(
             "[dim]No model configured: using the offline controller. Set OPENAI_API_KEY (and OPENAI_BASE_URL for a local server) or pass --model openai:gpt-4o-mini.[/]"
         )
-    return spec
 
 
 class RateColumn(ProgressColumn):
@@ -309,17 +325,17 @@ def print_result(result: Any) -> None:
     out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]")
     print_sources(result)
     out.rule("Steps")
-    for entry in result.tool_history:
+    for entry in result.tool_history:  # turns from 1, as the live status and chat count them
         if entry["tool"] == "search":
             note = " (duplicate)" if "duplicate_of" in entry else ""
             out.print(
-                f"[cyan]{entry['iteration']}[/] search{note} {shown(repr(entry['args'].get('query')))} -> {shown(', '.join(entry['returned_chunk_ids']) or 'nothing')}"
+                f"[cyan]{entry['iteration'] + 1}[/] search{note} {shown(repr(entry['args'].get('query')))} -> {shown(', '.join(entry['returned_chunk_ids']) or 'nothing')}"
             )
         elif entry["tool"] == "synthesis":
-            out.print(f"[cyan]{entry['iteration']}[/] synthesis: {shown(entry['summary'])}")
+            out.print(f"[cyan]{entry['iteration'] + 1}[/] synthesis: {shown(entry['summary'])}")
         else:
             out.print(
-                f"[cyan]{entry['iteration']}[/] {shown(entry['tool'])}: {shown(entry['summary'][:200])}"
+                f"[cyan]{entry['iteration'] + 1}[/] {shown(entry['tool'])}: {shown(entry['summary'][:200])}"
             )
     out.print(
         f"Ended: [bold]{result.terminated_by}[/] after {result.iterations} turns"

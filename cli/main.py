@@ -19,6 +19,7 @@ from arcana_loop.cli import threads
 from arcana_loop.cli.chat import chat
 from arcana_loop.cli.common import (
     MODEL_HINT,
+    announce_offline,
     cell,
     check_question,
     checkpointer_spec_of,
@@ -214,7 +215,13 @@ def ask(
     search_filter = where_filter(where or [])
     saver = checkpointer_spec_of(checkpointer)
     scope, kb = prepare_scope(collection)
-    spec = controller_spec(model)
+    spec = controller_spec(model, announce=False)
+
+    def on_event(event: dict[str, Any], status: Any) -> None:
+        if event.get("event") == "loop_start":  # the run passed its checks: now say which model
+            announce_offline(model, spec)
+        status.update(step_note(event))
+
     try:
         with err.status("Running the loop...") as status, database_errors("the run failed"):
             result = run(
@@ -228,7 +235,7 @@ def ask(
                 search_opts={"filter": search_filter} if search_filter else None,
                 checkpointer=saver,
                 thread_id=thread_id,
-                on_event=lambda event: status.update(step_note(event)),
+                on_event=lambda event: on_event(event, status),
             )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)

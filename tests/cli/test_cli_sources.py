@@ -90,6 +90,11 @@ def test_ask_prints_each_cited_chunk_with_its_source_file_and_section(
     )
     assert asked.returncode == 0, asked.stderr
     sources = asked.stdout.split("Sources", 1)[1].split("Steps", 1)[0]
+    steps = asked.stdout.split("Steps", 1)[1].splitlines()[1:3]
+    assert [line.split()[:2] for line in steps] == [
+        ["1", "search"],
+        ["2", "answer:"],
+    ]  # as chat counts
     cited = re.findall(r"\[([0-9a-f]{32})\] (.+)", sources)
     assert cited and all(
         re.search(rf"\[{cid}\]", asked.stdout.split("Sources")[0]) for cid, _ in cited
@@ -260,3 +265,25 @@ def test_a_usage_error_is_one_line_and_exit_status_1(
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 2 and lines[0].startswith(message), done.stderr
     assert lines[1] == f"Hint: see {hint}" and "╭" not in done.stderr
+
+
+@pytest.mark.postgres
+def test_the_offline_note_follows_the_checks_never_precedes_a_refusal(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    refused = cli("ask", "q?", "--thread-id", "a\tb", "--checkpointer", "none", env=env)
+    assert refused.returncode == 1 and "No model configured" not in refused.stderr
+    assert refused.stderr.startswith("Error: ")
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nThe zorblat reactor is cooled by helium.\n")
+    assert cli("ingest", str(notes), "-c", "cli-offline-note", env=env).returncode == 0
+    asked = cli(
+        "ask",
+        "What cools the zorblat reactor?",
+        "-c",
+        "cli-offline-note",
+        "--checkpointer",
+        "none",
+        env=env,
+    )
+    assert asked.returncode == 0 and "No model configured" in asked.stderr
