@@ -32,6 +32,11 @@ DATA_DIR = Path(__file__).parent / "data"
 PYTHON_DOCS_EVAL = DATA_DIR / "python_docs_eval.json"
 """The lookup set for the demo corpus (``knowledge.stdlib_docs``): questions naming their answer."""
 PYTHON_DOCS_REALISTIC = DATA_DIR / "python_docs_realistic.json"
+MIXED_CORPUS = DATA_DIR / "mixed"
+"""A folder as a user's own is: Markdown with fences and a table, reStructuredText, an HTML
+page with navigation and a footer, a three-page PDF with running headers."""
+MIXED_QUESTIONS = DATA_DIR / "mixed_questions.json"
+"""Questions about `MIXED_CORPUS`, frozen before any search over it: file, evidence, page."""
 """The realistic set for the demo corpus: questions as people with a task ask them."""
 EVAL_SETS = {"lookup": PYTHON_DOCS_EVAL, "realistic": PYTHON_DOCS_REALISTIC}
 """The shipped sets by name (``arcana-loop eval --set``)."""
