@@ -141,26 +141,52 @@ def _without_running_lines(pages: list[str]) -> list[str]:
     """Drop running headers and footers: a first or last line repeated on most pages, or a page number.
 
     Left in, "Capacity Report 2026 — page 3" would start every chunk of every page
-    and pull each of them toward any question naming the report.
+    and pull each of them toward any question naming the report. A line counts as
+    repeated when its text is, or when it differs from page to page only by numbers
+    that step with the page ("Report - page 3", "Report - page 4"): a fact that
+    happens to share its wording with the next page's ("berth 3 holds 300 tonnes")
+    is kept.
     """
     if len(pages) < 3:
         return pages
-    split = [page.split("\n") for page in pages]
+    split = [_trimmed(page.split("\n")) for page in pages]
 
-    def shape(line: str) -> str:  # "Report - page 3" and "Report - page 4" are one running line
-        return _DIGITS.sub("#", line.strip())
+    def keys(line: str, index: int) -> set[str]:
+        text = line.strip()
+        stepped = _DIGITS.sub(lambda m: f"#{int(m.group()) - index}", text)
+        return {text, stepped} if text else set()
 
-    firsts = Counter(shape(lines[0]) for lines in split if lines)
-    lasts = Counter(shape(lines[-1]) for lines in split if lines)
-    repeated = {line for line, n in (firsts + lasts).items() if n > len(pages) // 2 and line}
+    counts: Counter[str] = Counter()
+    for index, lines in enumerate(split):
+        if lines:
+            counts.update(keys(lines[0], index) | keys(lines[-1], index))
+    repeated = {key for key, n in counts.items() if n > len(pages) // 2}
+
+    def running(line: str, index: int) -> bool:  # blank lines around a running line go with it
+        return (
+            not line.strip()
+            or bool(keys(line, index) & repeated)
+            or bool(_PAGE_NUMBER.fullmatch(line.strip()))
+        )
+
     cleaned = []
-    for lines in split:
-        while lines and (shape(lines[0]) in repeated or _PAGE_NUMBER.fullmatch(lines[0].strip())):
+    for index, lines in enumerate(split):
+        while lines and running(lines[0], index):
             lines = lines[1:]
-        while lines and (shape(lines[-1]) in repeated or _PAGE_NUMBER.fullmatch(lines[-1].strip())):
+        while lines and running(lines[-1], index):
             lines = lines[:-1]
         cleaned.append("\n".join(lines))
     return cleaned
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    """A page's lines without the blank ones before and after its text."""
+    start, end = 0, len(lines)
+    while start < end and not lines[start].strip():
+        start += 1
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    return lines[start:end]
 
 
 def _pdf_title(info: Any) -> str | None:

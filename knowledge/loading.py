@@ -57,7 +57,7 @@ DEFAULT_CHUNK_OVERLAP = 100
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 RST_SUFFIXES = frozenset({".rst", ".rest"})
-STRUCTURE_VERSION = "blocks-1"
+STRUCTURE_VERSION = "blocks-2"
 """Names how documents are read and chunked; a change re-chunks every document on its next ingest."""
 Syntax = Literal["markdown", "rst", "plain"]
 _MAX_PATH_CHARS = 4096

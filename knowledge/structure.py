@@ -14,8 +14,8 @@ each under the headings above it:
 falls inside a code block or a table: a block too long for one chunk is split, a
 code block at line boundaries with each piece fenced again, a table at row
 boundaries with its header row repeated, a paragraph by the recursive character
-splitter (with the configured overlap). A chunk may run on across a PDF page break
-only while it is short (under half a chunk), and then says so with its last page.
+splitter (with the configured overlap). A chunk never runs on across a PDF page
+break, however short: a fact is cited on the page it is on.
 
 A section path holds headings only: the text of heading nodes, nothing else.
 """
@@ -379,8 +379,8 @@ def _flush(group: list[Block], text: str, pieces: list[Piece]) -> None:
 def _fits(group: list[Block], size: int, block: Block, chunk_size: int) -> bool:
     if block.section != group[0].section or size + 2 + len(block.text) > chunk_size:
         return False
-    # a page break ends a chunk unless the chunk is still short: pages stay citable
-    return block.page == group[-1].page or size < chunk_size // 2
+    # a page break always ends a chunk, however short: a fact is cited on its own page
+    return block.page == group[-1].page
 
 
 def _joined(group: list[Block], text: str) -> Piece:
