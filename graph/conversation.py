@@ -53,7 +53,7 @@ from langchain_core.messages import (
 )
 
 from arcana_loop.graph.channels import USAGE_RESET, replacing
-from arcana_loop.graph.sources import answer_content, answer_text, cited_sources
+from arcana_loop.graph.sources import Source, answer_content, answer_text
 from arcana_loop.graph.text import MAX_QUESTION_CHARS
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
 from arcana_loop.tools.schemas import ANSWER
@@ -387,7 +387,9 @@ def _withheld(message: AIMessage) -> AIMessage:
     return message.model_copy(update={"content": content, "tool_calls": calls})
 
 
-def closing_message(view: Mapping[str, Any], *, sources_footer: bool = False) -> AIMessage | None:
+def closing_message(
+    view: Mapping[str, Any], sources: Sequence[Source], *, sources_footer: bool = False
+) -> AIMessage | None:
     """Return the assistant message that ends a question, or ``None`` when the conversation ends with it.
 
     The answer, when there is one; otherwise why there is none (a give-up's reason, the
@@ -395,11 +397,10 @@ def closing_message(view: Mapping[str, Any], *, sources_footer: bool = False) ->
     reply that already holds the answer (the controller's plain text, the answer model's
     or the synthesis' reply) is named under its own id, so it replaces itself and a
     streaming client, which has its tokens under that id, gets no second copy. An
-    answer that cites chunks carries them as citation annotations (`graph.sources`),
-    and with ``sources_footer`` a plain-text list of them after the answer.
+    answer that cites chunks carries ``sources`` (the chunks it cites, `graph.sources`)
+    as citation annotations, and with ``sources_footer`` a plain-text list after it.
     """
     text = closing_text(view)
-    sources = cited_sources(view.get("answer"), view.get("chunks") or [])
     content: str | list[Any] = (
         answer_content(text, sources, footer=sources_footer) if sources else text
     )

@@ -620,7 +620,8 @@ class KnowledgeBase:
             gone = [
                 (doc_id, chunks)
                 for doc_id, source, chunks in rows
-                if source.startswith(prefix) and source not in read and not os.path.isfile(source)
+                if source not in read
+                and not os.path.isfile(source)  # the query kept those under root
             ]
             if not gone:
                 return

@@ -168,8 +168,9 @@ def _node(node: Mapping[str, Any], column: sql.Composable, p: _Params) -> sql.Co
 def _field(  # one branch per operator
     key: str, op: str, operand: Any, column: sql.Composable, p: _Params
 ) -> sql.Composable:
-    value = sql.SQL("({} -> {})").format(column, p(key))
-    has_key = sql.SQL("({} ? {})").format(column, p(key))
+    named = p(key)  # one parameter, however many times the condition names the key
+    value = sql.SQL("({} -> {})").format(column, named)
+    has_key = sql.SQL("({} ? {})").format(column, named)
     if op == "$eq":
         return sql.SQL("({} @> {})").format(column, p(Jsonb({key: operand})))
     if op == "$ne":
@@ -189,7 +190,7 @@ def _field(  # one branch per operator
         )
     if op in ("$like", "$ilike"):
         return sql.SQL("({} ->> {} {} {})").format(
-            column, p(key), sql.SQL("LIKE" if op == "$like" else "ILIKE"), p(operand)
+            column, named, sql.SQL("LIKE" if op == "$like" else "ILIKE"), p(operand)
         )
     return has_key if operand else sql.SQL("(NOT {})").format(has_key)  # $exists
 

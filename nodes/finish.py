@@ -35,11 +35,12 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     emit(runtime, stop_event(state, runtime.context, tool_count))
     # once per question, not a write per step: a question that never finishes (its process
     # killed, and a new question asked) is left out of the thread's usage
+    sources = cited_sources(state.get("answer"), state.get("chunks") or [])
     update: FinishUpdate = {
         "thread_usage": dict(state.get("usage") or {}),
-        "sources": [dict(s) for s in cited_sources(state.get("answer"), state.get("chunks") or [])],
+        "sources": [dict(s) for s in sources],
     }
-    closing = closing_message(state, sources_footer=runtime.context.sources_footer)
+    closing = closing_message(state, sources, sources_footer=runtime.context.sources_footer)
     if closing is not None:
         update["messages"] = [closing]
     return update
