@@ -20,6 +20,11 @@ background loop that is not that one.
 
 The awaitable runs with the node's context, so callbacks, tracing and
 ``get_runtime`` see the run as the node does.
+
+The other way round, `in_thread` runs a synchronous call in a thread of its own with
+the node's context: several searches of one turn at once, or a grounder given a
+timeout. The thread is a daemon, so a call that never returns is abandoned there
+and keeps neither the run nor the interpreter's exit waiting.
 """
 
 from __future__ import annotations
@@ -135,6 +140,23 @@ def wait(awaitable: Awaitable[T], timeout: float | None = None) -> T:
     except TimeoutError:
         future.cancel()
         raise
+
+
+def in_thread(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+    """Start ``fn(*args)`` in a daemon thread, with the caller's context, and return its future."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(fn, *args))
+        except BaseException as exc:  # handed to the waiting caller, who decides
+            future.set_exception(exc)
+
+    threading.Thread(target=target, name="arcana-loop-worker", daemon=True).start()
+    return future
 
 
 def _running_here() -> frozenset[asyncio.AbstractEventLoop]:

@@ -1,9 +1,10 @@
-"""Graph assembly: the five nodes, the conditional edges between them, and the served graph.
+"""Graph assembly: the nodes, the conditional edges between them, and the served graphs.
 
-``controller`` calls the model; tool calls go to ``tools``, which loops back until
-a tool ends the run. Then, as configured: ``answerer`` rewrites an ``answer``,
-``synthesis`` writes one when the turn budget ran out, and ``ground`` scores it.
-Every ending goes through ``finish``, which closes the question.
+Every run enters at ``start``, which opens the question. ``controller`` calls the
+model; tool calls go to ``tools``, which loops back until a tool ends the run. Then,
+as configured: ``answerer`` rewrites an ``answer``, ``synthesis`` writes one when the
+turn budget ran out, and ``ground`` scores it. Every ending goes through ``finish``,
+which closes the question.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from arcana_loop.nodes.answerer import answerer
 from arcana_loop.nodes.controller import controller
 from arcana_loop.nodes.finish import finish
 from arcana_loop.nodes.ground import ground
+from arcana_loop.nodes.start import start
 from arcana_loop.nodes.synthesis import synthesis
 from arcana_loop.nodes.tools import tools
 from arcana_loop.tools.execute import SearchFn
@@ -164,9 +166,10 @@ def build_graph(
         input_schema=input_schema,
         output_schema=output_schema,
     )
-    for body in (controller, tools, answerer, synthesis, ground, finish):
+    for body in (start, controller, tools, answerer, synthesis, ground, finish):
         builder.add_node(body.__name__, Node(body.__name__, _timed(body, deps)))
-    builder.add_edge(START, "controller")
+    builder.add_edge(START, "start")
+    builder.add_conditional_edges("start", Route(routers.after_start))
     builder.add_conditional_edges("controller", Route(routers.after_controller))
     builder.add_conditional_edges("tools", Route(routers.after_tools))
     builder.add_conditional_edges("answerer", Route(routers.after_answer))

@@ -229,19 +229,6 @@ def _unanswered(message: BaseMessage, messages: Sequence[BaseMessage]) -> list[A
     ]
 
 
-def fresh_view(state: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the state as the question's first turn reads it, once ``writes`` (`fresh_state`) apply."""
-    return {
-        **state,
-        **_FRESH,
-        **writes,
-        "messages": [*(state.get("messages") or []), *writes["messages"]],
-        "tool_history": [],
-        "chunks": [],
-        "usage": {},
-    }
-
-
 def compact_earlier(
     messages: Sequence[AnyMessage], opening_id: str | None, scope: Scope | None = None
 ) -> list[AnyMessage]:

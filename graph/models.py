@@ -1,9 +1,13 @@
-"""Chat models: turn any accepted model spec into one calling convention.
+"""Chat models: turn any accepted model spec into one calling convention, and every reply into one the loop can keep.
 
 A spec is a ``"provider:model"`` string (LangChain's ``init_chat_model``), a
 ``("provider:model", {kwargs})`` pair, a LangChain chat model instance, or a
 callable ``(messages, tools, opts) -> AIMessage`` (sync or async). Each becomes a
 `ModelCaller` with ``invoke(messages, tools, opts)``.
+
+This is the model boundary: whatever a model sends back is cleaned up here, once,
+before any node reads it (`kept_reply`): lone surrogates scrubbed, every tool call
+given a unique id, arguments too deep or too large to keep refused.
 """
 
 from __future__ import annotations
@@ -14,11 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall
+from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
 from arcana_loop.graph import bridge
 from arcana_loop.graph.text import scrub, scrub_deep
+from arcana_loop.tools.execute import (
+    KEPT_ARGUMENT_CHARS,
+    REFUSED_MARK,
+    kept_arguments,
+    oversized_arguments,
+)
 from arcana_loop.tools.schemas import ToolSchema
 
 ModelSpec = str | tuple[Any, Mapping[str, Any]] | BaseChatModel | Callable[..., Any]
@@ -46,12 +57,17 @@ _SCRUBBED_FIELDS = (
 )
 
 
-def _as_ai_message(reply: Any) -> AIMessage:
-    if isinstance(reply, AIMessage):
-        return scrub_reply(reply)
+def kept_reply(reply: Any, opts: Mapping[str, Any]) -> AIMessage:
+    """Return a model's reply as the loop keeps it: scrubbed, every tool call with its own id, bounded.
+
+    Raises:
+        ModelReplyError: for a reply that is no assistant message (nor text).
+    """
     if isinstance(reply, str):
         return AIMessage(content=scrub(reply))
-    raise ModelReplyError(f"the model returned {type(reply).__name__}, expected an AIMessage")
+    if not isinstance(reply, AIMessage):
+        raise ModelReplyError(f"the model returned {type(reply).__name__}, expected an AIMessage")
+    return bound_arguments(normalize_reply(scrub_reply(reply), int(opts.get("iterations") or 0)))
 
 
 def scrub_reply(reply: AIMessage) -> AIMessage:
@@ -70,6 +86,91 @@ def scrub_reply(reply: AIMessage) -> AIMessage:
         if isinstance(value, str) and scrub(value) is not value:
             update[name] = scrub(value)
     return reply.model_copy(update=update) if update else reply
+
+
+def normalize_reply(reply: AIMessage, iteration: int) -> AIMessage:
+    """Give every tool call a unique, non-empty id, so each can be answered by a tool message."""
+    seen: set[str] = set()
+    fixed: list[dict[str, Any]] = []
+    for index, call in enumerate([*reply.tool_calls, *reply.invalid_tool_calls]):
+        call_id = call.get("id") or f"call_{iteration}_{index}"
+        while call_id in seen:
+            call_id = f"{call_id}_{index}"
+        seen.add(call_id)
+        fixed.append({**call, "id": call_id})
+    originals = [c.get("id") for c in [*reply.tool_calls, *reply.invalid_tool_calls]]
+    if originals == [c["id"] for c in fixed]:
+        return reply
+    count = len(reply.tool_calls)
+    return reply.model_copy(
+        update={"tool_calls": fixed[:count], "invalid_tool_calls": fixed[count:]}
+    )
+
+
+def bound_arguments(reply: AIMessage) -> AIMessage:
+    """Refuse tool calls whose arguments are too deep or too large to keep, keeping a bounded copy.
+
+    Such a call becomes an invalid call (answered with a tool error, never run) whose
+    arguments are bounded JSON text; the raw calls in ``additional_kwargs`` are bounded
+    too. Kept whole, ~250 levels of nesting cannot be checkpointed and megabytes of
+    arguments would be stored and sent again every turn. Ids must already be unique.
+    """
+    kept, refused = [], []
+    for call in reply.tool_calls:
+        reason = oversized_arguments(call["args"])
+        if reason is None:
+            kept.append(call)
+        else:
+            refused.append(
+                invalid_tool_call(
+                    name=call["name"],
+                    args=kept_arguments(call["args"]),
+                    id=call["id"],
+                    error=REFUSED_MARK + reason,
+                )
+            )
+    invalid = [_bounded_invalid(call) for call in reply.invalid_tool_calls]
+    changed = [
+        call
+        for call, original in zip(invalid, reply.invalid_tool_calls, strict=True)
+        if call is not original
+    ]
+    if not refused and not changed:
+        return reply
+    bounded_ids = {call["id"] for call in [*refused, *changed]}
+    update: dict[str, Any] = {"tool_calls": kept, "invalid_tool_calls": [*refused, *invalid]}
+    raw = reply.additional_kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        update["additional_kwargs"] = {
+            **reply.additional_kwargs,
+            "tool_calls": [_bounded_raw(c, bounded_ids) for c in raw],
+        }
+    return reply.model_copy(update=update)
+
+
+def _bounded_invalid(call: InvalidToolCall) -> InvalidToolCall:
+    """An invalid call with its raw arguments and error cut to a bound (the same call when within it)."""
+    args, error = call.get("args"), call.get("error")
+    long_args = isinstance(args, str) and len(args) > KEPT_ARGUMENT_CHARS
+    long_error = isinstance(error, str) and len(error) > KEPT_ARGUMENT_CHARS
+    if not (long_args or long_error):
+        return call
+    return {
+        **call,
+        "args": kept_arguments(args) if long_args else args,
+        "error": kept_arguments(error) if long_error else error,
+    }
+
+
+def _bounded_raw(call: Any, ids: set[str | None]) -> Any:
+    """A provider's raw tool call, its arguments text bounded when the call was bounded."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or call.get("id") not in ids:
+        return call
+    return {
+        **call,
+        "function": {**function, "arguments": kept_arguments(function.get("arguments") or "")},
+    }
 
 
 def _empty_reply(exc: IndexError) -> ModelReplyError:
@@ -124,7 +225,7 @@ class ChatModelCaller:
             )
         except IndexError as exc:
             raise _empty_reply(exc) from exc
-        return _as_ai_message(reply)
+        return kept_reply(reply, opts)
 
 
 @dataclass
@@ -142,7 +243,7 @@ class FunctionCaller:
         self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]
     ) -> AIMessage:
         """Call the function; an ``async def`` one is awaited through `graph.bridge`."""
-        return _as_ai_message(bridge.call(self.fn, messages, list(tools), self._opts(opts)))
+        return kept_reply(bridge.call(self.fn, messages, list(tools), self._opts(opts)), opts)
 
 
 ModelCaller = ChatModelCaller | FunctionCaller

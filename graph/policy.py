@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import AIMessage
+
 from arcana_loop.graph.budget import turn_limit
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.tools.schemas import CONTROL_TOOL_NAMES, SEARCH, SYNTHESIS
@@ -78,4 +80,15 @@ def should_send_back(
         and not has_gathered(state.get("tool_history") or [])
         and turn_limit(state, ctx) - turns_used >= 2
         and search_required(ctx, state["question"])
+    )
+
+
+def sent_back_last_turn(state: Mapping[str, Any]) -> bool:
+    """Whether the last turn's plain-text reply was sent back to search first (it is the last message)."""
+    messages = state.get("messages") or []
+    return (
+        bool(state.get("search_nudged"))
+        and bool(messages)
+        and isinstance(messages[-1], AIMessage)
+        and not (messages[-1].tool_calls or messages[-1].invalid_tool_calls)
     )

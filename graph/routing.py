@@ -29,6 +29,7 @@ from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
 from arcana_loop.tools.schemas import ANSWER
 
+AfterStart = Literal["controller", "finish"]
 AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "finish"]
 AfterTools = Literal["controller", "answerer", "ground", "finish"]
 AfterAnswer = Literal["ground", "finish"]
@@ -55,6 +56,10 @@ class Routers:
     """The routing functions of one graph."""
 
     deps: LoopDeps
+
+    def after_start(self, state: OutcomeView) -> AfterStart:
+        """To the controller, unless the question ended as it opened (nothing stored to search)."""
+        return "controller" if state.get("terminated_by") is None else "finish"
 
     def after_answer(self, state: OutcomeView) -> AfterAnswer:
         """After the answer is settled: ground it when a grounder is configured, else finish."""

@@ -167,7 +167,7 @@ class LoopState(LoopInput):
     usage: Annotated[dict[str, Any], fold_usage]
     """This question's tokens per role (``controller``, ``answerer``, ``synthesis``) and seconds per node, summed."""
     started_at: NotRequired[float]
-    """Wall-clock time (``time.time()``) of the question's first controller turn, for the time budget."""
+    """Wall-clock time (``time.time()``) the question opened (the ``start`` step), for the time budget."""
     budget_stop: NotRequired[BudgetStop | None]
     repairs: NotRequired[int]
     """Answers sent back to the controller because their grounding fell below ``min_support``."""
@@ -179,9 +179,9 @@ class LoopState(LoopInput):
     options: NotRequired[dict[str, Any]]
     """The run's options (its `LoopContext` as JSON). LangGraph does not checkpoint the context,
     and resumes, traces and recorded replays need it: `run` sends them with its input
-    (`RunInput`), so the input checkpoint holds them before any model call; the first
-    controller turn writes them when the input did not (a served run), or replaces them
-    when they differ from the context."""
+    (`RunInput`), so the input checkpoint holds them before any model call; the ``start``
+    step writes them when the input did not (a served run), or replaces them when they
+    differ from the context."""
 
 
 class ControllerRouteView(TypedDict):

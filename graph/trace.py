@@ -28,7 +28,7 @@ class TraceStep:
     """One node run of a thread."""
 
     step: int
-    """LangGraph's superstep number (1 is the first controller turn)."""
+    """LangGraph's superstep number (1 is the `start` step that opens the first question)."""
     node: str
     checkpoint_id: str
     """The checkpoint the node ran from: pass it to `fork` or `replay` to re-run from here."""

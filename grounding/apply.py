@@ -3,19 +3,15 @@
 Used by both the graph's ``ground`` node and ``graph.ground``, so the two agree.
 Grounding never loses the answer: a grounder that raises, times out or returns
 garbage leaves the grounding as ``None`` and logs why. With a timeout, a synchronous
-grounder runs in a daemon thread: one that never returns is abandoned there, and
-keeps neither the run nor the interpreter's exit waiting; an ``async def`` one is
-cancelled.
+grounder runs in a thread of its own (`graph.bridge.in_thread`): one that never
+returns is abandoned there; an ``async def`` one is cancelled.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextvars
 import functools
 import inspect
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,23 +25,6 @@ logger = logging.getLogger("grounding")
 Emit = Callable[[dict[str, Any]], None]
 OnTimeout = Callable[[float], None]
 """Told the seconds a grounding was given when it timed out."""
-
-
-def _in_daemon_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-    """Start ``fn`` in a daemon thread (with the caller's context) and return its future."""
-    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    context = contextvars.copy_context()
-
-    def target() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(context.run(fn))
-        except BaseException as exc:  # handed to the waiting caller, who decides
-            future.set_exception(exc)
-
-    threading.Thread(target=target, name="arcana-ground", daemon=True).start()
-    return future
 
 
 def _timed_out(name: str, timeout: float, on_timeout: OnTimeout | None) -> None:
@@ -92,14 +71,14 @@ def _grounded(
     timeout: float | None,
     opts: dict[str, Any],
 ) -> Any:
-    """Call the grounder within ``timeout`` seconds: an async one through the bridge (cancelled at the timeout), a sync one in a daemon thread."""
+    """Call the grounder within ``timeout`` seconds: an async one through the bridge (cancelled at the timeout), a sync one in a thread of its own."""
     aground = getattr(grounder, "aground", None)
     if aground is not None and (
         not hasattr(grounder, "ground") or inspect.iscoroutinefunction(aground)
     ):
         return bridge.wait(aground(answer, chunks, question=question, **opts), timeout)
     call = functools.partial(grounder.ground, answer, chunks, question=question, **opts)
-    return call() if timeout is None else _in_daemon_thread(call).result(timeout=timeout)
+    return call() if timeout is None else bridge.in_thread(call).result(timeout=timeout)
 
 
 def ground_answer(

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import SystemMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
@@ -14,7 +14,9 @@ from langgraph.runtime import Runtime
 from arcana_loop.graph import prompts
 from arcana_loop.graph.budget import budget_section
 from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import compact_earlier
 from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.policy import sent_back_last_turn
 from arcana_loop.tools.schemas import ANSWER, GIVE_UP, ToolSchema, controller_tools, tool_name
 from arcana_loop.tools.scoping import Scope, normalize_scope
 
@@ -133,6 +135,23 @@ def system_message(
 ) -> SystemMessage:
     """Return the system message sent ahead of the conversation."""
     return SystemMessage(content=render_system_prompt(deps, ctx, state, opts))
+
+
+def controller_request(
+    deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]
+) -> list[BaseMessage]:
+    """Return what the controller is sent: the system prompt, then the conversation as models are sent it.
+
+    After a plain-text answer was sent back to search first, the system prompt says so:
+    a note there, not a forged user turn, keeps the conversation the user's.
+    """
+    system = system_message(deps, ctx, state, opts)
+    if sent_back_last_turn(state):
+        system = SystemMessage(content=system.text + prompts.SEARCH_FIRST_NOTE)
+    conversation = compact_earlier(
+        state.get("messages", []), state.get("question_message_id"), scope_of(state)
+    )
+    return [system, *conversation]
 
 
 def emit(runtime: Runtime[LoopContext], event: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Run start/stop and per-tool-call events, streamed live through ``stream_mode="custom"``.
 
-The controller sends the start event when a question opens, the tools and synthesis
+The ``start`` node sends the start event when a question opens, the tools and synthesis
 nodes one event per history entry, and the ``finish`` node, where every ending
 routes, the stop event.
 """
@@ -19,11 +19,11 @@ LOOP_EXCEPTION = "loop_exception"
 TOOL_CALL = "tool_call"
 
 
-def start_event(state: Mapping[str, Any], ctx: LoopContext, tool_count: int) -> dict[str, Any]:
+def start_event(question: str, ctx: LoopContext, tool_count: int) -> dict[str, Any]:
     """Return the run's start event."""
     return {
         "event": LOOP_START,
-        "question": state["question"],
+        "question": question,
         "max_iterations": ctx.max_iterations,
         "tool_count": tool_count,
     }

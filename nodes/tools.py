@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextvars
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
+from arcana_loop.graph import bridge
 from arcana_loop.graph.channels import ChunkMerge
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.deps import LoopDeps
@@ -93,25 +93,24 @@ def _plan(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> list[Planned]:
 
 
 def _run(plan: list[Planned], search_fn: SearchFn, ctx: LoopContext) -> list[CallOutcome]:
-    """Run the planned calls; several searches run in worker threads, custom tools here in call order."""
+    """Run the planned calls; several searches run in threads of their own, custom tools here in call order."""
     searches = [step for step in plan if isinstance(step, SearchCall)]
-    workers = min(len(searches), ctx.max_parallel_searches)
-    if workers < 2:
+    if min(len(searches), ctx.max_parallel_searches) < 2:
         return [run_planned(step, search_fn, ctx.search_opts) for step in plan]
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="arcana-search") as pool:
-        # each search keeps the node's context (callbacks, config, the caller's loop) as it would on this thread
-        running = {
-            id(step): pool.submit(
-                contextvars.copy_context().run, run_planned, step, search_fn, ctx.search_opts
-            )
-            for step in searches
-        }
-        return [
-            running[id(step)].result()
-            if id(step) in running
-            else run_planned(step, search_fn, ctx.search_opts)
-            for step in plan
-        ]
+    slots = threading.Semaphore(ctx.max_parallel_searches)
+
+    def bounded(step: SearchCall) -> CallOutcome:
+        with slots:
+            return run_planned(step, search_fn, ctx.search_opts)
+
+    # each search keeps the node's context (callbacks, config, the caller's loop) in its thread
+    running = {id(step): bridge.in_thread(bounded, step) for step in searches}
+    return [
+        running[id(step)].result()
+        if id(step) in running
+        else run_planned(step, search_fn, ctx.search_opts)
+        for step in plan
+    ]
 
 
 def _fold(

@@ -32,6 +32,7 @@ def test_checkpointed_run_gets_a_thread_and_a_per_step_history(spec, tmp_path):
     steps = [h.next[0] for h in reversed(history) if h.next]
     assert steps == [
         "__start__",
+        "start",
         "controller",
         "tools",
         "controller",
@@ -100,6 +101,7 @@ async def test_arun_opens_an_async_saver_for_a_spec(kind, tmp_path, request, mon
     result = await arun("Q?", controller_llm=script(), search_fn=found(), checkpointer=spec)
     assert result.answer == "done" and result.thread_id
     assert [s.node for s in trace(result.thread_id, spec)] == [
+        "start",
         *["controller", "tools"] * 3,
         "finish",
     ]  # the sync reader sees what arun wrote

@@ -43,9 +43,11 @@ def test_trace_has_one_row_per_node_run_with_searches_and_the_ending(spec, tmp_p
     checkpointer = "memory" if spec == "memory" else f"sqlite:{tmp_path / 't.db'}"
     result = _three_turns(checkpointer)
     rows = trace(result.thread_id, checkpointer)
-    assert [r.node for r in rows] == [*["controller", "tools"] * 3, "finish"]
-    assert [r.step for r in rows] == list(range(1, 8))
-    assert [r.iteration for r in rows] == [0, 0, 1, 1, 2, 2, 2]
+    assert [r.node for r in rows] == ["start", *["controller", "tools"] * 3, "finish"]
+    assert [r.step for r in rows] == list(range(1, 9))
+    assert [r.iteration for r in rows] == [0, 0, 0, 1, 1, 2, 2, 2]
+    assert rows[0].tool_calls == [] and rows[0].searches == []
+    rows = rows[1:]  # the turns, after the question opened
     assert rows[0].tool_calls == [{"name": "search", "args": {"query": "alpha"}}]
     assert rows[1].searches == [
         {
@@ -74,7 +76,12 @@ def test_trace_reports_tokens_when_the_model_does():
         search_fn=ScriptedSearch([]),
         checkpointer="memory",
     )
-    assert trace(result.thread_id, "memory")[0].tokens == 15
+    assert [r.tokens for r in trace(result.thread_id, "memory")] == [
+        None,
+        15,
+        None,
+        None,
+    ]  # start, controller, tools, finish
 
 
 def test_trace_of_an_unknown_thread_is_a_clear_error():
@@ -88,7 +95,7 @@ def test_fork_with_fewer_iterations_runs_synthesis_and_leaves_the_original_untou
     result = _three_turns("memory")
     before = [r.to_dict() for r in trace(result.thread_id, "memory")]
     after_first_search = trace(result.thread_id, "memory")[
-        2
+        3
     ].checkpoint_id  # the second controller turn
     forked = fork(
         result.thread_id,
@@ -108,7 +115,7 @@ def test_fork_with_fewer_iterations_runs_synthesis_and_leaves_the_original_untou
 def test_fork_with_an_edited_search_query_searches_the_new_query():
     result = _three_turns("memory")
     rows = trace(result.thread_id, "memory")
-    second_tools = rows[3]  # the tools step of the second turn, before it ran
+    second_tools = rows[4]  # the tools step of the second turn, before it ran
     snapshot = next(
         s
         for s in history(result.thread_id, "memory")

@@ -347,11 +347,13 @@ def test_trace_tells_the_questions_of_a_thread_apart() -> None:
     )
     rows = trace(first.thread_id, saver)
     assert [(r.question, r.node, r.iteration) for r in rows] == [
+        (0, "start", 0),
         (0, "controller", 0),
         (0, "tools", 0),
         (0, "controller", 1),
         (0, "tools", 1),
         (0, "finish", 1),
+        (1, "start", 0),
         (1, "controller", 0),
         (1, "tools", 0),
         (1, "controller", 1),

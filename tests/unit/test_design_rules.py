@@ -56,9 +56,9 @@ def test_nodes_never_ask_the_routers():
 
 
 def test_every_node_is_one_function_of_state_and_runtime():
-    from arcana_loop.nodes import answerer, controller, finish, ground, synthesis, tools
+    from arcana_loop.nodes import answerer, controller, finish, ground, start, synthesis, tools
 
-    for module in (controller, tools, answerer, synthesis, ground, finish):
+    for module in (start, controller, tools, answerer, synthesis, ground, finish):
         node = getattr(module, module.__name__.rsplit(".", 1)[-1])
         assert inspect.isfunction(node) and not inspect.iscoroutinefunction(node)
         assert list(inspect.signature(node).parameters) == ["state", "runtime", "deps"]
@@ -132,3 +132,13 @@ def test_the_text_reader_check_catches_a_parser():
         "imports FOUND_TEMPLATE (line 1)",
         "message.content.startswith (line 2)",
     ]
+
+
+def test_only_the_start_node_opens_a_question():
+    opening = {"new_question", "fresh_state"}
+    openers = set()
+    for path in (ROOT / "nodes").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and opening & {a.name for a in node.names}:
+                openers.add(path.name)
+    assert openers == {"start.py"}

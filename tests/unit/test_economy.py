@@ -56,7 +56,13 @@ def test_usage_counts_tokens_per_role_and_time_per_node():
     assert result.usage["controller"]["total_tokens"] == 150
     assert result.usage["answerer"]["total_tokens"] == 30
     assert result.usage["total"]["total_tokens"] == 180
-    assert set(result.usage["node_seconds"]) == {"controller", "tools", "answerer", "finish"}
+    assert set(result.usage["node_seconds"]) == {
+        "start",
+        "controller",
+        "tools",
+        "answerer",
+        "finish",
+    }
     assert all(v >= 0 for v in result.usage["node_seconds"].values())
 
 

@@ -22,7 +22,7 @@ def test_graph_shape_matches_the_snapshot():
     drawn = served_graph.get_graph().draw_mermaid(with_styles=False)
     # To change the topology on purpose: write the new drawing to the snapshot and review it.
     assert drawn == SNAPSHOT.read_text()
-    for node in ("controller", "tools", "answerer", "synthesis", "ground", "finish"):
+    for node in ("start", "controller", "tools", "answerer", "synthesis", "ground", "finish"):
         assert node in served_graph.nodes
 
 

@@ -1,0 +1,69 @@
+"""The ``start`` node: where every run enters, and the one place a question opens (the mirror of ``finish``).
+
+A run brings a new question (a ``question``, or a chat client's human message) or
+continues an interrupted one (see ``graph.conversation``). A new question is checked,
+its per-question fields start afresh, and the run's options are recorded; then, before
+any model call, a scope that holds nothing to search ends it as a give-up that names
+what is missing. Everything here is an ordinary state write, so the controller reads
+the opened question as LangGraph's reducers made it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from langchain_core.messages import BaseMessage
+from langgraph.runtime import Runtime
+from typing_extensions import TypedDict
+
+from arcana_loop.graph.context import LoopContext
+from arcana_loop.graph.conversation import fresh_state, new_question
+from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.graph.state import LoopState, TerminatedBy
+from arcana_loop.graph.text import check_question
+from arcana_loop.nodes.common import emit, offered_tools, scope_of
+from arcana_loop.nodes.lifecycle import start_event
+from arcana_loop.tools.execute import GIVE_UP_ANSWER
+
+
+class StartUpdate(TypedDict, total=False):
+    """What opening a question changes (`graph.conversation.fresh_state` writes the per-question fields)."""
+
+    question: str
+    question_message_id: str
+    question_index: int
+    messages: list[BaseMessage]
+    usage: dict[str, Any]
+    started_at: float
+    terminated_by: TerminatedBy | None
+    answer: str | None
+    options: dict[str, Any]
+
+
+def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> StartUpdate:
+    """Open the run's question, or let the run continue an interrupted one.
+
+    Raises:
+        TypeError, ValueError: for a missing or bad question, or a malformed collection.
+    """
+    ctx = runtime.context
+    update: dict[str, Any] = {}
+    asked = new_question(state)
+    if asked is not None:
+        check_question(asked.text)
+        scope = scope_of(state)  # raises on a malformed collection
+        update = fresh_state(asked, state)
+        reason = deps.unsearchable(scope)
+        if reason is not None:
+            # a question about nothing stored is no question for a model
+            update.update(terminated_by="gave_up", answer=GIVE_UP_ANSWER.format(reason=reason))
+        else:
+            emit(runtime, start_event(asked.text, ctx, len(offered_tools(deps, scope, ctx))))
+    # LangGraph does not checkpoint the context; resumes, traces and recorded replays need it.
+    # `run` sends it with the input; a served run's input may lack it or carry anything, and
+    # each question of a conversation may run with other options
+    if asked is not None or "options" not in state:
+        options = ctx.as_options()
+        if state.get("options") != options:
+            update["options"] = options
+    return cast(StartUpdate, update)
