@@ -73,9 +73,16 @@ def loop_opts(
 
 
 def render_system_prompt(
-    deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]
+    deps: LoopDeps,
+    ctx: LoopContext,
+    state: Mapping[str, Any],
+    opts: Mapping[str, Any],
+    offered: Sequence[ToolSchema] | None = None,
 ) -> str:
-    """Return the system prompt: the function given, else the context's string, else the default."""
+    """Return the system prompt: the function given, else the context's string, else the default.
+
+    ``offered``: the controller's tools this turn, when the caller has them already.
+    """
     if deps.system_prompt is not None:
         return _checked(deps.system_prompt(dict(opts)), "system_prompt")
     if ctx.system_prompt is not None:
@@ -85,7 +92,8 @@ def render_system_prompt(
     if scope.kind == "pick":
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
-    offered = offered_tools(deps, scope, ctx)
+    if offered is None:
+        offered = offered_tools(deps, scope, ctx)
     offered_names = {tool_name(schema) for schema in offered}
     return prompts.SYSTEM_PROMPT.format(
         tool_guidance=tool_guidance(offered),
@@ -131,21 +139,29 @@ def _checked(value: Any, name: str) -> str:
 
 
 def system_message(
-    deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]
+    deps: LoopDeps,
+    ctx: LoopContext,
+    state: Mapping[str, Any],
+    opts: Mapping[str, Any],
+    offered: Sequence[ToolSchema] | None = None,
 ) -> SystemMessage:
     """Return the system message sent ahead of the conversation."""
-    return SystemMessage(content=render_system_prompt(deps, ctx, state, opts))
+    return SystemMessage(content=render_system_prompt(deps, ctx, state, opts, offered))
 
 
 def controller_request(
-    deps: LoopDeps, ctx: LoopContext, state: Mapping[str, Any], opts: Mapping[str, Any]
+    deps: LoopDeps,
+    ctx: LoopContext,
+    state: Mapping[str, Any],
+    opts: Mapping[str, Any],
+    offered: Sequence[ToolSchema],
 ) -> list[BaseMessage]:
     """Return what the controller is sent: the system prompt, then the conversation as models are sent it.
 
     After a plain-text answer was sent back to search first, the system prompt says so:
     a note there, not a forged user turn, keeps the conversation the user's.
     """
-    system = system_message(deps, ctx, state, opts)
+    system = system_message(deps, ctx, state, opts, offered)
     if sent_back_last_turn(state):
         system = SystemMessage(content=system.text + prompts.SEARCH_FIRST_NOTE)
     conversation = compact_earlier(

@@ -54,7 +54,7 @@ def controller(
         model = deps.controller(ctx)
     except Exception as exc:  # a model that cannot be created fails like a model call
         return {"iterations": turn, "terminated_by": "error", "error": describe_error(exc)}
-    sent = controller_request(deps, ctx, state, opts)  # a failing prompt function raises
+    sent = controller_request(deps, ctx, state, opts, tools)  # a failing prompt function raises
     try:
         reply = model.invoke(sent, tools, opts)
     except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"

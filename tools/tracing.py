@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManager, CallbackManagerForRetrieverRun
+from langchain_core.callbacks import (
+    BaseCallbackManager,
+    CallbackManager,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document
 from langchain_core.runnables.config import ensure_config
 
@@ -26,12 +30,20 @@ def _metadata(collection: str | list[str] | None, limit: int) -> dict[str, Any]:
     return {"collection": collection, "limit": limit, "ls_retriever_name": RUN_NAME}
 
 
-def _manager(collection: str | list[str] | None, limit: int) -> CallbackManager:
-    config = (
-        ensure_config()
-    )  # inside a node: the node's config, whose callbacks are its run's children
+def _manager(collection: str | list[str] | None, limit: int) -> CallbackManager | None:
+    """The search's callback manager, or ``None`` when the node's run has no handler.
+
+    Inside a node, the config's callbacks are the node's run's: LangGraph configured them
+    with every handler the run has (LangSmith's tracer included, when tracing is on), so a
+    manager without handlers there means nobody listens, and configuring another one (a
+    tenth of a millisecond a search) is skipped.
+    """
+    config = ensure_config()
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager) and not callbacks.handlers:
+        return None
     return CallbackManager.configure(
-        config.get("callbacks"),
+        callbacks,
         None,
         inheritable_tags=config.get("tags"),
         inheritable_metadata=config.get("metadata"),
@@ -56,7 +68,7 @@ def start_search(
 ) -> CallbackManagerForRetrieverRun | None:
     """Open the retriever run of one search; ``None`` when nobody listens."""
     manager = _manager(collection, limit)
-    if not manager.handlers:
+    if manager is None or not manager.handlers:
         return None
     return manager.on_retriever_start(None, query, name=RUN_NAME)
 

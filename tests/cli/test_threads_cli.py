@@ -34,7 +34,8 @@ def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
     assert traced.returncode == 0, traced.stderr
     steps = json.loads(traced.stdout)
     assert (
-        steps[0]["node"] == "controller"
+        steps[0]["node"] == "start"
+        and steps[1]["node"] == "controller"
         and steps[-2]["node"] == "ground"
         and steps[-1]["node"] == "finish"
     )

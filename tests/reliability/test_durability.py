@@ -61,7 +61,7 @@ def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_rep
     _kill_at_turn_three(spec, thread, tmp_path, env)
 
     before = trace(thread, spec)
-    assert [s.node for s in before] == ["controller", "tools", "controller", "tools"]
+    assert [s.node for s in before] == ["start", "controller", "tools", "controller", "tools"]
 
     later_search = ScriptedSearch([])
     finished = resume(
@@ -84,8 +84,8 @@ def test_a_killed_loop_resumes_from_its_last_checkpoint_with_no_step_lost_or_rep
         "ai",
     ]  # no turn replayed, none dropped; the answer last
     after = trace(thread, spec)
-    assert [s.node for s in after] == [*["controller", "tools"] * 3, "finish"]
-    assert [s.checkpoint_id for s in after[:4]] == [s.checkpoint_id for s in before]
+    assert [s.node for s in after] == ["start", *["controller", "tools"] * 3, "finish"]
+    assert [s.checkpoint_id for s in after[:5]] == [s.checkpoint_id for s in before]
     # resuming a finished thread changes nothing
     assert (
         resume(thread, checkpointer=spec, controller_llm=ScriptedChatModel(responses=[])).answer
@@ -129,7 +129,13 @@ def test_a_loop_killed_while_the_provider_hangs_resumes_through_the_client(opena
         env=child_env(),
         reaching="its third turn",
     )
-    assert [s.node for s in trace(thread, spec)] == ["controller", "tools", "controller", "tools"]
+    assert [s.node for s in trace(thread, spec)] == [
+        "start",
+        "controller",
+        "tools",
+        "controller",
+        "tools",
+    ]
 
     openai_server.replies.clear()
     openai_server.enqueue(

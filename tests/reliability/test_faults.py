@@ -119,6 +119,7 @@ def test_a_checkpointed_run_that_fails_keeps_its_history_and_is_not_rerun(openai
         failed.tool_history,
     )
     assert later.calls == [] and [s.node for s in trace(failed.thread_id, spec)] == [
+        "start",
         "controller",
         "tools",
         "controller",
@@ -332,6 +333,7 @@ async def test_the_postgres_checkpointer_survives_its_connections_being_cut(
     result = await once()
     assert (result.terminated_by, result.answer) == ("answered", "Use wait_for.")
     assert [s.node for s in trace(result.thread_id, "postgres")] == [
+        "start",
         "controller",
         "tools",
         "controller",

@@ -78,7 +78,9 @@ def test_a_run_killed_during_its_first_controller_call_resumes_with_its_options(
         timeout=60,
         poll=0.02,
     )
-    assert trace(thread, spec) == []  # no step finished
+    assert [s.node for s in trace(thread, spec)] == [
+        "start"
+    ]  # only the question's opening finished
 
     found = ScriptedSearch([])
     model = ScriptedChatModel(responses=[search("python snake")], repeat_last=True)
@@ -135,6 +137,7 @@ def test_lone_surrogates_in_replies_and_results_are_replaced_and_the_run_ends(sa
     ] == "Snakes\ufffd bite."
     assert result.tool_history[0]["args"] == {"query": "snake\ufffd"}
     assert [s.node for s in trace(result.thread_id, saver_spec)] == [
+        "start",
         "controller",
         "tools",
         "controller",
@@ -163,6 +166,7 @@ def test_deeply_nested_tool_call_arguments_become_a_tool_error_and_the_run_check
     kept = result.tool_history[0]["args"]
     assert len(json.dumps(kept)) < 5_000
     assert [s.node for s in trace(result.thread_id, saver_spec)] == [
+        "start",
         "controller",
         "tools",
         "controller",

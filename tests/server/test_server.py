@@ -158,6 +158,7 @@ def test_context_budget_reaches_the_graph(
     history = client.threads.get_history(thread_id, limit=50)
     # the second controller turn finds the budget spent and ends the loop without a model call
     assert _steps(history) == [
+        "start",
         "controller",
         "tools",
         "controller",
@@ -204,7 +205,7 @@ async def test_stream_shows_each_tool_call_live_and_matches_history(
     assert (
         _steps(history)
         == [node for _, node in updates]
-        == ["controller", "tools", "controller", "tools", "ground", "finish"]
+        == ["start", "controller", "tools", "controller", "tools", "ground", "finish"]
     )
     assert [s["metadata"]["step"] for s in reversed(history)] == list(range(-1, len(history) - 1))
 
@@ -289,6 +290,7 @@ def test_answer_model_and_judge_through_the_server(
     assert len(openai.requests) - before == 2  # the rewrite, then the judge
     history = client.threads.get_history(thread_id, limit=50)
     assert _steps(history) == [
+        "start",
         "controller",
         "tools",
         "controller",
