@@ -5,7 +5,8 @@ Each loop is ``turns - 1`` searches returning 5 chunks of ~800 characters, then 
 with an instant scripted model. A conversation is ``questions`` questions asked one
 after another on one thread, each a search and an answer; it is measured once it ends. Stored bytes are everything the saver keeps for the thread
 (checkpoints, metadata, channel blobs, pending writes); the final state's size is the
-JSON of its values. Two graphs are measured in the same run: arcana-loop, and the
+JSON of its values; the conversation's state is also read back (``get_state``), the read
+every later question starts with. Two graphs are measured in the same run: arcana-loop, and the
 minimal hand-written StateGraph of ``bench.loop_bench`` (``add_messages`` stored
 whole), which is the baseline. Results go to `bench/results/checkpoints.json`.
 """
@@ -16,7 +17,9 @@ import argparse
 import contextlib
 import json
 import sqlite3
+import statistics
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,9 +214,26 @@ def measure_conversation(questions: int, with_postgres: bool) -> list[dict[str, 
                     "stored_bytes": stored,
                     "final_state_bytes": final,
                     "ratio": round(stored / final, 2),
+                    "load_ms_p50": round(load_ms(saver, thread_id), 2),
                 }
             )
     return rows
+
+
+def load_ms(saver: BaseCheckpointSaver[Any], thread_id: str, rounds: int = 15) -> float:
+    """Median milliseconds to read a thread's state back (what every later question does first)."""
+    from arcana_loop.graph.build import build_graph, make_deps
+
+    compiled = build_graph(
+        make_deps(controller_llm=ConversationModel(), search_fn=instant_search)
+    ).compile(checkpointer=saver)
+    config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        compiled.get_state(config)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
 
 
 def run_minimal(saver: BaseCheckpointSaver[Any], turns: int) -> tuple[str, dict[str, Any]]:
@@ -287,7 +307,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     for row in conversation:
         print(
-            f"{row['saver']:<9} {row['ratio']:>5.1f}x {row['stored_bytes'] / 1024:>6.0f}kB stored, {row['final_state_bytes'] / 1024:>6.0f}kB final state"
+            f"{row['saver']:<9} {row['ratio']:>5.1f}x {row['stored_bytes'] / 1024:>6.0f}kB stored, {row['final_state_bytes'] / 1024:>6.0f}kB final state, state read back in {row['load_ms_p50']:.1f} ms (p50)"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(

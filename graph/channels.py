@@ -112,6 +112,18 @@ def fold_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dic
     return add_usage(left, right)
 
 
+def fold_usages(current: dict[str, Any], writes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Apply ``usage`` writes in order (`fold_usage`): the reducer of its delta channel.
+
+    Every node adds its seconds to ``usage``; as a plain reducer channel the whole record
+    was stored again at every step, as a delta channel a step stores what it adds.
+    """
+    out = dict(current)
+    for write in writes:
+        out = fold_usage(out, write)
+    return out
+
+
 def fold_messages(current: list[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
     """`add_messages` over each write in order, giving id-less messages deterministic ids.
 

@@ -19,7 +19,7 @@ from typing_extensions import TypedDict
 from arcana_loop.graph.channels import (
     add_usage as add_usage,  # re-exported: nodes sum usage with it
 )
-from arcana_loop.graph.channels import fold_appended, fold_chunks, fold_messages, fold_usage
+from arcana_loop.graph.channels import fold_appended, fold_chunks, fold_messages, fold_usages
 from arcana_loop.knowledge.types import Chunk
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
@@ -30,6 +30,21 @@ TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 - ``max_iterations``: the turn budget ran out before a terminating tool.
 - ``error``: the controller's LLM call failed; ``error`` says why.
 """
+
+MESSAGE_SNAPSHOT_EVERY = 500
+"""How many writes to ``messages`` pass between two whole copies of the conversation in a checkpoint.
+
+`DeltaChannel` stores a channel's whole value once every so many updates (LangGraph's
+default is 100), so that rebuilding a state does not replay every write since the thread
+began. A copy of a long conversation is the largest thing a thread stores, and a
+question writes ``messages`` about seven times: every 100 updates meant a copy every 14
+questions, quadratic bytes in a long chat. Every 500 means a copy every 70 questions,
+about where ``chunks`` (written once or twice a question) takes its own, so the walk back
+to a copy is hardly longer; loading a 60-question thread replays more writes
+(`bench.checkpoint_bench` measures both)."""
+_MESSAGES: DeltaChannel[list[AnyMessage]] = DeltaChannel(
+    fold_messages, snapshot_frequency=MESSAGE_SNAPSHOT_EVERY
+)
 
 CollectionSpec = str | list[str] | None
 """``"all"``/``None`` (unrestricted), one name, or a list of names (``[]`` matches nothing)."""
@@ -80,7 +95,7 @@ class LoopInput(TypedDict):
 
     question: NotRequired[str]
     collection: NotRequired[CollectionSpec]
-    messages: Annotated[NotRequired[list[AnyMessage]], DeltaChannel(fold_messages)]
+    messages: Annotated[NotRequired[list[AnyMessage]], _MESSAGES]
     """The conversation of the thread, without the system prompt (rebuilt per call).
 
     Starts with the first question; every assistant tool call is answered by a tool
@@ -164,7 +179,7 @@ class LoopState(LoopInput):
     answer: NotRequired[str | None]
     error: NotRequired[str | None]
     grounding: NotRequired[dict[str, Any] | None]
-    usage: Annotated[dict[str, Any], fold_usage]
+    usage: Annotated[dict[str, Any], DeltaChannel(fold_usages)]
     """This question's tokens per role (``controller``, ``answerer``, ``synthesis``) and seconds per node, summed."""
     started_at: NotRequired[float]
     """Wall-clock time (``time.time()``) the question opened (the ``start`` step), for the time budget."""
@@ -195,7 +210,7 @@ class ControllerRouteView(TypedDict):
     """
 
     terminated_by: NotRequired[TerminatedBy | None]
-    messages: Annotated[list[AnyMessage], DeltaChannel(fold_messages)]
+    messages: Annotated[list[AnyMessage], _MESSAGES]
     chunks: Annotated[NotRequired[list[Chunk]], DeltaChannel(fold_chunks)]
     search_nudged: NotRequired[bool]
 
