@@ -34,9 +34,7 @@ from arcana_loop.graph.state import RESULT_KEYS
 from arcana_loop.graph.text import check_thread_id
 from arcana_loop.graph.trace import history
 from arcana_loop.knowledge.types import Chunk
-from arcana_loop.tools.execute import SEARCH_ERROR
 
-_SEARCH_ERROR_PREFIX = SEARCH_ERROR.split("{", 1)[0]
 _COMPARED = ("answer", "terminated_by", "iterations", "tool_history", "chunks")
 """What a recorded replay must reproduce exactly."""
 
@@ -318,15 +316,11 @@ def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
         if event.get("tool") != "search" or "duplicate_of" in event or args.get("collection") == []:
             continue
         ids = list(event.get("returned_chunk_ids") or [])
-        summary = str(event.get("summary") or "")
-        if not ids and summary.startswith(_SEARCH_ERROR_PREFIX):
-            record.searches.append(
-                {
-                    "query": args.get("query"),
-                    "result": None,
-                    "error": summary[len(_SEARCH_ERROR_PREFIX) :],
-                }
-            )
+        error = event.get("error")
+        if not ids and isinstance(error, str):
+            # the entry says why the search failed (entries stored before it did replay as a
+            # search that found nothing, and the replay reports the difference)
+            record.searches.append({"query": args.get("query"), "result": None, "error": error})
             continue
         taken, found = found[: len(ids)], found[len(ids) :]
         if [c["id"] for c in taken] != ids:

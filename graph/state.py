@@ -75,6 +75,8 @@ class ToolEvent(TypedDict):
     """For a search the knowledge graph took part in: ``used``, ``matched_entities``, ``entity_chunks`` (returned chunks it found)."""
     ignored_args: NotRequired[list[str]]
     """Arguments the call sent that the tool's offered schema does not have; they were not used."""
+    error: NotRequired[str]
+    """For a search that failed: why (``summary`` is ``search error: `` and this reason)."""
 
 
 Coverage = Literal["supported", "partially_supported", "unsupported"]

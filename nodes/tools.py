@@ -59,6 +59,8 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
         entry["entities"] = outcome.entities
     if outcome.ignored_args:
         entry["ignored_args"] = list(outcome.ignored_args)
+    if outcome.error is not None:
+        entry["error"] = outcome.error
     return entry
 
 

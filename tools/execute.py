@@ -94,6 +94,8 @@ class CallOutcome:
     """An ``answer`` returned to the controller because no search came before it."""
     artifact: SearchArtifact | None = None
     """For a search result: the data its text was rendered from (the tool message's ``artifact``)."""
+    error: str | None = None
+    """For a search that failed: why (its text is `SEARCH_ERROR` with this reason)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,7 @@ Planned = CallOutcome | SearchCall | CustomCall
 
 def _search_error(call_id: str, args: dict[str, Any], reason: str) -> CallOutcome:
     text = SEARCH_ERROR.format(reason=reason)
-    return CallOutcome(call_id, schemas.SEARCH, args, text, text)
+    return CallOutcome(call_id, schemas.SEARCH, args, text, text, error=reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +407,7 @@ def run_planned(step: Planned, search_fn: SearchFn, search_opts: Mapping[str, An
         tracing.end_search(
             traced,
             outcome.found,
-            None if outcome.found or not _is_error(outcome) else outcome.summary,
+            None if outcome.found or outcome.error is None else outcome.summary,
         )
         return outcome
     try:
@@ -419,10 +421,6 @@ def _invoke_tool(tool: BaseTool, args: dict[str, Any]) -> Any:
     if getattr(tool, "coroutine", None) is not None and getattr(tool, "func", None) is None:
         return bridge.wait(tool.ainvoke(args))
     return tool.invoke(args)
-
-
-def _is_error(outcome: CallOutcome) -> bool:
-    return outcome.summary.startswith(SEARCH_ERROR.format(reason=""))
 
 
 DUPLICATE_SEARCH = (

@@ -350,6 +350,7 @@ async def test_a_failing_search_becomes_a_search_error(runner, asynchronous):
     )
     assert tool_texts(result)[0] == "search error: ValueError: index offline"
     assert result.tool_history[0]["summary"] == "search error: ValueError: index offline"
+    assert result.tool_history[0]["error"] == "ValueError: index offline"  # the reason, as data
     assert result.answer == "x"
 
 
