@@ -23,6 +23,7 @@ import typer
 
 from arcana_loop.cli.common import (
     MODEL_HINT,
+    StreamedAnswer,
     checkpointer_spec_of,
     controller_spec,
     database_errors,
@@ -145,8 +146,10 @@ def chat(
             question = question[1:]
         if not question:
             continue
+        streamed = StreamedAnswer(heading=False)
         result = _ask(
             question,
+            streamed=streamed,
             scope=scope,
             kb=kb,
             spec=spec,
@@ -157,20 +160,28 @@ def chat(
             thread=thread,
         )
         if result is None:
-            continue
+            streamed.close(None)
+        else:
+            _show(result, streamed)
+
+
+def _show(result: Any, streamed: StreamedAnswer) -> None:
+    """The answer (unless it streamed), its sources, and how the question ended unless answered."""
+    if not streamed.close(result.answer):
         out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False)
-        print_sources(result)
-        if result.terminated_by != "answered":
-            out.print(
-                f"[dim]Ended: {result.terminated_by}"
-                + (f" ({shown(result.error)})" if result.error else "")
-                + "[/]"
-            )
+    print_sources(result)
+    if result.terminated_by != "answered":
+        out.print(
+            f"[dim]Ended: {result.terminated_by}"
+            + (f" ({shown(result.error)})" if result.error else "")
+            + "[/]"
+        )
 
 
 def _ask(
     question: str,
     *,
+    streamed: StreamedAnswer,
     scope: Any,
     kb: Any,
     spec: str,
@@ -201,6 +212,8 @@ def _ask(
                 checkpointer=saver,
                 thread_id=thread,
                 on_event=_show_step,
+                # on a terminal the answer prints as it is written
+                on_token=streamed.token if out.is_terminal else None,
             )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)

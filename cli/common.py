@@ -318,11 +318,56 @@ def print_sources(result: Any) -> None:
         )
 
 
-def print_result(result: Any) -> None:
-    """Print a run's answer, its sources, how it ended and its grounding."""
+class StreamedAnswer:
+    """The answer printed as a model streams it, on a terminal (`run`'s ``on_token``).
+
+    The first piece stops the spinner (``status``) and opens the answer; the pieces are
+    written as they come. What streamed is the answer as it was being written: when the
+    run ends with another one (an answer sent back and written again, text a model wrote
+    before calling a tool), `close` says so and the final answer is printed in full.
+    """
+
+    def __init__(self, status: Any = None, *, heading: bool = True) -> None:
+        self.status = status
+        self.heading = heading
+        self.text = ""
+
+    @property
+    def started(self) -> bool:
+        """Whether any piece was printed."""
+        return bool(self.text)
+
+    def token(self, piece: str) -> None:
+        """Print one piece of the answer."""
+        if not self.started:
+            if self.status is not None:
+                self.status.stop()
+            if self.heading:
+                out.rule("Answer")
+        self.text += piece
+        out.print(shown(piece), end="", highlight=False, soft_wrap=True)
+
+    def close(self, answer: str | None) -> bool:
+        """End the streamed text; whether it was the run's answer (so it need not be printed again)."""
+        if not self.started:
+            return False
+        out.print()
+        if answer is not None and self.text.strip() == answer.strip():
+            return True
+        out.print("[dim](what streamed above was a draft; the answer is below)[/]")
+        return False
+
+
+def print_answer(result: Any) -> None:
+    """Print a run's answer under its heading (escaped: an answer citing "[f0bd...]" is no Rich tag)."""
     out.rule("Answer")
-    # escaped: an answer citing "[f0bd...]" would otherwise be read as a Rich style tag and vanish
     out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]")
+
+
+def print_result(result: Any, *, answer_shown: bool = False) -> None:
+    """Print a run's answer (unless it streamed already), its sources, how it ended and its grounding."""
+    if not answer_shown:
+        print_answer(result)
     print_sources(result)
     out.rule("Steps")
     for entry in result.tool_history:  # turns from 1, as the live status and chat count them

@@ -19,6 +19,7 @@ from arcana_loop.cli import threads
 from arcana_loop.cli.chat import chat
 from arcana_loop.cli.common import (
     MODEL_HINT,
+    StreamedAnswer,
     announce_offline,
     cell,
     check_question,
@@ -220,10 +221,13 @@ def ask(
     def on_event(event: dict[str, Any], status: Any) -> None:
         if event.get("event") == "loop_start":  # the run passed its checks: now say which model
             announce_offline(model, spec)
-        status.update(step_note(event))
+        if not streamed.started:  # once the answer prints, the spinner has stopped
+            status.update(step_note(event))
 
+    streamed = StreamedAnswer()
     try:
         with err.status("Running the loop...") as status, database_errors("the run failed"):
+            streamed.status = status
             result = run(
                 question,
                 collection=scope,
@@ -236,6 +240,8 @@ def ask(
                 checkpointer=saver,
                 thread_id=thread_id,
                 on_event=lambda event: on_event(event, status),
+                # on a terminal the answer prints as it is written; a pipe or --json gets it whole
+                on_token=streamed.token if out.is_terminal and not as_json else None,
             )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)
@@ -244,7 +250,7 @@ def ask(
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))  # machine output
         return
-    print_result(result)
+    print_result(result, answer_shown=streamed.close(result.answer))
     if result.thread_id:
         out.print(
             f"[dim]Thread {shown(result.thread_id)} (arcana-loop trace {shown(result.thread_id)}; a follow-up: arcana-loop ask QUESTION --thread-id {shown(result.thread_id)})[/]"

@@ -35,6 +35,7 @@ from arcana_loop.graph.state import (
     TerminatedBy,
     ToolEvent,
 )
+from arcana_loop.graph.streaming import AnswerTokens, OnToken
 from arcana_loop.graph.text import check_question, check_text, check_thread_id
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.lifecycle import exception_event
@@ -234,12 +235,9 @@ class _Call:
             "version": "v2",
         }
 
-    def stream_kwargs(self) -> dict[str, Any]:
-        return {
-            "context": self.context,
-            "stream_mode": ["custom", "values"],
-            "durability": self.durability,
-        }
+    def stream_kwargs(self, *, events: bool, tokens: bool) -> dict[str, Any]:
+        modes = [*(["custom"] if events else []), *(["messages"] if tokens else []), "values"]
+        return {"context": self.context, "stream_mode": modes, "durability": self.durability}
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -310,6 +308,7 @@ def _checked_call(
     collection: Any,
     thread_id: str | None,
     on_event: Any,
+    on_token: Any,
     durability: Any,
     options: Mapping[str, Any],
 ) -> tuple[dict[str, Any], LoopContext]:
@@ -317,6 +316,10 @@ def _checked_call(
     if on_event is not None and not callable(on_event):
         raise TypeError(
             f"on_event must be a function of one event dict, got {type(on_event).__name__}"
+        )
+    if on_token is not None and not callable(on_token):
+        raise TypeError(
+            f"on_token must be a function of one text piece, got {type(on_token).__name__}"
         )
     if durability is not None and durability not in DURABILITIES:
         raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
@@ -358,6 +361,7 @@ def run(
     checkpointer: Any = None,
     thread_id: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_token: OnToken | None = None,
     durability: Durability | None = None,
     **options: Any,
 ) -> LoopResult:
@@ -373,12 +377,17 @@ def run(
     final state). ``on_event`` receives each live event as it happens (``loop_start``, one
     ``tool_call`` per history entry, ``ground_start``/``ground_stop``, ``loop_stop``;
     ``loop_exception``, with ``error_type`` and ``error``, when the run raises instead of stopping).
+    ``on_token`` receives the answer's text piece by piece as a model streams it
+    (`graph.streaming`; nothing for a model that does not stream): the answer as it is being
+    written, which the result's ``answer`` may differ from when it is written again.
 
     Raises:
         TypeError, ValueError: for a bad question, collection or option, before anything runs.
         ConfigurationError: when no controller is configured.
     """
-    deps, context = _checked_call(question, collection, thread_id, on_event, durability, options)
+    deps, context = _checked_call(
+        question, collection, thread_id, on_event, on_token, durability, options
+    )
     call = _call(
         question,
         collection,
@@ -388,19 +397,20 @@ def run(
         thread_id,
         durability,
     )
-    if on_event is None:
+    if on_event is None and on_token is None:
         return LoopResult.from_state(
             call.compiled.invoke(call.inputs, call.config, **call.invoke_kwargs()).value,
             call.thread_id,
         )
-    state: Any = {}
+    listener = _Listener(on_event, _answer_tokens(on_token, deps, context))
+    kwargs = call.stream_kwargs(events=on_event is not None, tokens=on_token is not None)
     try:
-        for mode, chunk in call.compiled.stream(call.inputs, call.config, **call.stream_kwargs()):
-            state = _take(mode, chunk, on_event, state)
+        for mode, chunk in call.compiled.stream(call.inputs, call.config, **kwargs):
+            listener.take(mode, chunk)
     except BaseException as exc:  # re-raised: the event only closes the run's span
-        _emit_exception(on_event, context, question, state, exc)
+        listener.raised(context, question, exc)
         raise
-    return LoopResult.from_state(state, call.thread_id)
+    return LoopResult.from_state(listener.state, call.thread_id)
 
 
 async def arun(
@@ -410,6 +420,7 @@ async def arun(
     checkpointer: Any = None,
     thread_id: str | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_token: OnToken | None = None,
     durability: Durability | None = None,
     **options: Any,
 ) -> LoopResult:
@@ -417,45 +428,64 @@ async def arun(
 
     A checkpointer spec gets an async saver opened for this call (see ``graph.checkpoints``).
     """
-    deps, context = _checked_call(question, collection, thread_id, on_event, durability, options)
+    deps, context = _checked_call(
+        question, collection, thread_id, on_event, on_token, durability, options
+    )
     if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
         resolve_checkpointer_spec(checkpointer)  # a bad spec fails before a connection opens
     async with async_checkpointer(checkpointer) as saver:
         call = _call(question, collection, deps, context, saver, thread_id, durability)
-        if on_event is None:
+        if on_event is None and on_token is None:
             output = await call.compiled.ainvoke(call.inputs, call.config, **call.invoke_kwargs())
             return LoopResult.from_state(output.value, call.thread_id)
-        state: Any = {}
+        listener = _Listener(on_event, _answer_tokens(on_token, deps, context))
+        kwargs = call.stream_kwargs(events=on_event is not None, tokens=on_token is not None)
         try:
-            async for mode, chunk in call.compiled.astream(
-                call.inputs, call.config, **call.stream_kwargs()
-            ):
-                state = _take(mode, chunk, on_event, state)
+            async for mode, chunk in call.compiled.astream(call.inputs, call.config, **kwargs):
+                listener.take(mode, chunk)
         except BaseException as exc:  # cancellation included; re-raised, as in run
-            _emit_exception(on_event, context, question, state, exc)
+            listener.raised(context, question, exc)
             raise
-    return LoopResult.from_state(state, call.thread_id)
+    return LoopResult.from_state(listener.state, call.thread_id)
 
 
-def _emit_exception(
-    on_event: Callable[[dict[str, Any]], None],
-    context: LoopContext,
-    question: str,
-    state: Any,
-    exc: BaseException,
-) -> None:
-    """Tell ``on_event`` the run raised; a listener that fails on it again cannot hide the run's own error."""
-    iterations = state.get("iterations", 0) if isinstance(state, Mapping) else 0
-    with contextlib.suppress(Exception):
-        on_event(exception_event(question, context.max_iterations, iterations, exc))
+def _answer_tokens(
+    on_token: OnToken | None, deps: Mapping[str, Any], context: LoopContext
+) -> AnswerTokens | None:
+    if on_token is None:
+        return None
+    return AnswerTokens(
+        on_token, rewritten=deps["answer_llm"] is not None or context.answer_model is not None
+    )
 
 
-def _take(mode: Any, chunk: Any, on_event: Callable[[dict[str, Any]], None], state: Any) -> Any:
-    """Hand a streamed custom event to ``on_event``; return the latest state values."""
-    if mode == "custom":
-        on_event(chunk)
-        return state
-    return chunk
+@dataclass
+class _Listener:
+    """What a streamed run tells its caller: live events, answer tokens; and the latest state."""
+
+    on_event: Callable[[dict[str, Any]], None] | None
+    tokens: AnswerTokens | None
+    state: Any = field(default_factory=dict)
+
+    def take(self, mode: Any, chunk: Any) -> None:
+        """Hand a custom event to ``on_event`` and a message chunk to the tokens; keep the values."""
+        if mode == "custom":
+            if self.on_event is not None:
+                self.on_event(chunk)
+        elif mode == "messages":
+            if self.tokens is not None:
+                self.tokens.take(*chunk)
+        else:
+            self.state = chunk
+
+    def raised(self, context: LoopContext, question: str, exc: BaseException) -> None:
+        """Tell ``on_event`` the run raised; a listener that fails on it again cannot hide the run's own error."""
+        if self.on_event is None:
+            return
+        state = self.state
+        iterations = state.get("iterations", 0) if isinstance(state, Mapping) else 0
+        with contextlib.suppress(Exception):
+            self.on_event(exception_event(question, context.max_iterations, iterations, exc))
 
 
 def ground(

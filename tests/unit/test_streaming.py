@@ -1,0 +1,155 @@
+"""The answer's tokens as a real client streams them, through `run(on_token=...)` and `arun`."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from langchain_core.messages import AIMessageChunk
+from langchain_openai import ChatOpenAI
+
+from arcana_loop.graph import arun, run
+from arcana_loop.graph.models import ANSWER_TAG, CONTROLLER_TAG
+from arcana_loop.graph.streaming import AnswerTokens
+from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
+
+SEARCH = {"tool_calls": [{"name": "search", "arguments": {"query": "timeouts"}}]}
+ANSWER_TEXT = (
+    'Use asyncio.wait_for(coro, timeout): it cancels the coroutine and raises "TimeoutError".'
+)
+
+
+def _model(server, **kwargs):
+    return ChatOpenAI(
+        model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test", max_retries=0, **kwargs
+    )
+
+
+def _found():
+    return ScriptedSearch([[chunk("c1", "asyncio.wait_for times out.")]])
+
+
+def test_the_answer_tools_text_streams_piece_by_piece_and_adds_up_to_the_answer(openai_server):
+    openai_server.enqueue(
+        SEARCH, {"tool_calls": [{"name": "answer", "arguments": {"text": ANSWER_TEXT}}]}
+    )
+    pieces: list[str] = []
+    result = run(
+        "How do I time out a coroutine?",
+        controller_llm=_model(openai_server),
+        search_fn=_found(),
+        on_token=pieces.append,
+    )
+    assert result.answer == ANSWER_TEXT
+    assert "".join(pieces) == ANSWER_TEXT  # escapes decoded, nothing of the search call
+    assert len(pieces) > 5  # streamed, not told once
+    assert all(body.get("stream") for body in openai_server.requests)
+
+
+def test_a_plain_text_reply_streams_word_by_word(openai_server):
+    openai_server.enqueue(SEARCH, "Use asyncio.wait_for with a timeout in seconds.")
+    pieces: list[str] = []
+    result = run(
+        "How do I time out a coroutine?",
+        controller_llm=_model(openai_server),
+        search_fn=_found(),
+        on_token=pieces.append,
+    )
+    assert "".join(pieces) == result.answer == "Use asyncio.wait_for with a timeout in seconds."
+    assert len(pieces) == 7  # a word at a time
+
+
+def test_with_an_answer_model_only_its_rewrite_streams(openai_server):
+    openai_server.enqueue(
+        SEARCH,
+        {"tool_calls": [{"name": "answer", "arguments": {"text": "draft: wait_for"}}]},
+        "Rewritten: use asyncio.wait_for.",
+    )
+    pieces: list[str] = []
+    result = run(
+        "How do I time out a coroutine?",
+        controller_llm=_model(openai_server),
+        answer_llm=_model(openai_server),
+        search_fn=_found(),
+        on_token=pieces.append,
+    )
+    assert result.answer == "Rewritten: use asyncio.wait_for."
+    assert "".join(pieces) == result.answer  # the controller's draft is not told
+
+
+async def test_arun_streams_the_same_while_the_reply_is_still_coming(openai_server):
+    held = threading.Event()
+    answer_reply = {"tool_calls": [{"name": "answer", "arguments": {"text": ANSWER_TEXT}}]}
+    openai_server.enqueue(SEARCH, {"hold": held, "then": answer_reply})
+    pieces: list[str] = []
+    seen_before_the_end: list[str] = []
+
+    def told(piece: str) -> None:
+        pieces.append(piece)
+        if len(pieces) == 3:  # the server sends its last piece only once tokens have arrived
+            seen_before_the_end.extend(pieces)
+            held.set()
+
+    result = await arun(
+        "How do I time out a coroutine?",
+        controller_llm=_model(openai_server),
+        search_fn=_found(),
+        on_token=told,
+    )
+    assert "".join(pieces) == result.answer == ANSWER_TEXT
+    assert len(seen_before_the_end) == 3 and held.is_set()
+
+
+def test_a_model_that_does_not_stream_tells_nothing_and_events_still_arrive():
+    pieces: list[str] = []
+    events: list[dict] = []
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("q"), answer("Done.")]),
+        search_fn=ScriptedSearch([[chunk("c1")]]),
+        on_token=pieces.append,
+        on_event=events.append,
+    )
+    assert result.answer == "Done." and pieces == []
+    assert [e["event"] for e in events][0] == "loop_start" and events[-1]["event"] == "loop_stop"
+
+
+def test_on_token_must_be_callable():
+    with pytest.raises(TypeError, match="on_token must be a function"):
+        run("Q?", controller_llm=ScriptedChatModel(responses=[]), on_token="print")
+
+
+def test_text_before_a_tool_call_and_other_tools_arguments_are_told_apart():
+    pieces: list[str] = []
+    tokens = AnswerTokens(pieces.append)
+    controller = {"tags": [CONTROLLER_TAG]}
+    tokens.take(AIMessageChunk(content="Let me look.", id="m1"), controller)
+    tokens.take(
+        AIMessageChunk(
+            content="",
+            id="m2",
+            tool_call_chunks=[{"name": "search", "args": '{"query": "x"}', "id": "a", "index": 0}],
+        ),
+        controller,
+    )
+    tokens.take(
+        AIMessageChunk(
+            content="",
+            id="m3",
+            tool_call_chunks=[{"name": "answer", "args": '{"text": "Hel', "id": "b", "index": 0}],
+        ),
+        controller,
+    )
+    tokens.take(
+        AIMessageChunk(
+            content="",
+            id="m3",
+            tool_call_chunks=[{"name": None, "args": 'lo \\"you\\""}', "id": None, "index": 0}],
+        ),
+        controller,
+    )
+    tokens.take(AIMessageChunk(content="rewrite", id="m4"), {"tags": [ANSWER_TAG]})
+    tokens.take(AIMessageChunk(content="untagged", id="m5"), {"tags": []})
+    # text a model writes before calling a tool is streamed as it comes (the caller compares
+    # what it showed with the final answer); a search's arguments never are
+    assert pieces == ["Let me look.", "Hel", 'lo "you"', "rewrite"]
