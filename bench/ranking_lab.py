@@ -1,0 +1,265 @@
+"""Ranking ideas tried in memory, on the realistic set, before any of them touches SQL.
+
+The python-docs corpus is read from a knowledge base (text, context and stored
+embedding of every chunk) and searched in numpy: the semantic side as cosine
+similarity, the lexical side as BM25 over `knowledge.lexical.terms`, hybrid as the
+weighted reciprocal-rank fusion of `knowledge.queries` (pools of 40, BM25 rows under
+30 % of the best dropped, a 0.35 floor for semantic-only rows). That baseline scores
+within a point of the SQL search on both halves; each variant changes one thing. Run it
+on the tune half to choose, and on the test half only to report:
+
+    .venv/bin/python -m bench.ranking_lab [--split tune|test] [--variants NAME,...]
+
+Relevance (which chunks hold a question's evidence) is computed once per corpus and
+cached in the temp directory: the first run takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import pickle
+import re
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from arcana_loop.evaluation.cases import (
+    EVAL_SETS,
+    EvalCase,
+    alternatives,
+    holds_passage,
+    load_cases,
+)
+from arcana_loop.knowledge import KnowledgeBase, lexical
+from arcana_loop.knowledge.embeddings import WordLlamaEmbeddings
+from arcana_loop.knowledge.schema import embeddings_table
+from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
+from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+
+Ranker = Callable[[str], list[int]]
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+@dataclass
+class Corpus:
+    """The collection in memory: what each chunk is searched as, and its stored embedding."""
+
+    texts: list[str]
+    searchable: list[str]
+    contexts: list[str]
+    modules: list[str]
+    vectors: np.ndarray[Any, Any]
+
+
+def load_corpus(kb: KnowledgeBase) -> Corpus:
+    """Read every chunk of the demo collection with its document's title and its embedding."""
+    ensure_python_docs(kb)
+    with psycopg.connect(kb.url, options=f"-c search_path={kb.schema},public") as conn:
+        rows = conn.execute(
+            f"""SELECT c.text, c.metadata, d.source, d.metadata, e.embedding::text
+                FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id
+                JOIN kb_collections k ON k.id = c.collection_id
+                JOIN {embeddings_table(kb.dimension).as_string(conn)} e ON e.chunk_id = c.id
+                WHERE k.name = %s ORDER BY d.source, c.position""",
+            (COLLECTION,),
+        ).fetchall()
+    contexts = [
+        context_line(document_title(source, dmeta or {}), (meta or {}).get("section") or "")
+        for _, meta, source, dmeta, _ in rows
+    ]
+    texts = [r[0] for r in rows]
+    vectors = np.array([[float(x) for x in r[4].strip("[]").split(",")] for r in rows])
+    return Corpus(
+        texts=texts,
+        searchable=[searchable_text(c, t) for c, t in zip(contexts, texts, strict=True)],
+        contexts=contexts,
+        modules=[document_title(r[2], r[3] or {}) for r in rows],
+        vectors=vectors.astype(np.float32),
+    )
+
+
+def relevant_chunks(corpus: Corpus, cases: Sequence[EvalCase]) -> dict[str, set[int]]:
+    """Per case, the chunks holding one of its evidence passages (as the evaluation decides)."""
+    digest = hashlib.sha1("\x00".join(corpus.texts).encode()).hexdigest()[:16]
+    cache = Path(tempfile.gettempdir()) / f"arcana-ranking-lab-{digest}.pkl"
+    known: dict[str, set[int]] = pickle.loads(cache.read_bytes()) if cache.exists() else {}
+    for case in cases:
+        if case.id not in known:
+            passages = [p for entry in case.evidence for p in alternatives(entry)]
+            known[case.id] = {
+                i
+                for i, text in enumerate(corpus.texts)
+                if any(holds_passage(text, p) for p in passages)
+            }
+    cache.write_bytes(pickle.dumps(known))
+    return {c.id: known[c.id] for c in cases}
+
+
+class BM25:
+    """BM25 over `lexical.terms`, the weighting of the lexical side, in memory."""
+
+    def __init__(self, texts: Sequence[str], k1: float = lexical.K1, b: float = lexical.B):
+        docs = [Counter(lexical.terms(t)) for t in texts]
+        lengths = [sum(d.values()) for d in docs]
+        average = max(1.0, sum(lengths) / max(len(lengths), 1))
+        frequencies: Counter[str] = Counter()
+        for doc in docs:
+            frequencies.update(doc.keys())
+        self.size = len(docs)
+        self.postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for i, doc in enumerate(docs):
+            norm = k1 * (1 - b + b * lengths[i] / average)
+            for term, tf in doc.items():
+                self.postings[term].append((i, tf * (k1 + 1) / (tf + norm)))
+        self.idf = {
+            t: math.log(1 + (self.size - n + 0.5) / (n + 0.5)) for t, n in frequencies.items()
+        }
+
+    def scores(self, query: str) -> np.ndarray[Any, Any]:
+        out = np.zeros(self.size)
+        for term in dict.fromkeys(lexical.terms(query)):
+            for i, weight in self.postings.get(term, ()):
+                out[i] += self.idf[term] * weight
+        return out
+
+
+class Lab:
+    """The baseline rankers and the variants, over one corpus."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        self.corpus = corpus
+        self.embeddings = WordLlamaEmbeddings()
+        self.bm25 = BM25(corpus.searchable)
+        self._queries: dict[str, np.ndarray[Any, Any]] = {}
+        self._sentences: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+
+    def query(self, text: str) -> np.ndarray[Any, Any]:
+        if text not in self._queries:
+            self._queries[text] = np.array(self.embeddings.embed_query(text), dtype=np.float32)
+        return self._queries[text]
+
+    def cosine(self, text: str) -> np.ndarray[Any, Any]:
+        return np.asarray(self.corpus.vectors @ self.query(text))
+
+    def best_sentence(self, text: str) -> np.ndarray[Any, Any]:
+        """Per chunk, the cosine of its closest sentence (each embedded under the chunk's context)."""
+        if self._sentences is None:
+            owners, sentences = [], []
+            for i, (context, body) in enumerate(
+                zip(self.corpus.contexts, self.corpus.texts, strict=True)
+            ):
+                parts = [p for p in _SENTENCE.split(body) if len(p.strip()) > 15] or [body]
+                owners += [i] * len(parts)
+                sentences += [searchable_text(context, p.strip()) for p in parts]
+            vectors = np.array(self.embeddings.embed_documents(sentences), dtype=np.float32)
+            self._sentences = np.array(owners), vectors
+        owners_array, vectors = self._sentences
+        best = np.full(len(self.corpus.texts), -1.0)
+        np.maximum.at(best, owners_array, vectors @ self.query(text))
+        return best
+
+    def hybrid(
+        self,
+        query: str,
+        semantic: np.ndarray[Any, Any] | None = None,
+        lexical_scores: np.ndarray[Any, Any] | None = None,
+        *,
+        lexical_weight: float = 1.3,
+        rrf_k: float = 60,
+        pool: int = 40,
+    ) -> list[int]:
+        """Fused ranking, as `knowledge.queries` fuses (sides given, or the baseline's)."""
+        sims = self.cosine(query) if semantic is None else semantic
+        lex = self.bm25.scores(query) if lexical_scores is None else lexical_scores
+        lex_order = [int(i) for i in np.argsort(-lex)[:pool]]
+        best = lex[lex_order[0]] if lex_order else 0.0
+        lexical_rows = [i for i in lex_order if lex[i] > 0 and lex[i] >= 0.3 * best]
+        fused: dict[int, float] = defaultdict(float)
+        for rank, i in enumerate(int(i) for i in np.argsort(-sims)[:pool]):
+            fused[i] += 1.0 / (rrf_k + rank + 1)
+        for rank, i in enumerate(lexical_rows):
+            fused[i] += lexical_weight / (rrf_k + rank + 1)
+        kept = set(lexical_rows)
+        return [i for i in sorted(fused, key=lambda i: -fused[i]) if i in kept or sims[i] >= 0.35]
+
+    def variants(self) -> dict[str, Ranker]:
+        """Each idea tried, by name (the first three are the search modes as shipped)."""
+        top = lambda scores: [int(i) for i in np.argsort(-scores)[:100]]  # noqa: E731
+
+        def feedback(query: str) -> list[int]:  # Rocchio: the query moved toward the top 3
+            moved = self.query(query) + 0.5 * self.corpus.vectors[self.hybrid(query)[:3]].mean(0)
+            return self.hybrid(
+                query, semantic=self.corpus.vectors @ (moved / np.linalg.norm(moved))
+            )
+
+        def module_prior(query: str) -> list[int]:  # members of the top 3's modules move up
+            ranked = self.hybrid(query)
+            modules = Counter(self.corpus.modules[i] for i in ranked[:3])
+            bonus = {i: modules.get(self.corpus.modules[i], 0) / 3 for i in ranked}
+            return sorted(ranked, key=lambda i: ranked.index(i) - 20 * bonus[i])
+
+        bm25_b05 = BM25(self.corpus.searchable, b=0.5)
+        return {
+            "semantic": lambda q: top(self.cosine(q)),
+            "bm25": lambda q: top(self.bm25.scores(q)),
+            "hybrid": self.hybrid,
+            "hybrid, bm25 b=0.5": lambda q: self.hybrid(q, lexical_scores=bm25_b05.scores(q)),
+            "hybrid, lexical weight 1.0, k 20": lambda q: self.hybrid(
+                q, lexical_weight=1.0, rrf_k=20
+            ),
+            "hybrid, pseudo-relevance feedback": feedback,
+            "hybrid, module prior": module_prior,
+            "semantic, best sentence": lambda q: top(self.best_sentence(q)),
+            "hybrid, best sentence": lambda q: self.hybrid(q, semantic=self.best_sentence(q)),
+        }
+
+
+def score(
+    ranker: Ranker, cases: Sequence[EvalCase], relevant: dict[str, set[int]]
+) -> dict[str, float]:
+    """hit@1/5/10/30 and MRR of one ranker."""
+    totals = {"hit@1": 0.0, "hit@5": 0.0, "hit@10": 0.0, "hit@30": 0.0, "mrr": 0.0}
+    for case in cases:
+        ranked, wanted = ranker(case.question), relevant[case.id]
+        for k in (1, 5, 10, 30):
+            totals[f"hit@{k}"] += any(i in wanted for i in ranked[:k])
+        first = next((n for n, i in enumerate(ranked[:100]) if i in wanted), None)
+        totals["mrr"] += 0.0 if first is None else 1 / (first + 1)
+    return {name: value / len(cases) for name, value in totals.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--split", choices=("tune", "test"), default="tune")
+    parser.add_argument("--variants", help="comma-separated names (default: all)")
+    args = parser.parse_args()
+    kb = KnowledgeBase()
+    corpus = load_corpus(kb)
+    cases = [
+        c for c in load_cases(EVAL_SETS["realistic"]).cases if c.split == args.split and c.evidence
+    ]
+    relevant = relevant_chunks(corpus, cases)
+    lab = Lab(corpus)
+    chosen = lab.variants()
+    if args.variants:
+        chosen = {n: chosen[n] for n in args.variants.split(",")}
+    print(f"realistic/{args.split}: {len(cases)} answerable questions, {len(corpus.texts)} chunks")
+    print(f"{'variant':<36} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'hit@30':>6} {'mrr':>6}")
+    for name, ranker in chosen.items():
+        s = score(ranker, cases, relevant)
+        print(
+            f"{name:<36} {s['hit@1']:>6.3f} {s['hit@5']:>6.3f} {s['hit@10']:>6.3f} {s['hit@30']:>6.3f} {s['mrr']:>6.3f}"
+        )
+    kb.close()
+
+
+if __name__ == "__main__":
+    main()
