@@ -56,10 +56,30 @@ class FlagHelpGroup(TyperGroup):
             if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
                 raise
             context = getattr(exc, "ctx", None)
-            path = getattr(context, "command_path", None) or "arcana-loop"
+            path = getattr(context, "command_path", None) or _command_path(
+                self, sys.argv[1:] if args is None else list(args), prog_name or "arcana-loop"
+            )
             report(str(exc.format_message()).rstrip("."), f"see {path} --help")
             sys.exit(1)
         sys.exit(status if isinstance(status, int) else 0)
+
+
+def _command_path(root: Any, args: list[str], prog_name: str) -> str:
+    """The command the arguments name (``arcana-loop replay``), for an error that did not say.
+
+    An option missing its value is reported with no command context; the command is
+    then the longest run of words (flags aside) that name subcommands.
+    """
+    names, command = [prog_name], root
+    for arg in args:
+        if arg.startswith("-"):  # a flag before the subcommand (--verbose)
+            continue
+        sub = getattr(command, "commands", {}).get(arg)
+        if sub is None:
+            break
+        names.append(arg)
+        command = sub
+    return " ".join(names)
 
 
 def _clear_flag_types(command: Any, ctx: Any) -> None:

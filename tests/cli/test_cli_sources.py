@@ -255,6 +255,17 @@ def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
             "Error: Invalid value",
             "arcana-loop ask --help",
         ),
+        # an option missing its value names no command: the hint still names the one typed
+        (
+            ["replay", "t", "--from"],
+            "Error: Option '--from' requires an argument",
+            "arcana-loop replay --help",
+        ),
+        (
+            ["-v", "eval", "retrieval", "--out"],
+            "Error: Option '--out' requires an argument",
+            "arcana-loop eval retrieval --help",
+        ),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_status_1(
