@@ -278,6 +278,16 @@ def test_a_usage_error_is_one_line_and_exit_status_1(
     assert lines[1] == f"Hint: see {hint}" and "╭" not in done.stderr
 
 
+def test_a_reserved_collection_name_gets_the_hint_for_a_name(tmp_path: Path) -> None:
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nSome text.\n")
+    done = cli("ingest", str(note), "-c", "all", env={**_base_env(), "COLUMNS": "80"})
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and "'all' is reserved" in lines[0], done.stderr
+    assert lines[1] == "Hint: choose another --collection name"
+
+
 @pytest.mark.postgres
 def test_the_offline_note_follows_the_checks_never_precedes_a_refusal(
     env: dict[str, str], tmp_path: Path
