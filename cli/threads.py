@@ -62,9 +62,14 @@ def trace_command(
         )  # machine output
         return
     conversation = len({row.question for row in rows}) > 1
-    table = Table("step", "node", "turn", "what happened", "ended", "ms", "tokens")
-    # folded, never cut: `replay --from` takes the id as printed here
-    table.add_column("checkpoint", overflow="fold")
+    every = rows if question is None else _steps(thread_id, checkpointer)
+    length = unique_prefix_length([row.checkpoint_id for row in every])
+    table = Table("step")
+    table.add_column("node", no_wrap=True)
+    for header in ("turn", "what happened", "ended", "ms", "tokens"):
+        table.add_column(header)
+    # kept whole on one line, as short as the thread allows: `replay --from` takes it as shown
+    table.add_column("checkpoint", no_wrap=True, min_width=length)
     for row in rows:
         what = [
             f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls
@@ -75,17 +80,51 @@ def trace_command(
             for s in row.searches
         ]
         what += [e for e in row.events if not e.startswith("search:")]
+        turn = row.iteration + 1  # turns from 1, as ask and chat count them
         table.add_row(
             str(row.step),
             row.node,
-            f"q{row.question}.{row.iteration}" if conversation else str(row.iteration),
+            f"q{row.question}.{turn}" if conversation else str(turn),
             cell("\n".join(what) or (row.error or "")),
             row.terminated_by or "",
             f"{row.seconds * 1000:.1f}" if row.seconds is not None else "",
             str(row.tokens or ""),
-            row.checkpoint_id,
+            row.checkpoint_id[:length],
         )
     out.print(table)
+    out.print(
+        f"[dim]Re-run from a step into a new thread: arcana-loop replay {shown(thread_id)} --from CHECKPOINT[/]"
+    )
+
+
+def unique_prefix_length(ids: list[str], shortest: int = 8) -> int:
+    """The fewest leading characters (at least `shortest`) that tell the ids apart.
+
+    A thread's checkpoint ids begin with the time they were written, so their first
+    characters are shared; the rest of an id is still shown by ``trace --json``.
+    """
+    longest = max(map(len, ids), default=shortest)
+    for length in range(shortest, longest):
+        if len({checkpoint[:length] for checkpoint in ids}) == len(set(ids)):
+            return length
+    return longest
+
+
+def resolve_checkpoint(given: str, steps: list[Any]) -> str:
+    """The checkpoint id that `given` names: itself, or the one id of the thread it begins.
+
+    An id that begins no checkpoint is returned as given (the replay says it has none).
+    """
+    ids = [step.checkpoint_id for step in steps]
+    if given in ids:
+        return given
+    matches = sorted({checkpoint for checkpoint in ids if checkpoint.startswith(given)})
+    if len(matches) > 1:
+        fail(
+            f"checkpoint {given!r} is ambiguous: {len(matches)} checkpoints of the thread begin with it.",
+            "give it as trace shows it",
+        )
+    return matches[0] if matches else given
 
 
 def replay_command(
@@ -95,7 +134,10 @@ def replay_command(
     checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
     from_checkpoint: Annotated[
         str | None,
-        typer.Option("--from", help="Checkpoint id to re-run from (see trace); default the start."),
+        typer.Option(
+            "--from",
+            help="Checkpoint to re-run from, as trace shows it (or any unambiguous start of its id); default the start.",
+        ),
     ] = None,
     record: Annotated[
         Path | None,
@@ -123,7 +165,11 @@ def replay_command(
             )
         else:
             steps = _steps(thread_id, checkpointer)
-            start = from_checkpoint or steps[0].checkpoint_id
+            start = (
+                resolve_checkpoint(from_checkpoint, steps)
+                if from_checkpoint is not None
+                else steps[0].checkpoint_id
+            )
             options: dict[str, Any] = {"max_iterations": max_iterations, "controller_model": model}
             result = replay(thread_id, checkpointer=checkpointer, checkpoint_id=start, **options)
             differences = []

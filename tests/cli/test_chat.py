@@ -126,7 +126,7 @@ def test_trace_and_record_one_question_of_a_conversation(
     queries = [s["query"] for row in json.loads(traced.stdout) for s in row["searches"]]
     assert queries == ["run a zentrofy coroutine with a deadline"]
     table = runner.invoke(app, ["trace", thread, "--checkpointer", store])
-    assert "q1.0" in table.output  # each step says its question
+    assert "q1.1" in table.output  # each step says its question, and its turn from 1
     saved = tmp_path / "second.json"
     recorded = runner.invoke(app, ["record", thread, "--checkpointer", store, "--out", str(saved)])
     assert recorded.exit_code == 0, recorded.output
@@ -135,3 +135,55 @@ def test_trace_and_record_one_question_of_a_conversation(
     replayed = runner.invoke(app, ["replay", "--record", str(saved), "--json"])
     assert replayed.exit_code == 0, replayed.output
     assert json.loads(replayed.stdout)["differences"] == []
+
+
+def _checkpoints(table: str) -> list[tuple[str, str, str]]:
+    """(step, turn, checkpoint) of each row of trace's table."""
+    rows = []
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) == 8 and cells[0].isdigit():
+            rows.append((cells[0], cells[2], cells[7]))
+    return rows
+
+
+def test_trace_counts_turns_from_1_and_shows_checkpoints_that_replay_takes(
+    runner: CliRunner, collection: str, tmp_path
+) -> None:
+    store = f"sqlite:{tmp_path / 'threads.sqlite'}"
+    base = ["-c", collection, "--model", "offline", "--checkpointer", store]
+    asked = runner.invoke(app, ["ask", FIRST, *base])
+    assert asked.exit_code == 0, asked.output
+    assert "1 search" in asked.stdout and "2 answer" in asked.stdout  # ask's turns
+    thread = _threads(asked.stdout)[0]
+    table = runner.invoke(app, ["trace", thread, "--checkpointer", store])
+    assert table.exit_code == 0, table.output
+    rows = _checkpoints(table.stdout)
+    # the question opens (start) in turn 1, the first search is turn 1 and the answer turn 2,
+    # as ask printed them
+    assert [(step, turn) for step, turn, _ in rows][:4] == [
+        ("1", "1"),
+        ("2", "1"),
+        ("3", "1"),
+        ("4", "2"),
+    ]
+    full = [
+        s["checkpoint_id"]
+        for s in json.loads(
+            runner.invoke(app, ["trace", thread, "--checkpointer", store, "--json"]).stdout
+        )
+    ]
+    shown = [checkpoint for _, _, checkpoint in rows]
+    assert len(set(shown)) == len(shown) == len(full)  # whole on one line, and unique
+    assert all(f.startswith(s) and len(s) < len(f) for s, f in zip(shown, full, strict=True))
+    replayed = runner.invoke(
+        app, ["replay", thread, "--checkpointer", store, "--from", shown[1], "--json"]
+    )
+    assert replayed.exit_code == 0, replayed.output
+    assert json.loads(replayed.stdout)["terminated_by"] == "answered"
+    ambiguous = runner.invoke(
+        app, ["replay", thread, "--checkpointer", store, "--from", shown[0][:4]]
+    )
+    assert ambiguous.exit_code == 1 and "is ambiguous" in ambiguous.stderr
+    unknown = runner.invoke(app, ["replay", thread, "--checkpointer", store, "--from", "zz"])
+    assert unknown.exit_code == 1 and "no checkpoint 'zz'" in unknown.stderr
