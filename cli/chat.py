@@ -24,6 +24,7 @@ import typer
 from arcana_loop.cli.common import (
     MODEL_HINT,
     StreamedAnswer,
+    announce_offline,
     checkpointer_spec_of,
     controller_spec,
     database_errors,
@@ -125,7 +126,17 @@ def chat(
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
     scope, kb = prepare_scope(collection)
-    spec = controller_spec(model)
+    spec = controller_spec(model, announce=False)
+    _check_options(
+        collection=scope,
+        controller_llm=spec,
+        answer_llm=answer_model,
+        max_iterations=max_iterations,
+        grounder=ground,
+        search_fn=kb.search,
+        checkpointer=saver,
+    )
+    announce_offline(model, spec)  # once the options passed: never before their error
     thread = thread_id or str(uuid.uuid4())
     out.print(f"[dim]Thread {shown(thread)}: ask a question; {COMMANDS_HELP}.[/]")
     while (line := _read_line()) is not None:
@@ -163,6 +174,19 @@ def chat(
             streamed.close(None)
         else:
             _show(result, streamed)
+
+
+def _check_options(**options: Any) -> None:
+    """Refuse, before the first question, options every question would be refused for."""
+    from arcana_loop.graph.models import ModelSpecError
+    from arcana_loop.graph.run import check_run_options
+
+    try:
+        check_run_options(**options)
+    except ModelSpecError as exc:
+        fail(str(exc), MODEL_HINT)
+    except (ValueError, TypeError) as exc:
+        fail(str(exc), "see arcana-loop chat --help")
 
 
 def _show(result: Any, streamed: StreamedAnswer) -> None:

@@ -35,7 +35,8 @@ err = Console(stderr=True, soft_wrap=True)  # soft_wrap: an error stays on one l
 DEFAULT_QUESTION_COLLECTION = "python-docs"
 DATABASE_HINT = "check DATABASE_URL, or unset it to use the embedded server"
 MODEL_HINT = (
-    "check --model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the provider's API key"
+    "check --model and --answer-model (provider:model, e.g. openai:gpt-4o-mini, or offline) and the"
+    " provider's API key"
 )
 CHECKPOINTER_HINT = (
     "pass --checkpointer postgres, memory, sqlite:PATH (in an existing directory) or none"

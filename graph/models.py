@@ -261,6 +261,10 @@ def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
         )
     from langchain.chat_models import init_chat_model
 
+    if spec.startswith("openai:") and "stream_usage" not in kwargs:
+        # langchain-openai asks for usage in a stream only from OpenAI's own URL: without it a
+        # streamed reply from a server at OPENAI_BASE_URL counts no tokens (usage, token budgets)
+        kwargs = {**kwargs, "stream_usage": True}
     try:
         model: BaseChatModel = init_chat_model(spec, **kwargs)
         return model

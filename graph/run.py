@@ -277,11 +277,8 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return deps, context
 
 
-def _checked_context(
-    question: Any, collection: Any, deps: dict[str, Any], options: dict[str, Any]
-) -> LoopContext:
-    """Check everything a run is given and return its context; raises before anything runs."""
-    check_question(question)
+def _checked_context(collection: Any, deps: dict[str, Any], options: dict[str, Any]) -> LoopContext:
+    """Check everything a run is given but its question and return its context; raises before anything runs."""
     normalize_scope(collection)  # raises on a malformed collection before anything runs
     context = LoopContext(**options)
     _check_texts(collection, context)
@@ -330,7 +327,38 @@ def _checked_call(
     ):
         # the list is for clients that show text only; run()'s caller has LoopResult.sources
         context_options["sources_footer"] = False
-    return deps, _checked_context(question, collection, deps, context_options)
+    check_question(question)
+    return deps, _checked_context(collection, deps, context_options)
+
+
+def check_run_options(
+    *,
+    collection: CollectionSpec = "all",
+    checkpointer: Any = None,
+    thread_id: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_token: OnToken | None = None,
+    durability: Durability | None = None,
+    **options: Any,
+) -> None:
+    """Raise what `run` would raise for these arguments before its first step, without running.
+
+    For a caller that asks many questions with the same arguments (a chat): a bad one is
+    said once, before the first question. The graph's dependencies are made as `run` makes
+    them, so a model given by spec that cannot be created (a bad spec, a provider without
+    its key) fails here too; a checkpointer spec is checked, not opened.
+
+    Raises:
+        TypeError, ValueError: for a bad collection, checkpointer, thread id or option.
+        ConfigurationError: when no controller is configured.
+        ModelSpecError: for a model that cannot be created.
+    """
+    deps, _ = _checked_call(
+        "a question", collection, thread_id, on_event, on_token, durability, options
+    )
+    if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
+        resolve_checkpointer_spec(checkpointer)
+    make_deps(**deps)
 
 
 def _call(

@@ -187,3 +187,26 @@ def test_trace_counts_turns_from_1_and_shows_checkpoints_that_replay_takes(
     assert ambiguous.exit_code == 1 and "is ambiguous" in ambiguous.stderr
     unknown = runner.invoke(app, ["replay", thread, "--checkpointer", store, "--from", "zz"])
     assert unknown.exit_code == 1 and "no checkpoint 'zz'" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message", "hint"),
+    [
+        (["--ground", "bogus"], "unknown grounder 'bogus'", "Hint: see arcana-loop chat --help"),
+        (["--max-iterations", "-3"], "max_iterations must be at least 0", "chat --help"),
+        (["--answer-model", "nonsense"], "is not of the form 'provider:model'", "--answer-model"),
+    ],
+)
+def test_chat_refuses_bad_options_before_the_first_question(
+    runner: CliRunner, collection: str, options: list[str], message: str, hint: str
+) -> None:
+    done = runner.invoke(
+        app,
+        ["chat", "-c", collection, "--checkpointer", "memory", *options],
+        input=FIRST + "\n" + OTHER + "\n",
+    )
+    assert done.exit_code == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 2 and message in lines[0] and hint in lines[1], done.stderr
+    # said once, before any question: no prompt, no offline-controller note, no search
+    assert "You>" not in done.stdout and "No model configured" not in done.output

@@ -153,3 +153,24 @@ def test_text_before_a_tool_call_and_other_tools_arguments_are_told_apart():
     # text a model writes before calling a tool is streamed as it comes (the caller compares
     # what it showed with the final answer); a search's arguments never are
     assert pieces == ["Let me look.", "Hel", 'lo "you"', "rewrite"]
+
+
+def test_a_model_named_by_spec_counts_its_streamed_tokens_from_a_server_of_ones_own(
+    openai_server, monkeypatch
+):
+    # langchain-openai asks a stream for usage only from OpenAI's own URL; a local server
+    # sends it only when asked, and a token budget needs it
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    openai_server.enqueue(
+        SEARCH, {"tool_calls": [{"name": "answer", "arguments": {"text": "Ok."}}]}
+    )
+    result = run(
+        "How do I time out a coroutine?",
+        controller_llm="openai:gpt-4o-mini",
+        search_fn=_found(),
+        on_token=lambda piece: None,
+    )
+    assert result.answer == "Ok."
+    assert result.usage["controller"]["total_tokens"] == 28
+    assert all(b["stream_options"] == {"include_usage": True} for b in openai_server.requests)
