@@ -81,6 +81,9 @@ _BASE_DDL = (
     # created_at is rewritten when a document is replaced; ingested_at keeps its first write
     # (documents stored before this column existed get the time of the upgrade)
     "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS ingested_at timestamptz NOT NULL DEFAULT now()",
+    # the map of a Markdown document's blocks (`knowledge.structure.MarkdownMap`): its next
+    # version is parsed only where it changed
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS structure bytea",
     """
     CREATE TABLE IF NOT EXISTS kb_chunks (
         id text PRIMARY KEY,
