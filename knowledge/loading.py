@@ -551,7 +551,7 @@ def document_structure(
         return rst_blocks(doc.text), None
     stored = MarkdownMap.load(previous) if previous is not None else None
     parsed = parse_markdown(doc.text, stored)
-    return parsed.blocks, parsed.map.dump() if parsed.map is not None else None
+    return parsed.blocks, parsed.map.dump()
 
 
 def _syntax_of(path: Path) -> Syntax:

@@ -194,10 +194,10 @@ def _segments(header: dict[str, Any], body: bytes) -> tuple[_Segment, ...]:
 
 @dataclass(frozen=True)
 class MarkdownParse:
-    """A Markdown document's blocks, and its map (`None` when it cannot be reused: CR line ends)."""
+    """A Markdown document's blocks, and the map to store for its next version."""
 
     blocks: list[Block]
-    map: MarkdownMap | None
+    map: MarkdownMap
 
 
 WINDOW_CHARS = 2048
@@ -216,10 +216,6 @@ def parse_markdown(text: str, previous: MarkdownMap | None = None) -> MarkdownPa
     elsewhere the text is parsed again, a window at a time from a block boundary,
     keeping the blocks a window settles, until the stored map matches again.
     """
-    if "\r" in text:
-        # markdown-it takes a lone CR for a line break, which the offsets here do not
-        # count: parse the whole text as before and keep no map
-        return MarkdownParse(_blocks(text, _parse_window(text, 0, len(text), True)[0]), None)
     segments = _Reparse(text, previous.segments if previous else ()).run()
     return MarkdownParse(_blocks(text, segments), MarkdownMap(tuple(segments)))
 
@@ -234,6 +230,8 @@ class _Reparse:
 
     def run(self) -> list[_Segment]:
         text, stored = self.text, self.stored
+        if not stored:
+            return _parse_window(text, 0, len(text), True)[0]
         out: list[_Segment] = []
         pos = 0
         at: int | None = 0 if stored else None  # the stored segment expected at `pos`
@@ -249,10 +247,6 @@ class _Reparse:
                     continue
             end = _line_end(text, pos + size)
             parsed, settled = _parse_window(text, pos, end, end >= len(text))
-            if not settled:
-                size *= 2  # no block ends inside the window (an unclosed fence, say)
-                continue
-            size = WINDOW_CHARS
             hint, at, checked = at, None, 0
             for index in range(settled):
                 out.append(parsed[index])
@@ -261,6 +255,10 @@ class _Reparse:
                 at = self._resync(pos, following, hint)
                 if at is not None:
                     break
+            # a window that settles nothing (an unclosed fence, say) or picks up nothing
+            # stored (text rewritten) is followed by a larger one: a rewrite costs no more
+            # than about two whole parses
+            size = WINDOW_CHARS if at is not None else size * 2
         return out
 
     def _extend(self, pos: int, at: int, checked: int) -> int:
@@ -312,10 +310,8 @@ def _digest(source: str) -> bytes:
 
 def _line_end(text: str, pos: int) -> int:
     """The end of the line holding `pos` (after its line break), or the text's end."""
-    if pos >= len(text):
-        return len(text)
-    newline = text.find("\n", pos)
-    return len(text) if newline < 0 else newline + 1
+    found = _LINE_BREAK.search(text, pos) if pos < len(text) else None
+    return found.end() if found is not None else len(text)
 
 
 def _parse_window(text: str, start: int, end: int, final: bool) -> tuple[list[_Segment], int]:
@@ -325,6 +321,8 @@ def _parse_window(text: str, start: int, end: int, final: bool) -> tuple[list[_S
     window ends the text (`final`), or when `_SETTLED_AFTER` block starts follow it
     in the window: the parser then decided where it ends from lines the window holds.
     """
+    if start >= end:
+        return [], 0
     window = text[start:end]
     tokens = _markdown_parser().parse(window)
     line_starts = _line_starts(window)
@@ -435,11 +433,12 @@ def _heading_words(inline: Any) -> str:
     return "".join(parts)
 
 
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+"""A line break as markdown-it counts lines: CR LF, a lone CR, or LF."""
+
+
 def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    for match in re.finditer("\n", text):
-        starts.append(match.end())
-    return starts
+    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
 
 
 # -- reStructuredText -----------------------------------------------------------------------
