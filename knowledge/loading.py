@@ -302,13 +302,14 @@ BINARY_SIGNATURES = (
 """Opening bytes of common binary formats, refused before decoding: some hold no NUL early on."""
 MAX_CONTROL_SHARE = 0.01
 """Text with more control characters than this share (tab, line breaks and form feed aside) is binary."""
-_CONTROL_CHARS = frozenset(chr(c) for c in [*range(0x01, 0x09), 0x0B, *range(0x0E, 0x20), 0x7F])
+_CONTROL_CHARS = re.compile("[\x01-\x08\x0b\x0e-\x1f\x7f]")
 
 
 def _control_share(text: str, sample: int = 65_536) -> float:
     """The share of control characters in the start of `text` (a sample: the whole file need not be read)."""
     head = text[:sample]
-    return sum(ch in _CONTROL_CHARS for ch in head) / len(head) if head else 0.0
+    # counted by the regex engine: a loop over the characters cost 2 ms per re-read file
+    return len(_CONTROL_CHARS.findall(head)) / len(head) if head else 0.0
 
 
 def _read_bounded(path: Path, max_bytes: int) -> bytes:
