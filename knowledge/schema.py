@@ -81,6 +81,9 @@ _BASE_DDL = (
     # created_at is rewritten when a document is replaced; ingested_at keeps its first write
     # (documents stored before this column existed get the time of the upgrade)
     "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS ingested_at timestamptz NOT NULL DEFAULT now()",
+    # the map of a Markdown document's blocks (`knowledge.structure.MarkdownMap`): its next
+    # version is parsed only where it changed
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS structure bytea",
     """
     CREATE TABLE IF NOT EXISTS kb_chunks (
         id text PRIMARY KEY,
@@ -95,6 +98,48 @@ _BASE_DDL = (
     "CREATE INDEX IF NOT EXISTS kb_chunks_document_idx ON kb_chunks (document_id)",
     "CREATE INDEX IF NOT EXISTS kb_chunks_collection_idx ON kb_chunks (collection_id)",
 )
+
+
+_LEX_COUNT_BODY = """
+    BEGIN
+      -- an update that changed no row's terms (a chunk moved within its document) counts
+      -- nothing; nested, as a DELETE or INSERT has no table of the other side to read
+      IF TG_OP = 'UPDATE' THEN
+        IF NOT EXISTS (
+            SELECT 1 FROM old_rows o FULL JOIN new_rows n ON n.id = o.id
+            WHERE o.id IS NULL OR n.id IS NULL OR n.collection_id <> o.collection_id
+               OR n.lex_keys IS DISTINCT FROM o.lex_keys) THEN
+          RETURN NULL;
+        END IF;
+      END IF;
+      IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        UPDATE kb_lex_terms t SET df = t.df - d.n
+        FROM (SELECT o.collection_id AS c, k, count(*) AS n
+              FROM old_rows o, unnest(o.lex_keys) AS k GROUP BY 1, 2) d
+        WHERE t.collection_id = d.c AND t.key = d.k;
+        UPDATE kb_lex_stats s SET chunks = s.chunks - d.n
+        FROM (SELECT collection_id AS c, count(*) AS n FROM old_rows
+              WHERE lex_keys IS NOT NULL GROUP BY 1) d
+        WHERE s.collection_id = d.c;
+      END IF;
+      IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO kb_lex_terms AS t (collection_id, key, df)
+        SELECT r.collection_id, k, count(*) FROM new_rows r, unnest(r.lex_keys) AS k
+        GROUP BY 1, 2 ORDER BY 1, 2
+        ON CONFLICT (collection_id, key) DO UPDATE SET df = t.df + excluded.df;
+        INSERT INTO kb_lex_stats AS s (collection_id, chunks)
+        SELECT collection_id, count(*) FROM new_rows WHERE lex_keys IS NOT NULL
+        GROUP BY 1 ORDER BY 1
+        ON CONFLICT (collection_id) DO UPDATE SET chunks = s.chunks + excluded.chunks;
+      END IF;
+      RETURN NULL;
+    END
+"""
+_LEX_COUNT_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION kb_lex_count() RETURNS trigger LANGUAGE plpgsql"
+    f" AS $${_LEX_COUNT_BODY}$$"
+)
+"""Keeps the BM25 document frequencies (`kb_lex_terms`, `kb_lex_stats`) in step with `kb_chunks`."""
 
 
 _LEXICAL_DDL = (
@@ -121,32 +166,7 @@ _LEXICAL_DDL = (
     # from documents and collections included), one statement at a time. Rows are
     # counted in (collection, key) order, so two concurrent writers lock kb_lex_terms
     # rows in the same order and never deadlock.
-    """
-    CREATE OR REPLACE FUNCTION kb_lex_count() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        UPDATE kb_lex_terms t SET df = t.df - d.n
-        FROM (SELECT o.collection_id AS c, k, count(*) AS n
-              FROM old_rows o, unnest(o.lex_keys) AS k GROUP BY 1, 2) d
-        WHERE t.collection_id = d.c AND t.key = d.k;
-        UPDATE kb_lex_stats s SET chunks = s.chunks - d.n
-        FROM (SELECT collection_id AS c, count(*) AS n FROM old_rows
-              WHERE lex_keys IS NOT NULL GROUP BY 1) d
-        WHERE s.collection_id = d.c;
-      END IF;
-      IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO kb_lex_terms AS t (collection_id, key, df)
-        SELECT r.collection_id, k, count(*) FROM new_rows r, unnest(r.lex_keys) AS k
-        GROUP BY 1, 2 ORDER BY 1, 2
-        ON CONFLICT (collection_id, key) DO UPDATE SET df = t.df + excluded.df;
-        INSERT INTO kb_lex_stats AS s (collection_id, chunks)
-        SELECT collection_id, count(*) FROM new_rows WHERE lex_keys IS NOT NULL
-        GROUP BY 1 ORDER BY 1
-        ON CONFLICT (collection_id) DO UPDATE SET chunks = s.chunks + excluded.chunks;
-      END IF;
-      RETURN NULL;
-    END $$
-    """,
+    _LEX_COUNT_FUNCTION,
     "DROP TRIGGER IF EXISTS kb_lex_count_insert ON kb_chunks",
     "CREATE TRIGGER kb_lex_count_insert AFTER INSERT ON kb_chunks"
     " REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION kb_lex_count()",
@@ -168,6 +188,14 @@ def _lexical_per_collection(conn: psycopg.Connection[Any]) -> bool:
         " AND table_name = 'kb_lex_stats' AND column_name = 'collection_id'"
     ).fetchone()
     return row is not None
+
+
+def _stored_lex_count(conn: psycopg.Connection[Any]) -> str | None:
+    row = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE proname = 'kb_lex_count'"
+        " AND pronamespace = current_schema()::regnamespace"
+    ).fetchone()
+    return str(row[0]) if row is not None else None
 
 
 def _migrate_lexical(conn: psycopg.Connection[Any]) -> None:
@@ -281,6 +309,8 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
             conn.execute(statement)
         if not _lexical_per_collection(conn):
             _migrate_lexical(conn)
+        elif _stored_lex_count(conn) != _LEX_COUNT_BODY:
+            conn.execute(_LEX_COUNT_FUNCTION)  # an earlier version's counting
         dims = conn.execute("SELECT DISTINCT dimension FROM kb_collections ORDER BY 1").fetchall()
     _tolerate_full_disk(conn, create_fulltext_index, "full-text")
     for (dim,) in dims:

@@ -23,13 +23,17 @@ A section path holds headings only: the text of heading nodes, nothing else.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
+import json
 import re
+import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
+import numpy as np
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 BlockKind = Literal["heading", "text", "code", "table"]
@@ -80,45 +84,316 @@ def markdown_blocks(text: str) -> list[Block]:
     Each block's text is the verbatim source of a top-level block token (so a
     table keeps its pipes and a code block its fences and info string).
     """
-    tokens = _markdown_parser().parse(text)
-    line_starts = _line_starts(text)
-    blocks: list[Block] = []
-    stack: list[tuple[int, str]] = []
+    return parse_markdown(text).blocks
+
+
+class _Found(NamedTuple):
+    """One block as the parser found it, placed within its segment (a heading also when its title is empty)."""
+
+    kind: BlockKind
+    start: int
+    """Offset of its source from the start of its segment."""
+    length: int
+    level: int
+    """A heading's level (1-6), which decides the headings it closes; 0 for other blocks."""
+    title: str
+
+
+class _Segment(NamedTuple):
+    """The source from one top-level block's first line to the next one's, and the blocks found in it."""
+
+    length: int
+    digest: bytes
+    found: tuple[_Found, ...]
+
+
+_KIND_CODES: tuple[BlockKind, ...] = ("heading", "text", "code", "table")
+_DIGEST_BYTES = 16
+_COLUMNS = "<u4"
+
+
+@dataclass(frozen=True)
+class MarkdownMap:
+    """Where a Markdown document's top-level blocks start, with a digest of the source between.
+
+    Stored with the document, it lets `parse_markdown` parse an edited copy in part:
+    the parser reads a top-level block from its first line with nothing carried over
+    from the blocks before it (markdown-it resets its block state between them),
+    and decides where the block ends by reading at most up to the first line of the
+    block after next. So a block whose source and the two segments after it are
+    unchanged parses as before, and only the rest is parsed again.
+    """
+
+    segments: tuple[_Segment, ...]
+
+    def dump(self) -> bytes:
+        """The map as stored: compressed columns, tagged with the parser that made it."""
+        found = [f for s in self.segments for f in s.found]
+        header = {
+            "parser": _parser_version(),
+            "segments": len(self.segments),
+            "found": len(found),
+            "titles": [f.title for f in found if f.kind == "heading"],
+        }
+        columns = [
+            [s.length for s in self.segments],
+            [len(s.found) for s in self.segments],
+            [f.start for f in found],
+            [f.length for f in found],
+            [_KIND_CODES.index(f.kind) * 8 + f.level for f in found],
+        ]
+        head = json.dumps(header, separators=(",", ":")).encode()
+        body = b"".join(np.asarray(c, dtype=_COLUMNS).tobytes() for c in columns)
+        digests = b"".join(s.digest for s in self.segments)
+        return zlib.compress(len(head).to_bytes(4, "little") + head + body + digests, 1)
+
+    @classmethod
+    def load(cls, data: bytes) -> MarkdownMap | None:
+        """A stored map; `None` for one another parser version made, or one that cannot be read."""
+        try:
+            raw = zlib.decompress(data)
+            size = int.from_bytes(raw[:4], "little")
+            header = json.loads(raw[4 : 4 + size])
+            if header["parser"] != _parser_version():
+                return None
+            return cls(_segments(header, raw[4 + size :]))
+        except (zlib.error, ValueError, TypeError, KeyError, IndexError):
+            return None
+
+
+def _segments(header: dict[str, Any], body: bytes) -> tuple[_Segment, ...]:
+    """The segments of a stored map's columns (see `MarkdownMap.dump`), checked to hold together."""
+    segments, found = int(header["segments"]), int(header["found"])
+    width = np.dtype(_COLUMNS).itemsize
+    sizes = [segments, segments, found, found, found]
+    if len(body) != width * sum(sizes) + _DIGEST_BYTES * segments:
+        raise ValueError("a stored map of the wrong size")
+    columns, at = [], 0
+    for count in sizes:
+        columns.append(np.frombuffer(body, dtype=_COLUMNS, count=count, offset=at).tolist())
+        at += width * count
+    lengths, counts, starts, spans, codes = columns
+    if sum(counts) != found or max(codes, default=0) >= 8 * len(_KIND_CODES):
+        raise ValueError("a stored map's blocks do not add up")
+    reach = np.add(starts, spans, dtype=np.int64)
+    if np.any(reach > np.repeat(np.asarray(lengths, dtype=np.int64), counts)):
+        raise ValueError("a segment of a stored map does not hold its blocks")
+    titles = iter(header["titles"])
+    kinds = [_KIND_CODES[code // 8] for code in codes]
+    items = [
+        _Found(kind, start, span, code % 8, next(titles) if kind == "heading" else "")
+        for kind, start, span, code in zip(kinds, starts, spans, codes, strict=True)
+    ]
+    out, first = [], 0
+    for index, (length, count) in enumerate(zip(lengths, counts, strict=True)):
+        digest = body[at + _DIGEST_BYTES * index : at + _DIGEST_BYTES * (index + 1)]
+        out.append(_Segment(length, digest, tuple(items[first : first + count])))
+        first += count
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class MarkdownParse:
+    """A Markdown document's blocks, and the map to store for its next version."""
+
+    blocks: list[Block]
+    map: MarkdownMap
+
+
+WINDOW_CHARS = 2048
+"""Characters parsed at a time where an edit is found (doubled until blocks settle in the window)."""
+_SETTLED_AFTER = 3
+"""Block starts that must follow a block in a window before it is taken as the whole text parses it."""
+_MAX_CANDIDATES = 4
+"""Stored segments of one digest tried where the parse might pick up the stored map again."""
+
+
+def parse_markdown(text: str, previous: MarkdownMap | None = None) -> MarkdownParse:
+    """Parse a Markdown document, reusing what `previous` (an earlier version's map) still holds.
+
+    The result equals a parse of the whole text: a stored segment is reused only
+    where its digest, and those of the two after it, match the text at that place;
+    elsewhere the text is parsed again, a window at a time from a block boundary,
+    keeping the blocks a window settles, until the stored map matches again.
+    """
+    segments = _Reparse(text, previous.segments if previous else ()).run()
+    return MarkdownParse(_blocks(text, segments), MarkdownMap(tuple(segments)))
+
+
+class _Reparse:
+    """One pass over a text: the stored segments that still match it, the rest parsed again."""
+
+    def __init__(self, text: str, stored: tuple[_Segment, ...]) -> None:
+        self.text = text
+        self.stored = stored
+        self.by_digest: dict[bytes, list[int]] | None = None
+
+    def run(self) -> list[_Segment]:
+        text, stored = self.text, self.stored
+        if not stored:
+            return _parse_window(text, 0, len(text), True)[0]
+        out: list[_Segment] = []
+        pos = 0
+        at: int | None = 0 if stored else None  # the stored segment expected at `pos`
+        checked = 0  # stored segments from `at` on known to match the text from `pos` on
+        size = WINDOW_CHARS
+        while pos < len(text):
+            if at is not None:
+                checked = self._extend(pos, at, checked)
+                if checked >= _SETTLED_AFTER or at + checked == len(stored):
+                    out.append(stored[at])
+                    pos += stored[at].length
+                    at, checked = at + 1, checked - 1
+                    continue
+            end = _line_end(text, pos + size)
+            parsed, settled = _parse_window(text, pos, end, end >= len(text))
+            hint, at, checked = at, None, 0
+            for index in range(settled):
+                out.append(parsed[index])
+                pos += parsed[index].length
+                following = parsed[index + 1] if index + 1 < len(parsed) else None
+                at = self._resync(pos, following, hint)
+                if at is not None:
+                    break
+            # a window that settles nothing (an unclosed fence, say) or picks up nothing
+            # stored (text rewritten) is followed by a larger one: a rewrite costs no more
+            # than about two whole parses
+            size = WINDOW_CHARS if at is not None else size * 2
+        return out
+
+    def _extend(self, pos: int, at: int, checked: int) -> int:
+        """How many stored segments from `at` on match the text from `pos` on (up to three).
+
+        The last stored segment counts only if the text ends with it, as it did.
+        """
+        for _ in range(checked):
+            pos += self.stored[at].length
+            at += 1
+        while checked < _SETTLED_AFTER and at < len(self.stored):
+            segment = self.stored[at]
+            fits = pos + segment.length <= len(self.text)
+            last = at + 1 == len(self.stored)
+            if not fits or (last and pos + segment.length != len(self.text)):
+                break
+            if _digest(self.text[pos : pos + segment.length]) != segment.digest:
+                break
+            pos += segment.length
+            at += 1
+            checked += 1
+        return checked
+
+    def _resync(self, pos: int, following: _Segment | None, hint: int | None) -> int | None:
+        """The stored segment the text picks up again at `pos`, if one does."""
+        if not self.stored or pos >= len(self.text):
+            return None
+        candidates: list[int] = []
+        if hint is not None and hint < len(self.stored):
+            candidates.append(hint)  # text replaced in place: the map goes on where it stopped
+        if following is not None:
+            if self.by_digest is None:
+                self.by_digest = {}
+                for index, segment in enumerate(self.stored):
+                    self.by_digest.setdefault(segment.digest, []).append(index)
+            same = self.by_digest.get(following.digest, [])
+            later = [i for i in same if hint is None or i >= hint]
+            candidates.extend((later or same)[:_MAX_CANDIDATES])
+        for index in candidates:
+            checked = self._extend(pos, index, 0)
+            if checked >= _SETTLED_AFTER or index + checked == len(self.stored):
+                return index
+        return None
+
+
+def _digest(source: str) -> bytes:
+    return hashlib.blake2b(source.encode("utf-8"), digest_size=_DIGEST_BYTES).digest()
+
+
+def _line_end(text: str, pos: int) -> int:
+    """The end of the line holding `pos` (after its line break), or the text's end."""
+    found = _LINE_BREAK.search(text, pos) if pos < len(text) else None
+    return found.end() if found is not None else len(text)
+
+
+def _parse_window(text: str, start: int, end: int, final: bool) -> tuple[list[_Segment], int]:
+    """The segments of `text[start:end]` parsed alone, and how many of them are settled.
+
+    `start` is a block boundary of the whole text. A segment is settled when the
+    window ends the text (`final`), or when `_SETTLED_AFTER` block starts follow it
+    in the window: the parser then decided where it ends from lines the window holds.
+    """
+    if start >= end:
+        return [], 0
+    window = text[start:end]
+    tokens = _markdown_parser().parse(window)
+    line_starts = _line_starts(window)
+    bounds: list[int] = [0]
+    found: list[_Found] = []
     index = 0
     while index < len(tokens):
         token = tokens[index]
         index += 1
-        # a top-level list is read item by item, so a long list is cut between items
-        item = token.type == "list_item_open" and token.level == 1
-        if (token.level != 0 and not item) or token.nesting == -1 or token.map is None:
-            continue
-        if token.type in ("bullet_list_open", "ordered_list_open"):
+        if token.nesting == -1 or token.map is None:
             continue
         first, last = token.map
-        start = line_starts[first]
-        end = line_starts[last] if last < len(line_starts) else len(text)
-        source = text[start:end].rstrip()
+        if token.level == 0 and line_starts[first] > bounds[-1]:
+            bounds.append(line_starts[first])
+        # a top-level list is read item by item, so a long list is cut between items
+        item = token.type == "list_item_open" and token.level == 1
+        if (token.level != 0 and not item) or token.type in _LISTS:
+            continue
+        begin = line_starts[first]
+        stop = line_starts[last] if last < len(line_starts) else len(window)
+        source = window[begin:stop].rstrip()
         if token.type == "heading_open":
-            level = int(token.tag[1])
             inline = tokens[index] if index < len(tokens) else None
             title = heading_text(_heading_words(inline))
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            if title:
-                stack.append((level, title))
-                blocks.append(Block("heading", source, tuple(h for _, h in stack), start))
-            continue
-        if not source.strip():
-            continue
-        kind: BlockKind = (
-            "code"
-            if token.type in ("fence", "code_block")
-            else "table"
-            if token.type == "table_open"
-            else "text"
-        )
-        blocks.append(Block(kind, source, tuple(h for _, h in stack), start))
+            found.append(_Found("heading", begin, len(source), int(token.tag[1]), title))
+        elif source.strip():
+            found.append(_Found(_BLOCK_KINDS.get(token.type, "text"), begin, len(source), 0, ""))
+    segments = []
+    position = 0
+    for begin, stop in zip(bounds, [*bounds[1:], len(window)], strict=True):
+        inside = []
+        while position < len(found) and found[position].start < stop:
+            inside.append(found[position]._replace(start=found[position].start - begin))
+            position += 1
+        segments.append(_Segment(stop - begin, _digest(window[begin:stop]), tuple(inside)))
+    settled = len(segments) if final else max(0, len(segments) - _SETTLED_AFTER)
+    return segments, settled
+
+
+_LISTS = frozenset({"bullet_list_open", "ordered_list_open"})
+_BLOCK_KINDS: dict[str, BlockKind] = {"fence": "code", "code_block": "code", "table_open": "table"}
+
+
+def _blocks(text: str, segments: Sequence[_Segment]) -> list[Block]:
+    """The blocks of `segments` laid over `text`, each under the headings open above it."""
+    blocks: list[Block] = []
+    stack: list[tuple[int, str]] = []
+    section: tuple[str, ...] = ()
+    offset = 0
+    for segment in segments:
+        for kind, start, length, level, title in segment.found:
+            start += offset
+            if kind == "heading":
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                if title:
+                    stack.append((level, title))
+                section = tuple(h for _, h in stack)
+                if not title:
+                    continue
+            blocks.append(Block(kind, text[start : start + length], section, start))
+        offset += segment.length
     return blocks
+
+
+@functools.cache
+def _parser_version() -> str:
+    """Names the parser a stored map was made by: another version may read blocks otherwise."""
+    import markdown_it
+
+    return f"blocks-map-1 markdown-it-py {markdown_it.__version__}"
 
 
 @functools.cache
@@ -158,11 +433,12 @@ def _heading_words(inline: Any) -> str:
     return "".join(parts)
 
 
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+"""A line break as markdown-it counts lines: CR LF, a lone CR, or LF."""
+
+
 def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    for match in re.finditer("\n", text):
-        starts.append(match.end())
-    return starts
+    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
 
 
 # -- reStructuredText -----------------------------------------------------------------------

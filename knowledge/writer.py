@@ -45,8 +45,8 @@ from arcana_loop.knowledge.loading import (
     CHUNK_ID_CHARS,
     ChunkRow,
     SourceDoc,
+    chunk_document,
     document_id,
-    split_document,
 )
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.schema import (
@@ -82,6 +82,8 @@ class _Planned:
     doc: SourceDoc
     doc_id: str
     chunks: list[ChunkRow]
+    structure: bytes | None
+    """The document's structure map, stored with it (`loading.Chunked.structure`)."""
     stored: frozenset[str] = frozenset()
     """Ids of its chunks already stored when it was planned (a changed document's unchanged chunks)."""
 
@@ -192,19 +194,21 @@ def write_documents(
         CollectionNotFound: if the collection was deleted during the write.
     """
     pending = _drop_unchanged(pool, coll, docs, result)
-    planned = [
-        _Planned(
-            d,
-            document_id(coll.name, d.source),
-            split_document(
-                d, collection=coll.name, chunk_size=chunk_size, chunk_overlap=chunk_overlap
-            ),
+    doc_ids = [document_id(coll.name, d.source) for d in pending]
+    stored = _stored_versions(pool, doc_ids)
+    planned = []
+    for doc, doc_id in zip(pending, doc_ids, strict=True):
+        chunk_ids, structure = stored.get(doc_id, (frozenset(), None))
+        chunked = chunk_document(
+            doc,
+            collection=coll.name,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            previous=structure,
         )
-        for d in pending
-    ]
-    stored = _stored_chunk_ids(pool, [item.doc_id for item in planned])
-    for item in planned:
-        item.stored = frozenset(c.id for c in item.chunks) & stored.get(item.doc_id, frozenset())
+        item = _Planned(doc, doc_id, chunked.rows, chunked.structure)
+        item.stored = frozenset(c.id for c in item.chunks) & chunk_ids
+        planned.append(item)
     batches = _batches(planned, batch_size)
     total = sum(b.size for b in batches)
     if progress is not None:
@@ -330,17 +334,19 @@ def _drop_unchanged(
     return list(pending.values())
 
 
-def _stored_chunk_ids(pool: ConnectionPool[Any], doc_ids: list[str]) -> dict[str, frozenset[str]]:
-    """The ids of the chunks stored for each of `doc_ids` (the changed ones have some)."""
+def _stored_versions(
+    pool: ConnectionPool[Any], doc_ids: list[str]
+) -> dict[str, tuple[frozenset[str], bytes | None]]:
+    """Of each stored one of `doc_ids` (a changed document): its chunks' ids and its structure map."""
     if not doc_ids:
         return {}
     with pool.connection() as conn:
         rows = conn.execute(
-            "SELECT document_id, array_agg(id) FROM kb_chunks"
-            " WHERE document_id = ANY(%s) GROUP BY document_id",
+            "SELECT d.id, d.structure, ARRAY(SELECT c.id FROM kb_chunks c WHERE c.document_id = d.id)"
+            " FROM kb_documents d WHERE d.id = ANY(%s)",
             (doc_ids,),
         ).fetchall()
-    return {doc_id: frozenset(ids) for doc_id, ids in rows}
+    return {doc_id: (frozenset(ids), structure) for doc_id, structure, ids in rows}
 
 
 def _batches(planned: list[_Planned], batch_size: int) -> list[_Batch]:
@@ -529,9 +535,10 @@ def _insert_documents(
     if not new:
         return set()
     rows = conn.execute(
-        "INSERT INTO kb_documents (id, collection_id, source, content_hash, metadata)"
-        " SELECT d.id, %s, d.source, d.hash, d.meta"
-        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[]) AS d(id, source, hash, meta)"
+        "INSERT INTO kb_documents (id, collection_id, source, content_hash, metadata, structure)"
+        " SELECT d.id, %s, d.source, d.hash, d.meta, d.structure"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::bytea[])"
+        " AS d(id, source, hash, meta, structure)"
         " ON CONFLICT DO NOTHING RETURNING id",
         (
             coll.id,
@@ -539,6 +546,7 @@ def _insert_documents(
             [item.doc.source for item in new],
             [item.doc.content_hash for item in new],
             [Jsonb(item.doc.metadata) for item in new],
+            [item.structure for item in new],
         ),
     ).fetchall()
     return {row[0] for row in rows}
@@ -577,9 +585,9 @@ def _replace_document(
         )
     delta.chunks_reused += len(kept)
     conn.execute(
-        "UPDATE kb_documents SET content_hash = %s, metadata = %s, created_at = now()"
-        " WHERE id = %s",
-        (item.doc.content_hash, Jsonb(item.doc.metadata), item.doc_id),
+        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s,"
+        " created_at = now() WHERE id = %s",
+        (item.doc.content_hash, Jsonb(item.doc.metadata), item.structure, item.doc_id),
     )
     delta.documents_replaced += 1
     return frozenset(c.id for c in kept)

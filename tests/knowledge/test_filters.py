@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -73,6 +74,17 @@ def test_a_filter_never_widens_a_collection_lock(berths: KnowledgeBase) -> None:
     for where in ({"classified": True}, {"berth": 9}, {"source": "yard"}):
         for mode in MODES:
             assert _berths(berths, where, mode, collection="port") == []
+        retriever = berths.as_retriever(collection="port", k=10, filter=where)
+        assert retriever.invoke("berth ships metres quay") == []
+        result = run(
+            "How long are the ships at berth 9?",
+            collection="port",
+            controller_llm="offline",
+            search_fn=berths.search,
+            search_opts={"filter": where},
+            grounder=None,
+        )
+        assert not result.chunks and result.terminated_by != "answered"
     assert _berths(berths, {"classified": True}, collection=None) == [9]
 
 
@@ -132,7 +144,14 @@ def test_the_cli_asks_with_where_conditions(
     monkeypatch.setenv("DATABASE_URL", pg_url)
     name = f"cli-where-{uuid.uuid4().hex[:8]}"
     base = KnowledgeBase(pg_url)
+    secret = f"cli-where-secret-{uuid.uuid4().hex[:8]}"
     try:
+        base.ingest(
+            "The secret quay crane lifts 90 tonnes.",
+            collection=secret,
+            name="secret-quay",
+            metadata={"side": "north", "classified": True},
+        )
         for side in ("east", "west"):
             base.ingest(
                 f"The {side} quay crane lifts {40 if side == 'east' else 70} tonnes.",
@@ -157,8 +176,17 @@ def test_the_cli_asks_with_where_conditions(
         )
         assert done.exit_code == 0, done.output
         assert "70 tonnes" in done.stdout and "40 tonnes" not in done.stdout
+        for where in ("side=north", "classified=true"):  # matches nothing; another's metadata
+            empty = runner.invoke(
+                app,
+                ["ask", "How much does the quay crane lift?", "-c", name, "--where", where]
+                + ["--checkpointer", "none", "--json"],
+            )
+            assert "tonnes" not in empty.stdout, empty.output
+            assert json.loads(empty.stdout)["chunks"] == [], empty.stdout
         bad = runner.invoke(app, ["ask", "crane?", "-c", name, "--where", "side"])
         assert bad.exit_code == 1 and "--where takes KEY=VALUE" in bad.stderr
     finally:
         base.delete_collection(name)
+        base.delete_collection(secret)
         base.close()

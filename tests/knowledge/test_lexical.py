@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,6 +71,48 @@ def test_document_frequencies_follow_inserts_replacements_and_deletes(kb: Knowle
     assert _df(kb)[lexical.key("zebra")] == 1 and _df(kb)[lexical.key("hors")] == 1
     kb.delete_collection("a")
     assert lexical.key("zebra") not in _df(kb) and _chunks(kb) == 1
+
+
+def _recounted(kb: KnowledgeBase) -> tuple[dict[int, int], int]:
+    """Document frequencies and chunk count counted afresh from the chunks' stored terms."""
+    with kb.pool().connection() as conn:
+        df = conn.execute(
+            "SELECT k, count(*)::int FROM kb_chunks, unnest(lex_keys) AS k GROUP BY k"
+        ).fetchall()
+        row = conn.execute("SELECT count(*) FROM kb_chunks WHERE lex_keys IS NOT NULL").fetchone()
+    assert row is not None
+    return dict(df), int(row[0])
+
+
+def test_chunks_moved_by_an_edit_keep_the_counts_exact(kb: KnowledgeBase, tmp_path: Path):
+    guide = tmp_path / "guide.md"
+    sections = [f"## Berth {n}\n\nBerth {n} takes ships of {n + 40} metres." for n in range(30)]
+    guide.write_text("# Guide\n\n" + "\n\n".join(sections))
+    kb.ingest(guide, collection="port", chunk_size=120, chunk_overlap=0)
+    kb.ingest("A zebra grazes by the quay.", collection="port", name="zebra")
+    guide.write_text("# Guide\n\nPilots board at the buoy.\n\n" + "\n\n".join(sections[1:]))
+    moved = kb.ingest(guide, collection="port", chunk_size=120, chunk_overlap=0)
+    assert moved.chunks_reused >= 25  # kept rows, their offsets rewritten
+    assert (_df(kb), _chunks(kb)) == _recounted(kb)
+    with kb.pool().connection() as conn:  # an update that does change terms is still counted
+        conn.execute("UPDATE kb_chunks SET lex_keys = lex_keys[1:1] WHERE text LIKE '%zebra%'")
+    assert (_df(kb), _chunks(kb)) == _recounted(kb)
+
+
+def test_an_earlier_counting_function_is_replaced_on_open(kb: KnowledgeBase, pg_url: str):
+    kb.ingest("The sourdough starter needs flour and water.", collection="bread", name="starter")
+    with kb.pool().connection() as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION kb_lex_count() RETURNS trigger LANGUAGE plpgsql"
+            " AS $$ BEGIN RETURN NULL; END $$"
+        )
+    kb.close()
+    reopened = KnowledgeBase(pg_url, embeddings=kb.embeddings, schema=kb.schema)
+    try:
+        reopened.ingest("Rye bread rises slowly.", collection="bread", name="rye")
+        assert (_df(reopened), _chunks(reopened)) == _recounted(reopened) and _chunks(reopened) == 2
+    finally:
+        reopened.close()
 
 
 def test_chunks_stored_before_the_lexical_index_are_backfilled(kb: KnowledgeBase, pg_url: str):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,39 +177,72 @@ def test_sync_needs_a_directory_and_refuses_before_writing(
     assert kb.collections() == []
 
 
-@pytest.mark.postgres
-def test_the_cli_syncs_with_globs_and_counts_what_it_did(
-    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _count_rows(stdout: str) -> list[list[str]]:
+    """The rows of counts the CLI's ingest prints: documents added, unchanged, replaced,
+    removed; chunks added, kept, removed."""
+    return [
+        line.split()[-7:]
+        for line in stdout.splitlines()
+        if len(line.split()) >= 8 and all(n.isdigit() for n in line.split()[-7:])
+    ]
+
+
+@pytest.fixture
+def cli_collection(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, KnowledgeBase]]:
+    """A collection name for the CLI (of the default knowledge base), and that base; dropped afterwards."""
     monkeypatch.setenv("DATABASE_URL", pg_url)
     monkeypatch.setenv("COLUMNS", "80")
     name = f"cli-sync-{uuid.uuid4().hex[:8]}"
-    docs = tmp_path / "docs"
-    _tree(docs, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBravo.", "c.txt": "Charlie."})
-    runner = CliRunner()
     base = KnowledgeBase(pg_url)
     try:
-        done = runner.invoke(app, ["ingest", str(docs), "-c", name, "--include", "*.md"])
-        assert done.exit_code == 0, done.output
-        assert {Path(d.source).name for d in base.documents(name)} == {"a.md", "b.md"}
-        (docs / "a.md").unlink()
-        synced = runner.invoke(
-            app, ["ingest", str(docs), "-c", name, "--sync", "--exclude", "*.txt"]
-        )
-        assert synced.exit_code == 0, synced.output
-        counts = [
-            line.split()[-7:]
-            for line in synced.stdout.splitlines()
-            if len(line.split()) >= 8 and all(n.isdigit() for n in line.split()[-7:])
-        ]
-        # added, unchanged, replaced, removed; chunks added, kept, removed
-        assert counts == [["0", "1", "0", "1", "0", "0", "1"]], synced.stdout
-        assert {Path(d.source).name for d in base.documents(name)} == {"b.md"}
-        refused = runner.invoke(app, ["ingest", str(docs / "b.md"), "-c", name, "--sync"])
-        assert refused.exit_code == 1 and "--sync needs directories" in refused.stderr
+        yield name, base
     finally:
         base.delete_collection(name)
         base.close()
+
+
+@pytest.mark.postgres
+def test_the_cli_syncs_with_globs_and_counts_what_it_did(
+    cli_collection: tuple[str, KnowledgeBase], tmp_path: Path
+) -> None:
+    name, base = cli_collection
+    docs = tmp_path / "docs"
+    _tree(docs, {"a.md": "# A\n\nAlpha.", "b.md": "# B\n\nBravo.", "c.txt": "Charlie."})
+    runner = CliRunner()
+    done = runner.invoke(app, ["ingest", str(docs), "-c", name, "--include", "*.md"])
+    assert done.exit_code == 0, done.output
+    assert {Path(d.source).name for d in base.documents(name)} == {"a.md", "b.md"}
+    (docs / "a.md").unlink()
+    synced = runner.invoke(app, ["ingest", str(docs), "-c", name, "--sync", "--exclude", "*.txt"])
+    assert synced.exit_code == 0, synced.output
+    assert _count_rows(synced.stdout) == [["0", "1", "0", "1", "0", "0", "1"]], synced.stdout
+    assert {Path(d.source).name for d in base.documents(name)} == {"b.md"}
+    refused = runner.invoke(app, ["ingest", str(docs / "b.md"), "-c", name, "--sync"])
+    assert refused.exit_code == 1 and "--sync needs directories" in refused.stderr
+
+
+@pytest.mark.postgres
+def test_the_cli_syncs_a_rename_and_an_edit(
+    cli_collection: tuple[str, KnowledgeBase], tmp_path: Path
+) -> None:
+    name, base = cli_collection
+    docs = tmp_path / "docs"
+    _tree(
+        docs,
+        {"tides.md": "# Tides\n\nHigh tide is at six.", "cranes.md": "# Cranes\n\nForty tonnes."},
+    )
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(docs), "-c", name, "--sync"]).exit_code == 0
+    (docs / "cranes.md").rename(docs / "lifting.md")
+    (docs / "tides.md").write_text("# Tides\n\nHigh tide is at seven now.")
+    synced = runner.invoke(app, ["ingest", str(docs), "-c", name, "--sync"])
+    assert synced.exit_code == 0, synced.output
+    assert _count_rows(synced.stdout) == [["1", "0", "1", "1", "2", "0", "2"]], synced.stdout
+    assert {Path(d.source).name for d in base.documents(name)} == {"tides.md", "lifting.md"}
+    hits = base.search("high tide", collection=name, mode="fulltext")
+    assert [h["text"] for h in hits] == ["# Tides\n\nHigh tide is at seven now."]
 
 
 KILLED_SYNC = textwrap.dedent(

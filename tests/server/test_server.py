@@ -301,6 +301,32 @@ def test_answer_model_and_judge_through_the_server(
     ]
 
 
+def test_a_served_run_searches_through_the_filter_of_its_context(
+    server: LangGraphServer, collection: str, pg_url: str
+) -> None:
+    def ask_json(topic: str) -> Any:
+        return server.sync_client().runs.wait(
+            None,
+            server.graph_id,
+            input={"question": JSON_QUESTION, "collection": collection},
+            context={"search_opts": {"filter": {"topic": topic}}},
+        )
+
+    narrowed = ask_json("json")
+    assert narrowed["terminated_by"] == "answered", (narrowed, server.log()[-3000:])
+    assert {c["metadata"]["topic"] for c in narrowed["chunks"]} == {"json"}
+    elsewhere = ask_json("asyncio")  # the one document that answers is filtered out
+    assert {c["metadata"]["topic"] for c in elsewhere.get("chunks", [])} <= {"asyncio"}
+    assert "json.loads" not in str(elsewhere.get("answer"))
+    _, _, nothing = _ask(server, collection, {"search_opts": {"filter": {"topic": "tides"}}})
+    assert not nothing.get("chunks") and nothing["terminated_by"] != "answered"
+    # another collection's metadata named under this run's collection: nothing of it leaks
+    secret = ((DOCS["asyncio"] + " The secret yard times out too.", {"topic": "yard"}),)
+    with temporary_collection(pg_url, "server-secret", secret):
+        _, _, locked = _ask(server, collection, {"search_opts": {"filter": {"topic": "yard"}}})
+    assert not locked.get("chunks"), locked
+
+
 @pytest.mark.parametrize(
     ("run_input", "context", "expected"),
     [

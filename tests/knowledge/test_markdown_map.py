@@ -1,0 +1,215 @@
+"""An edited Markdown document is parsed only where it changed, and reads exactly as a whole parse."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arcana_loop.knowledge import structure
+from arcana_loop.knowledge.loading import SourceDoc, chunk_document
+from arcana_loop.knowledge.structure import MarkdownMap, parse_markdown
+
+FRAGMENTS = [
+    "# Title",
+    "## Section two ##",
+    "###### Deep heading",
+    "#",
+    "## `code()` in a heading ¶",
+    "Setext title\n============",
+    "Setext section\n--------------",
+    "A paragraph of plain prose that runs on.\nIts second line, lazily continued.",
+    "Another paragraph with *emphasis* and a [link][ref].",
+    "```python\n# not a heading\nprint('x')\n```",
+    "~~~\ncode in tildes\n\n\nwith blank lines\n~~~",
+    "````\n```\nan inner fence that does not close\n````",
+    "```\nan unclosed fence",
+    "    indented code\n\n    more indented code",
+    "| key | value |\n|-----|-------|\n| a | 1 |\n| b | 2 |",
+    "| not a table |\nno delimiter row",
+    "- item one\n- item two\n\n  a second paragraph in item two\n- item three",
+    "1. first\n2. second\n   - nested\n3. third",
+    "- loose\n\n- list",
+    "> a quote\nlazily continued\n> > nested quote",
+    "<div>\n<p>html block</p>\n</div>",
+    "<!-- a comment\n\nspanning a blank line -->",
+    "<!-- an unclosed comment",
+    "<pre>\npreformatted\n\nkept whole\n</pre>",
+    '[ref]: https://example.org/path "Title"',
+    "[multi]:\n  https://example.org/multi\n  'on lines'",
+    "---",
+    "***",
+    "",
+    "   ",
+    "\t- a tabbed item",
+    "Term line\n: not a definition list",
+]
+EDIT_LINES = ["```", "~~~", "---", "===", "# New heading", "| a | b |", "|---|---|", "> quoted",
+              "- new item", "    code line", "", "<!--", "-->", "[ref]: /url", "plain words",
+              "<div>", "1. one", "Setext\n---"]  # fmt: skip
+
+
+def _document(rng: random.Random, blocks: int) -> str:
+    parts = [rng.choice(FRAGMENTS) for _ in range(blocks)]
+    separators = ["\n\n", "\n", "\n\n\n"]
+    text = parts[0] + "".join(rng.choice(separators) + p for p in parts[1:])
+    text += rng.choice(["", "\n", "\n\n"])
+    return text.replace("\n", rng.choice(["\n"] * 8 + ["\r\n", "\r"]))
+
+
+def _edit(rng: random.Random, text: str) -> str:
+    lines = text.split("\n")
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(lines) + 1)
+        kind = rng.random()
+        if kind < 0.35:
+            lines[at:at] = rng.choice(EDIT_LINES + FRAGMENTS).split("\n")
+        elif kind < 0.55 and lines:
+            del lines[at : at + rng.randint(1, 3)]
+        elif kind < 0.8 and at < len(lines):
+            lines[at] = rng.choice(["", "  ", "> ", "# ", "- ", "    "]) + lines[at] + " edited"
+        elif at < len(lines):
+            lines[at] = rng.choice(EDIT_LINES)
+    return "\n".join(lines)
+
+
+def _same_as_whole(text: str, previous: MarkdownMap | None) -> MarkdownMap | None:
+    """Parse `text` reusing `previous`; assert it equals a whole parse; return the new map."""
+    whole = parse_markdown(text)
+    reused = parse_markdown(text, previous)
+    assert reused.blocks == whole.blocks
+    assert reused.map == whole.map
+    return reused.map
+
+
+@pytest.mark.parametrize("window", [32, 256, structure.WINDOW_CHARS])
+def test_random_edits_of_varied_documents_parse_as_a_whole_parse_does(
+    window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(structure, "WINDOW_CHARS", window)
+    rng = random.Random(window)
+    for _ in range(150):
+        text = _document(rng, rng.randint(1, 40))
+        current = _same_as_whole(text, None)
+        for _ in range(3):  # a chain of versions, each parsed with the map of the one before
+            text = _edit(rng, text)
+            current = _same_as_whole(text, current)
+
+
+CASES = {
+    "a fence opened mid-document swallows the rest": ("Tail paragraph.", "```\nTail paragraph."),
+    "a setext underline turns a paragraph into a heading": (
+        "Plain line\n\nBody.",
+        "Plain line\n---------\n\nBody.",
+    ),
+    "a delimiter row turns lines into a table": (
+        "| a | b |\n| 1 | 2 |",
+        "| a | b |\n|---|---|\n| 1 | 2 |",
+    ),
+    "a link reference definition stops being a paragraph": (
+        "[harbor] https://example.org",
+        "[harbor]: https://example.org",
+    ),
+    "an HTML comment opened runs on": ("Closing words.", "<!--\nClosing words."),
+    "a heading removed lifts the sections below it": (
+        "## Middle\n\nUnder middle.",
+        "Under middle.",
+    ),
+    "an indented line after a list joins the item": ("- item\n\nNext.", "- item\n\n  Next."),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_edits_that_change_what_follows_parse_as_a_whole_parse_does(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(structure, "WINDOW_CHARS", 64)
+    before, after = CASES[case]
+    sections = [f"## Part {n}\n\nPart {n} says {n * 7} things.\n\n| n | {n} |\n|---|---|" for n in range(30)]  # fmt: skip
+    for where in (0, 12, 29):
+        old = "\n\n".join([*sections[:where], before, *sections[where:]])
+        new = "\n\n".join([*sections[:where], after, *sections[where:]])
+        first = _same_as_whole(old, None)
+        _same_as_whole(new, first)
+        _same_as_whole(old, _same_as_whole(new, first))  # and back
+
+
+class _CountingParser:
+    """The block parser, counting the characters it is given."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.chars = 0
+
+    def parse(self, src: str, env: Any = None) -> Any:
+        self.chars += len(src)
+        return self.inner.parse(src, env)
+
+
+def _guide(edited: set[int], preface: str = "") -> str:
+    parts = [f"# Harbour guide\n\n{preface}"]
+    for n in range(300):
+        fact = f"Berth {n} is {n + 10} metres deep." + (" It was dredged." if n in edited else "")
+        parts.append(f"## Berth {n}\n\n{fact}\n\n```\ncrane {n}\n```\n")
+    return "\n".join(parts)
+
+
+def test_an_edit_is_parsed_near_where_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    counting = _CountingParser(structure._markdown_parser())
+    monkeypatch.setattr(structure, "_markdown_parser", lambda: counting)
+    monkeypatch.setattr(structure, "WINDOW_CHARS", 256)
+    old = parse_markdown(_guide(set()))
+    assert counting.chars == len(_guide(set()))
+    for edited, preface in (({150}, ""), ({10, 100, 200}, ""), (set(), "Pilots board here.")):
+        counting.chars = 0
+        text = _guide(edited, preface)
+        new = parse_markdown(text, old.map)
+        assert counting.chars <= len(edited or {0}) * 3 * structure.WINDOW_CHARS < len(text) / 4
+        assert new.blocks == parse_markdown(text).blocks
+
+
+def test_a_map_that_cannot_be_used_is_ignored_and_the_text_parsed_whole() -> None:
+    text = _guide({3})
+    stored = parse_markdown(_guide(set())).map
+    assert stored is not None
+    blob = stored.dump()
+    assert MarkdownMap.load(blob) == stored
+    for bad in (b"", b"not a map", blob[:-7], blob[:40]):
+        assert MarkdownMap.load(bad) is None
+    other = MarkdownMap(stored.segments[::2])  # blocks that are not this text's
+    assert parse_markdown(text, other).blocks == parse_markdown(text).blocks
+
+
+def test_carriage_returns_end_lines_as_the_parser_reads_them() -> None:
+    for newline in ("\r", "\r\n"):
+        text = newline.join(["# A", "", "Text.", "## B", "More.", "```", "x", "```"])
+        blocks = parse_markdown(text).blocks
+        assert [(b.kind, b.text, b.section) for b in blocks] == [
+            ("heading", "# A", ("A",)),
+            ("text", "Text.", ("A",)),
+            ("heading", "## B", ("A", "B")),
+            ("text", "More.", ("A", "B")),
+            ("code", newline.join(["```", "x", "```"]), ("A", "B")),
+        ]
+        edited = text.replace("More.", "More, edited.")
+        _same_as_whole(edited, parse_markdown(text).map)
+
+
+def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> None:
+    def chunked(text: str, previous: bytes | None) -> Any:
+        doc = SourceDoc(
+            source=str(tmp_path / "guide.md"), text=text, syntax="markdown", metadata={}
+        )
+        return chunk_document(
+            doc, collection="c", chunk_size=300, chunk_overlap=0, previous=previous
+        )
+
+    first = chunked(_guide(set()), None)
+    assert first.structure is not None
+    for edited, preface in (({7, 70}, ""), (set(), "A preface.")):
+        text = _guide(edited, preface)
+        assert chunked(text, first.structure).rows == chunked(text, None).rows
+    rst = SourceDoc(source="a.rst", text="Title\n=====\n\nBody.", syntax="rst", metadata={})
+    assert chunk_document(rst, collection="c", chunk_size=300, chunk_overlap=0).structure is None
