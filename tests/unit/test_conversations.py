@@ -211,6 +211,37 @@ def test_a_question_left_unfinished_gives_way_to_the_new_one_and_the_conversatio
     assert _every_call_answered(model.calls[1]["messages"][1:])
 
 
+def test_the_same_question_asked_again_carries_on_with_the_search_it_was_making() -> None:
+    model = ScriptedChatModel(responses=[search("timeouts"), answer("wait_for [t1]")])
+    queries: list[str] = []
+
+    def killed_once(query: str, **_: Any) -> list[dict[str, Any]]:
+        queries.append(query)
+        if len(queries) == 1:
+            raise KeyboardInterrupt  # the process stops while the search runs
+        return [chunk("t1", "asyncio.wait_for times out.")]
+
+    saver = InMemorySaver()
+    with pytest.raises(KeyboardInterrupt):
+        run("How do I time out?", controller_llm=model, search_fn=killed_once, checkpointer=saver)
+    thread_id = next(iter(saver.storage))
+    again = run(
+        "How do I time out?",
+        controller_llm=model,
+        search_fn=killed_once,
+        checkpointer=saver,
+        thread_id=thread_id,
+    )
+    assert (again.answer, again.terminated_by, again.question_index) == (
+        "wait_for [t1]",
+        "answered",
+        0,
+    )
+    assert queries == ["timeouts", "timeouts"]  # the pending search ran, no new turn asked for it
+    assert [e["tool"] for e in again.tool_history] == ["search", "answer"]
+    assert len(model.calls) == 2 and _every_call_answered(model.calls[1]["messages"][1:])
+
+
 def test_a_chat_message_after_an_unfinished_question_is_sent_as_a_valid_conversation() -> None:
     model = ScriptedChatModel(responses=[search("timeouts"), answer("json.loads")])
     calls = 0
