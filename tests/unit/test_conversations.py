@@ -242,6 +242,28 @@ def test_the_same_question_asked_again_carries_on_with_the_search_it_was_making(
     assert len(model.calls) == 2 and _every_call_answered(model.calls[1]["messages"][1:])
 
 
+def test_a_served_run_carrying_on_a_question_records_the_options_it_runs_with() -> None:
+    model = ScriptedChatModel(responses=[search("timeouts"), answer("wait_for [t1]")])
+    searched: list[str] = []
+
+    def killed_once(query: str, **_: Any) -> list[dict[str, Any]]:
+        searched.append(query)
+        if len(searched) == 1:
+            raise KeyboardInterrupt
+        return [chunk("t1", "asyncio.wait_for times out.")]
+
+    # a served graph: its input holds no options, the run's context does
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=killed_once)).compile(
+        checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "served"}}
+    with pytest.raises(KeyboardInterrupt):
+        compiled.invoke({"question": "Q?"}, config, context=LoopContext(max_iterations=5))
+    out = compiled.invoke({"question": "Q?"}, config, context=LoopContext(max_iterations=7))
+    assert out["answer"] == "wait_for [t1]"
+    assert compiled.get_state(config).values["options"]["max_iterations"] == 7
+
+
 def test_a_chat_message_after_an_unfinished_question_is_sent_as_a_valid_conversation() -> None:
     model = ScriptedChatModel(responses=[search("timeouts"), answer("json.loads")])
     calls = 0
