@@ -254,7 +254,8 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
             from the last); the last when ``None``.
 
     Raises:
-        ReplayError: when the question has not finished, or the thread has no such question.
+        ReplayError: when the question has not finished, ended as it opened (nothing
+            stored to search), or the thread has no such question.
     """
     snapshots = history(thread_id, checkpointer)
     tagged = [
@@ -275,6 +276,11 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
     if end >= len(snapshots) or snapshots[end].next or not final.get("terminated_by"):
         raise ReplayError(
             f"thread {thread_id!r} has not finished; only finished questions can be recorded"
+        )
+    if {task.name for _, task in own} <= {"start", "finish"}:
+        raise ReplayError(
+            f"question {wanted} of thread {thread_id!r} ended as it opened, before any model "
+            f"call or search ({final.get('answer')}): there is nothing to replay"
         )
     record = Record(
         question=final["question"],

@@ -7,6 +7,7 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from arcana_loop.graph import run
+from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.replay import (
     Record,
     ReplayError,
@@ -268,6 +269,15 @@ def test_a_recorded_replay_reproduces_the_run_exactly_without_model_or_database(
     )
     if case == "grounded":
         assert replayed.grounding["score"] == original.grounding["score"]
+
+
+def test_a_question_that_ended_as_it_opened_has_no_record(monkeypatch):
+    # nothing stored to search: the run gives up before any model call or search
+    monkeypatch.setattr(LoopDeps, "unsearchable", lambda self, scope: "the knowledge base is empty")
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[]), checkpointer="memory")
+    assert result.terminated_by == "gave_up"
+    with pytest.raises(ReplayError, match="ended as it opened.*knowledge base is empty"):
+        record_of(result.thread_id, "memory")
 
 
 def test_a_tampered_record_is_reported_not_hidden(tmp_path):
