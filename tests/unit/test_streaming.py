@@ -238,3 +238,23 @@ def test_a_models_own_stream_usage_setting_is_kept(openai_server):
     assert result.answer == "Use asyncio.wait_for."
     assert [body.get("stream_options") for body in openai_server.requests] == [None, None]
     assert model.stream_usage is False  # the caller's model is not changed
+
+
+def test_a_character_escaped_as_a_surrogate_pair_is_told_whole():
+    # a provider may send the answer's arguments with JSON escapes, cut anywhere
+    text = "Use wait_for \U0001f600 then done."
+    arguments = json.dumps({"text": text})  # the emoji as "\ud83d\ude00"
+    pieces: list[str] = []
+    tokens = AnswerTokens(pieces.append)
+    cut = arguments.index("\\ude00")  # between the pair's two halves
+    for index, piece in enumerate((arguments[:cut], arguments[cut:])):
+        chunk_args = {"name": "answer" if index == 0 else None, "args": piece, "index": 0}
+        tokens.take(
+            AIMessageChunk(content="", id="m1", tool_call_chunks=[{**chunk_args, "id": None}]),
+            {"tags": [CONTROLLER_TAG]},
+        )
+    assert "".join(pieces) == text
+    # text that does hold a lone surrogate is told as the kept reply holds it
+    tokens.take(AIMessageChunk(content="half \ud83d", id="m2"), {"tags": [ANSWER_TAG]})
+    assert pieces[-1] == "half \ufffd"
+    assert all(piece.encode("utf-8") for piece in pieces)  # printable, whatever the provider sent
