@@ -1,6 +1,7 @@
 """Graph assembly: the nodes, the conditional edges between them, and the served graphs.
 
-Every run enters at ``start``, which opens the question. ``controller`` calls the
+Every run enters at ``start``, which opens the question (or carries on an interrupted
+one where it stopped). ``controller`` calls the
 model; tool calls go to ``tools``, which loops back until a tool ends the run. Then,
 as configured: ``answerer`` rewrites an ``answer``, ``synthesis`` writes one when the
 turn budget ran out, and ``ground`` scores it. Every ending goes through ``finish``,

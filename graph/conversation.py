@@ -5,7 +5,8 @@ question in it when its input brings a new human message (chat clients send
 ``{"messages": [...]}``) or a ``question`` (programmatic callers), and also whenever the
 thread's last question has ended (answered, given up, failed, out of budget): a
 finished question is never continued, so a run never returns a stale answer. A run
-on an interrupted question with the same question (and no new message) continues it.
+on an interrupted question with the same question (and no new message) continues it,
+with the tool calls it was running when it stopped.
 
 What a new question keeps and what starts fresh:
 

@@ -76,11 +76,12 @@ class LoopDeps:
     def unsearchable(self, scope: Scope) -> str | None:
         """Why the default knowledge base has nothing to search in `scope`, or `None`.
 
-        Only the knowledge base's own search is checked (a `search_fn` or a custom
-        ``search`` tool knows its own data); a database that cannot be reached is
-        left for the search to report.
+        Only the knowledge base's own search is checked, and only when the controller is
+        offered it (a `search_fn` or a custom ``search`` tool knows its own data, and a
+        toolset without ``search`` never reads the knowledge base); a database that
+        cannot be reached is left for the search to report.
         """
-        if self.search_fn is not None or SEARCH in self.custom_tools:
+        if self.search_fn is not None or SEARCH not in self.toolset.builtins:
             return None
         from arcana_loop import knowledge
 

@@ -196,6 +196,21 @@ def stream_config(opts: Mapping[str, Any]) -> RunnableConfig:
     return {"tags": [*inherited, tag]}
 
 
+def streams_usage(model: BaseChatModel) -> BaseChatModel:
+    """Return the model set to report its token usage when it streams, unless its owner chose.
+
+    A run streamed for its tokens (``on_token``, a server client's ``messages`` stream)
+    streams every model call. LangChain's OpenAI client asks for a stream's usage
+    (``stream_options.include_usage``) by default only from OpenAI itself: pointed at an
+    OpenAI-compatible server (``base_url``, ``OPENAI_BASE_URL``), it leaves ``stream_usage``
+    unset and the server sends no usage, so the run would count no tokens and
+    ``max_tokens_total`` would never stop it. A ``stream_usage`` set on the model is kept.
+    """
+    if "stream_usage" in type(model).model_fields and getattr(model, "stream_usage", False) is None:
+        return model.model_copy(update={"stream_usage": True})
+    return model
+
+
 def _temperature_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
     temperature = opts.get("temperature")
     return {} if temperature is None else {"temperature": temperature}
@@ -261,10 +276,6 @@ def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
         )
     from langchain.chat_models import init_chat_model
 
-    if spec.startswith("openai:") and "stream_usage" not in kwargs:
-        # langchain-openai asks for usage in a stream only from OpenAI's own URL: without it a
-        # streamed reply from a server at OPENAI_BASE_URL counts no tokens (usage, token budgets)
-        kwargs = {**kwargs, "stream_usage": True}
     try:
         model: BaseChatModel = init_chat_model(spec, **kwargs)
         return model
@@ -289,16 +300,16 @@ def resolve_model(spec: ModelSpec) -> ModelCaller:
         TypeError: for a value that is no model spec at all.
     """
     if isinstance(spec, BaseChatModel):
-        return ChatModelCaller(spec, name=type(spec).__name__)
+        return ChatModelCaller(streams_usage(spec), name=type(spec).__name__)
     if isinstance(spec, str):
-        return ChatModelCaller(_init_chat_model(spec, {}), name=spec)
+        return ChatModelCaller(streams_usage(_init_chat_model(spec, {})), name=spec)
     if isinstance(spec, tuple):
         pair: tuple[Any, ...] = spec
         if len(pair) != 2 or not isinstance(pair[1], Mapping):
             raise TypeError("a model pair must be ('provider:model', {kwargs})")
         target, kwargs = spec
         if isinstance(target, str):
-            return ChatModelCaller(_init_chat_model(target, kwargs), name=target)
+            return ChatModelCaller(streams_usage(_init_chat_model(target, kwargs)), name=target)
         if callable(target) and not isinstance(target, BaseChatModel):
             return FunctionCaller(
                 target, name=getattr(target, "__name__", "function"), extra=dict(kwargs)

@@ -23,6 +23,7 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.graph import START
 from pydantic import ConfigDict, Field
 
 from arcana_loop.graph.build import build_graph, make_deps
@@ -61,10 +62,13 @@ def fork(
     Args:
         thread_id: the thread to fork; it is left as it was.
         checkpointer: the saver object or spec the thread ran with; the fork is stored there too.
-        checkpoint_id: where to fork (a `TraceStep.checkpoint_id`); default the latest.
+        checkpoint_id: where to fork (a `TraceStep.checkpoint_id`); default the latest. Where
+            a question opens (its input, or its ``start`` step) the fork asks it again, after
+            the conversation before it.
         values: state edits applied on top of the copy, through the state's reducers
             (an `AIMessage` with the id of an existing one replaces it, e.g. to change a
-            search query; ``{"chunks": []}`` drops the gathered chunks).
+            search query; ``{"chunks": []}`` drops the gathered chunks); where a question
+            opens, edits of the run's input (``question``, ``collection``).
         new_thread_id: the fork's thread id (generated when omitted).
         controller_llm: as in `run`; default the model named in the thread's options.
         answer_llm: as in `run`.
@@ -83,19 +87,21 @@ def fork(
     snapshots = history(thread_id, saver)
     index = _find(snapshots, checkpoint_id)
     snapshot = snapshots[index]
-    context = _stored_context(snapshot.values, options)
+    opening = _opening(snapshots, index)
+    stored = snapshot.values if opening is None else {**opening[0], **opening[1]}
+    context = _stored_context(stored, options)
     compiled = _compiled(saver, controller_llm, answer_llm, search_fn, grounder)
     target = new_thread_id or str(uuid.uuid4())
     config: Any = {
         "configurable": {"thread_id": target},
         "recursion_limit": recursion_limit(context),
     }
-    if index == 0 or not snapshots[index - 1].tasks:
-        # the input checkpoint: nothing ran yet, so the fork is a fresh run of the same question
-        inputs: Any = {
-            "question": snapshot.values.get("question"),
-            "collection": snapshot.values.get("collection", "all"),
-        }
+    if opening is not None:
+        # where a question opens: the fork asks it again, after the conversation before it
+        before, asked = opening
+        if before.get("messages"):
+            compiled.update_state(config, dict(before), as_node="finish")
+        inputs: Any = {k: v for k, v in asked.items() if k != "options"}  # options: the context
         inputs.update(values or {})
     else:
         as_node = snapshots[index - 1].tasks[0].name
@@ -164,6 +170,24 @@ def replay(
     return fork(thread_id, checkpointer=checkpointer, checkpoint_id=checkpoint_id, **kwargs)
 
 
+def _opening(
+    snapshots: Sequence[Any], index: int
+) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
+    """Where a question opens (its input checkpoint, or its ``start`` step's): the state before it and the run's input.
+
+    The input is no state yet (LangGraph keeps it as the ``__start__`` task's writes), and
+    at the ``start`` step it is mixed into the state of the question before: copying either
+    checkpoint's values would ask the earlier question again, or nothing.
+    """
+    if snapshots[index].next == ("start",) and index > 0:
+        index -= 1
+    snapshot = snapshots[index]
+    if snapshot.next != (START,) or not snapshot.tasks:
+        return None
+    written = snapshot.tasks[0].result
+    return (snapshot.values, dict(written)) if isinstance(written, Mapping) else None
+
+
 def _find(snapshots: Sequence[Any], checkpoint_id: str | None) -> int:
     if checkpoint_id is None:
         return len(snapshots) - 1
@@ -230,7 +254,8 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
             from the last); the last when ``None``.
 
     Raises:
-        ReplayError: when the question has not finished, or the thread has no such question.
+        ReplayError: when the question has not finished, ended as it opened (nothing
+            stored to search), or the thread has no such question.
     """
     snapshots = history(thread_id, checkpointer)
     tagged = [
@@ -251,6 +276,11 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
     if end >= len(snapshots) or snapshots[end].next or not final.get("terminated_by"):
         raise ReplayError(
             f"thread {thread_id!r} has not finished; only finished questions can be recorded"
+        )
+    if {task.name for _, task in own} <= {"start", "finish"}:
+        raise ReplayError(
+            f"question {wanted} of thread {thread_id!r} ended as it opened, before any model "
+            f"call or search ({final.get('answer')}): there is nothing to replay"
         )
     record = Record(
         question=final["question"],

@@ -29,7 +29,7 @@ from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
 from arcana_loop.tools.schemas import ANSWER
 
-AfterStart = Literal["controller", "finish"]
+AfterStart = Literal["controller", "tools", "finish"]
 AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "finish"]
 AfterTools = Literal["controller", "answerer", "ground", "finish"]
 AfterAnswer = Literal["ground", "finish"]
@@ -57,9 +57,16 @@ class Routers:
 
     deps: LoopDeps
 
-    def after_start(self, state: OutcomeView) -> AfterStart:
-        """To the controller, unless the question ended as it opened (nothing stored to search)."""
-        return "controller" if state.get("terminated_by") is None else "finish"
+    def after_start(self, state: ControllerRouteView) -> AfterStart:
+        """To the controller, unless the question ended as it opened (nothing stored to search).
+
+        A question carried on (asked again after its process stopped) goes on where it
+        stopped: tool calls that never ran go to ``tools``, which answers each of them.
+        """
+        if state.get("terminated_by") is not None:
+            return "finish"
+        messages = state.get("messages") or []
+        return "tools" if messages and has_tool_calls(messages[-1]) else "controller"
 
     def after_answer(self, state: OutcomeView) -> AfterAnswer:
         """After the answer is settled: ground it when a grounder is configured, else finish."""

@@ -23,6 +23,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.utils.json import parse_partial_json
 
 from arcana_loop.graph.models import ANSWER_TAG, CONTROLLER_TAG
+from arcana_loop.graph.text import scrub
 from arcana_loop.tools.schemas import ANSWER
 
 OnToken = Callable[[str], None]
@@ -76,10 +77,14 @@ class AnswerTokens:
             return
         parsed = parse_partial_json(call.arguments) if call.arguments else None
         text = parsed.get("text") if isinstance(parsed, dict) else None
+        if isinstance(text, str) and text and "\ud800" <= text[-1] <= "\udbff":
+            # the arguments stop between the two escapes of a surrogate pair (``\\ud83d\\ude00``):
+            # half a character is no text to tell, the pair's second half completes it
+            text = text[:-1]
         if isinstance(text, str) and text.startswith(call.told) and len(text) > len(call.told):
             self._tell(text[len(call.told) :])
             call.told = text
 
     def _tell(self, text: str) -> None:
         if text:
-            self.on_token(text)
+            self.on_token(scrub(text))  # as the reply is kept: a lone surrogate cannot be printed

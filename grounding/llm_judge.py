@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
+from arcana_loop.graph.models import streams_usage
 from arcana_loop.graph.text import frame_text
 from arcana_loop.grounding.prompts import JUDGE_SYSTEM_PROMPT, JUDGE_USER_PROMPT
 from arcana_loop.grounding.types import VERDICTS, GroundingError, GroundingResult
@@ -139,12 +140,12 @@ class LLMJudgeGrounder:
             from langchain.chat_models import init_chat_model
 
             created: BaseChatModel = init_chat_model(model)
-            return created
+            return streams_usage(created)
         if not isinstance(model, BaseChatModel):
             raise GroundingError(
                 f"judge_model must be a chat model or a 'provider:model' string, got {type(model).__name__}"
             )
-        return model
+        return streams_usage(model)  # its tokens count in a streamed run too
 
     def _messages(self, answer: str, chunks: Sequence[dict[str, Any]], question: str) -> list[Any]:
         # framed, so a chunk's text cannot pose as another numbered chunk

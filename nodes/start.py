@@ -60,10 +60,9 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
         else:
             emit(runtime, start_event(asked.text, ctx, len(offered_tools(deps, scope, ctx))))
     # LangGraph does not checkpoint the context; resumes, traces and recorded replays need it.
-    # `run` sends it with the input; a served run's input may lack it or carry anything, and
-    # each question of a conversation may run with other options
-    if asked is not None or "options" not in state:
-        options = ctx.as_options()
-        if state.get("options") != options:
-            update["options"] = options
+    # `run` sends it with the input; a served run's input holds none, and every run (each
+    # question of a conversation, a question carried on) may come with other options
+    options = ctx.as_options()
+    if state.get("options") != options:
+        update["options"] = options
     return cast(StartUpdate, update)

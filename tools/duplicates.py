@@ -76,7 +76,7 @@ def past_searches(history: Sequence[ToolEvent], scope: Scope) -> list[PastSearch
         if entry["tool"] != SEARCH or "duplicate_of" in entry or not isinstance(query, str):
             continue
         limit = effective_limit(entry["args"].get("limit"))
-        if entry["summary"].startswith("search error") or limit is None:
+        if "error" in entry or limit is None:  # a failed search may be sent again
             continue
         # a collection the schema did not offer was not used, so it did not narrow that search
         requested = (

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 from arcana_loop.graph import run
+from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.replay import (
     Record,
     ReplayError,
@@ -155,6 +157,53 @@ def test_replay_from_the_start_asks_the_question_again():
     assert again.answer == "again" and again.iterations == 1
 
 
+def _where_a_question_opens(thread_id, checkpointer, question, where):
+    """The checkpoint where a question of the thread opens: its input, or its ``start`` step."""
+    if where == "start step":
+        return next(
+            r for r in trace(thread_id, checkpointer, question=question) if r.node == "start"
+        )
+    inputs = [s for s in history(thread_id, checkpointer) if s.next == ("__start__",)]
+    return inputs[question].config["configurable"]["checkpoint_id"]
+
+
+@pytest.mark.parametrize("where", ["start step", "input"])
+@pytest.mark.parametrize("question", [0, 1])
+def test_a_fork_where_a_question_opens_asks_that_question_after_the_ones_before(where, question):
+    saver = InMemorySaver()
+    first = _three_turns(saver, max_iterations=5)
+    run(
+        "And what is second?",
+        controller_llm=ScriptedChatModel(responses=[search("beta"), answer("Beta [c2].")]),
+        search_fn=ScriptedSearch([[chunk("c2", "Beta is second.", score=0.7)]]),
+        checkpointer=saver,
+        thread_id=first.thread_id,
+        max_iterations=5,
+    )
+    opening = _where_a_question_opens(first.thread_id, saver, question, where)
+    checkpoint_id = opening if isinstance(opening, str) else opening.checkpoint_id
+    model = ScriptedChatModel(responses=[answer("Again.")])
+    forked = fork(
+        first.thread_id,
+        checkpointer=saver,
+        checkpoint_id=checkpoint_id,
+        controller_llm=model,
+        search_fn=ScriptedSearch([]),
+    )
+    asked = ["What is first?", "And what is second?"][: question + 1]
+    assert (forked.question, forked.question_index) == (asked[-1], question)
+    assert (forked.answer, forked.iterations, forked.tool_history[0]["tool"]) == (
+        "Again.",
+        1,
+        "answer",
+    )
+    assert [m.text for m in forked.messages if m.type == "human"] == asked
+    sent = [m.text for m in model.calls[0]["messages"] if m.type == "human"]
+    assert sent == asked  # the model is asked the question after the conversation before it
+    options = history(forked.thread_id, saver)[-1].values["options"]
+    assert options["max_iterations"] == 5  # the thread's options, as it ran them
+
+
 def test_fork_from_an_unknown_checkpoint_is_a_clear_error():
     result = _three_turns("memory")
     with pytest.raises(ReplayError, match="no checkpoint"):
@@ -220,6 +269,15 @@ def test_a_recorded_replay_reproduces_the_run_exactly_without_model_or_database(
     )
     if case == "grounded":
         assert replayed.grounding["score"] == original.grounding["score"]
+
+
+def test_a_question_that_ended_as_it_opened_has_no_record(monkeypatch):
+    # nothing stored to search: the run gives up before any model call or search
+    monkeypatch.setattr(LoopDeps, "unsearchable", lambda self, scope: "the knowledge base is empty")
+    result = run("Q?", controller_llm=ScriptedChatModel(responses=[]), checkpointer="memory")
+    assert result.terminated_by == "gave_up"
+    with pytest.raises(ReplayError, match="ended as it opened.*knowledge base is empty"):
+        record_of(result.thread_id, "memory")
 
 
 def test_a_tampered_record_is_reported_not_hidden(tmp_path):

@@ -83,3 +83,35 @@ def test_run_on_a_missing_collection_of_the_default_knowledge_base_gives_up_unas
     assert "no collection named 'no-such-collection'" in (result.answer or "")
     assert f"'{known}'" in (result.answer or "")
     assert held.terminated_by == "answered"  # a stored collection is asked as before
+
+
+def test_a_toolset_without_search_is_asked_whatever_the_knowledge_base_holds(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_core.tools import tool
+
+    from arcana_loop import DEFAULT_TOOLS, knowledge
+    from arcana_loop.graph import run
+    from tests.fakes import calls, scripted, tool_call
+
+    @tool
+    def glossary(term: str) -> str:
+        """Look a term up in the team's glossary."""
+        return "A zorblat is a harbour crane."
+
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setattr(knowledge, "_default", None)
+    _, answer_tool, _ = DEFAULT_TOOLS
+    model = scripted(calls(tool_call("glossary", term="zorblat")), "A harbour crane.")
+    try:
+        result = run(
+            "What is a zorblat?",
+            collection="no-such-collection",  # nothing stored there, and nothing searches it
+            controller_llm=model,
+            tools=[answer_tool, glossary],
+        )
+    finally:
+        if knowledge._default is not None:
+            knowledge._default.close()
+    assert (result.terminated_by, result.answer) == ("answered", "A harbour crane.")
+    assert [e["tool"] for e in result.tool_history] == ["glossary"]

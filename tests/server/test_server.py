@@ -273,6 +273,40 @@ def test_openai_compatible_controller_through_the_server(
     assert result["usage"]["controller"]["total_tokens"] == 28  # two scripted replies of 14
 
 
+async def test_a_run_streamed_for_its_tokens_counts_them_and_keeps_to_its_token_budget(
+    server: LangGraphServer, collection: str
+) -> None:
+    # a messages stream streams every model call; the server sends a stream's usage only when asked
+    openai = server.openai
+    assert openai is not None
+    openai.enqueue(
+        {"tool_calls": [{"name": "search", "arguments": {"query": "coroutine timeout"}}]},
+        {"tool_calls": [{"name": "search", "arguments": {"query": "wait_for"}}]},
+    )
+    before = len(openai.requests)
+    client = server.client()
+    thread = await client.threads.create()
+    parts = [
+        part
+        async for part in client.runs.stream(
+            thread["thread_id"],
+            server.graph_id,
+            input={"question": TIMEOUT_QUESTION, "collection": collection},
+            context={
+                "controller_model": "openai:gpt-4o-mini",
+                "max_tokens_total": 20,
+                "fallback_synthesis": False,
+            },
+            stream_mode=["messages-tuple", "values"],
+        )
+    ]
+    final = next(part.data for part in reversed(parts) if part.event == "values")
+    sent = openai.requests[before:]
+    assert len(sent) == 2 and all(body.get("stream") for body in sent), server.log()[-3000:]
+    assert final["usage"]["controller"]["total_tokens"] == 28  # two scripted replies of 14
+    assert (final["terminated_by"], final["budget_stop"]) == ("max_iterations", "tokens")
+
+
 def test_answer_model_and_judge_through_the_server(
     server: LangGraphServer, collection: str
 ) -> None:

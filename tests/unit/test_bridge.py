@@ -388,6 +388,37 @@ async def test_cancelling_an_async_run_cancels_its_async_search():
     assert searched == ["first"]  # the node's next search is not started once the run is cancelled
 
 
+async def test_cancelling_an_async_run_cancels_its_parallel_searches_and_starts_no_more():
+    in_flight, cancelled, searched = asyncio.Event(), [], []
+
+    async def hanging_search(query: str, **kwargs: Any) -> list[dict[str, Any]]:
+        searched.append(query)
+        if len(searched) == 2:
+            in_flight.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(query)
+            raise
+        return []
+
+    turn = calls(*(tool_call("search", query=q) for q in ("first", "second", "third")))
+    running = asyncio.ensure_future(
+        arun(
+            "Q?",
+            controller_llm=scripted(turn, answer("x")),
+            search_fn=hanging_search,
+            max_parallel_searches=2,
+        )
+    )
+    await asyncio.wait_for(in_flight.wait(), 5)  # two at once, the third waits for a slot
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    await asyncio.sleep(0.2)
+    assert sorted(cancelled) == sorted(searched) == ["first", "second"]
+
+
 # ----- 10. a sync run made from inside an async dependency (a sub-question) -----------------------
 
 

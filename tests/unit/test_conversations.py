@@ -171,20 +171,27 @@ def test_a_failed_question_is_never_returned_for_the_next_one() -> None:
     assert (second.answer, second.terminated_by, second.error) == ("fine now", "answered", None)
 
 
+class KilledOnce:
+    """A search whose first call stops the process (as a kill would); later calls find ``found``."""
+
+    def __init__(self, found: list[dict[str, Any]]) -> None:
+        self.found = found
+        self.queries: list[str] = []
+
+    def __call__(self, query: str, **_: Any) -> list[dict[str, Any]]:
+        self.queries.append(query)
+        if len(self.queries) == 1:
+            raise KeyboardInterrupt  # the process stops mid-question
+        return self.found
+
+
 def test_a_question_left_unfinished_gives_way_to_the_new_one_and_the_conversation_stays_valid() -> (
     None
 ):
     model = ScriptedChatModel(
         responses=[search("timeouts"), search("json"), answer("json.loads [j1]")]
     )
-    queries: list[str] = []
-
-    def killed_once(query: str, **_: Any) -> list[dict[str, Any]]:
-        queries.append(query)
-        if len(queries) == 1:
-            raise KeyboardInterrupt  # the process stops mid-question
-        return [chunk("j1", JSON_TEXT)]
-
+    killed_once = KilledOnce([chunk("j1", JSON_TEXT)])
     saver = InMemorySaver()
     with pytest.raises(KeyboardInterrupt):
         run(
@@ -206,9 +213,51 @@ def test_a_question_left_unfinished_gives_way_to_the_new_one_and_the_conversatio
         "answered",
         1,
     )
-    assert queries == ["timeouts", "json"]
+    assert killed_once.queries == ["timeouts", "json"]
     assert _every_call_answered(second.messages)
     assert _every_call_answered(model.calls[1]["messages"][1:])
+
+
+def test_the_same_question_asked_again_carries_on_with_the_search_it_was_making() -> None:
+    model = ScriptedChatModel(responses=[search("timeouts"), answer("wait_for [t1]")])
+    killed_once = KilledOnce([chunk("t1", "asyncio.wait_for times out.")])
+    saver = InMemorySaver()
+    with pytest.raises(KeyboardInterrupt):
+        run("How do I time out?", controller_llm=model, search_fn=killed_once, checkpointer=saver)
+    thread_id = next(iter(saver.storage))
+    again = run(
+        "How do I time out?",
+        controller_llm=model,
+        search_fn=killed_once,
+        checkpointer=saver,
+        thread_id=thread_id,
+    )
+    assert (again.answer, again.terminated_by, again.question_index) == (
+        "wait_for [t1]",
+        "answered",
+        0,
+    )
+    assert killed_once.queries == [
+        "timeouts",
+        "timeouts",
+    ]  # the pending search ran, no new turn asked for it
+    assert [e["tool"] for e in again.tool_history] == ["search", "answer"]
+    assert len(model.calls) == 2 and _every_call_answered(model.calls[1]["messages"][1:])
+
+
+def test_a_served_run_carrying_on_a_question_records_the_options_it_runs_with() -> None:
+    model = ScriptedChatModel(responses=[search("timeouts"), answer("wait_for [t1]")])
+    killed_once = KilledOnce([chunk("t1", "asyncio.wait_for times out.")])
+    # a served graph: its input holds no options, the run's context does
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=killed_once)).compile(
+        checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "served"}}
+    with pytest.raises(KeyboardInterrupt):
+        compiled.invoke({"question": "Q?"}, config, context=LoopContext(max_iterations=5))
+    out = compiled.invoke({"question": "Q?"}, config, context=LoopContext(max_iterations=7))
+    assert out["answer"] == "wait_for [t1]"
+    assert compiled.get_state(config).values["options"]["max_iterations"] == 7
 
 
 def test_a_chat_message_after_an_unfinished_question_is_sent_as_a_valid_conversation() -> None:

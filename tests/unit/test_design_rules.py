@@ -98,16 +98,26 @@ RESULT_LAYOUT = {"FOUND_TEMPLATE", "CHUNK_TAG", "SHOWN_BEFORE", "COMPACTED_NOTE"
 TEXT_READERS = {"startswith", "split", "partition", "rpartition", "splitlines", "find", "index"}
 
 
+def _is_result_text(node: ast.AST) -> bool:
+    """A message's ``content``, or a history entry's ``summary`` (the tool result the controller saw)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "content"
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and node.slice.value == "summary"
+    )
+
+
 def _reads_message_text(tree: ast.AST) -> list[str]:
-    """Calls that take a message's ``content`` apart, and uses of the result layout's constants."""
+    """Calls that take a result's text apart, and uses of the result layout's constants."""
     hits = []
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr in TEXT_READERS
-            and isinstance(node.func.value, ast.Attribute)
-            and node.func.value.attr == "content"
+            and _is_result_text(node.func.value)
         ):
             hits.append(f"{ast.unparse(node.func)} (line {node.lineno})")
         if isinstance(node, ast.ImportFrom) and node.module in (
@@ -131,10 +141,12 @@ def test_the_text_reader_check_catches_a_parser():
     tree = ast.parse(
         "from arcana_loop.tools.chunks import FOUND_TEMPLATE\n"
         "if message.content.startswith('Found '):\n    pass\n"
+        "failed = entry['summary'].startswith('search error')\n"
     )
     assert _reads_message_text(tree) == [
         "imports FOUND_TEMPLATE (line 1)",
         "message.content.startswith (line 2)",
+        "entry['summary'].startswith (line 4)",
     ]
 
 

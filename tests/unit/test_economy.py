@@ -117,6 +117,25 @@ def test_repeated_search_is_not_sent_again_and_is_recorded_as_duplicate():
     assert_every_call_answered(result.messages)
 
 
+def test_a_search_that_failed_is_sent_again():
+    sent: list[str] = []
+
+    def down_once(query, **kwargs):
+        sent.append(query)
+        if len(sent) == 1:
+            raise ConnectionError("the index is restarting")
+        return [chunk("c1")]
+
+    model = ScriptedChatModel(responses=[search("timeout"), search("timeout"), answer("x")])
+    result = run("Q?", controller_llm=model, search_fn=down_once)
+    assert sent == ["timeout", "timeout"]
+    assert [e.get("error") for e in result.tool_history[:2]] == [
+        "ConnectionError: the index is restarting",
+        None,
+    ]
+    assert result.tool_history[1]["returned_chunk_ids"] == ["c1"]
+
+
 def test_same_query_in_another_scope_is_not_a_duplicate():
     found = ScriptedSearch([[chunk("c1")], [chunk("c2")]])
     model = ScriptedChatModel(

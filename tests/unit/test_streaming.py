@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -155,22 +156,105 @@ def test_text_before_a_tool_call_and_other_tools_arguments_are_told_apart():
     assert pieces == ["Let me look.", "Hel", 'lo "you"', "rewrite"]
 
 
-def test_a_model_named_by_spec_counts_its_streamed_tokens_from_a_server_of_ones_own(
-    openai_server, monkeypatch
+def _budgeted_run(server, controller, **kwargs):
+    """Two searches at 14 tokens a reply, under a budget of 20 tokens: the third turn is never made."""
+    server.enqueue(
+        SEARCH,
+        {"tool_calls": [{"name": "search", "arguments": {"query": "wait_for"}}]},
+        "Use asyncio.wait_for.",  # the synthesis, once the budget is spent
+    )
+    found = ScriptedSearch([[chunk("c1", "asyncio.wait_for times out.")], [chunk("c2")]])
+    return run(
+        "How do I time out a coroutine?",
+        controller_llm=controller,
+        search_fn=found,
+        max_tokens_total=20,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("given", ["a ChatOpenAI with a base_url", "a spec with OPENAI_BASE_URL"])
+def test_a_streamed_run_counts_its_tokens_and_keeps_to_max_tokens_total(
+    openai_server, monkeypatch, given
 ):
-    # langchain-openai asks a stream for usage only from OpenAI's own URL; a local server
-    # sends it only when asked, and a token budget needs it
-    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    # an OpenAI-compatible server sends a stream's usage only when the request asks for it
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    make = (lambda: _model(openai_server)) if given.startswith("a ChatOpenAI") else None
+    whole = _budgeted_run(openai_server, make() if make else "openai:gpt-4o-mini")
+    openai_server.requests.clear()
+    pieces: list[str] = []
+    streamed = _budgeted_run(
+        openai_server, make() if make else "openai:gpt-4o-mini", on_token=pieces.append
+    )
+    assert all(body.get("stream") for body in openai_server.requests) and pieces
+    assert all(
+        body.get("stream_options") == {"include_usage": True} for body in openai_server.requests
+    )
+    assert (
+        streamed.usage["controller"]
+        == whole.usage["controller"]
+        == {
+            "input_tokens": 22,
+            "output_tokens": 6,
+            "total_tokens": 28,
+        }
+    )
+    assert (streamed.terminated_by, streamed.budget_stop, streamed.iterations) == (
+        "max_iterations",
+        "tokens",
+        2,
+    )
+    assert streamed.answer == whole.answer == "Use asyncio.wait_for."
+
+
+def test_a_streamed_run_counts_the_judges_tokens(openai_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    verdict = {"claims": [{"text": "Use wait_for.", "verdict": "supported", "chunk_indices": [1]}]}
     openai_server.enqueue(
-        SEARCH, {"tool_calls": [{"name": "answer", "arguments": {"text": "Ok."}}]}
+        SEARCH,
+        {"tool_calls": [{"name": "answer", "arguments": {"text": "Use wait_for."}}]},
+        json.dumps(verdict),
     )
     result = run(
         "How do I time out a coroutine?",
         controller_llm="openai:gpt-4o-mini",
         search_fn=_found(),
+        grounder="llm_judge",
+        judge_model="openai:gpt-4o-mini",
         on_token=lambda piece: None,
     )
-    assert result.answer == "Ok."
-    assert result.usage["controller"]["total_tokens"] == 28
-    assert all(b["stream_options"] == {"include_usage": True} for b in openai_server.requests)
+    assert result.grounding is not None and result.grounding["score"] == 1.0
+    assert openai_server.requests[-1]["stream"] is True  # the judge's call streamed too
+    assert result.usage["judge"]["total_tokens"] == 14
+    assert result.usage["total"]["total_tokens"] == 3 * 14
+
+
+def test_a_models_own_stream_usage_setting_is_kept(openai_server):
+    openai_server.enqueue(SEARCH, "Use asyncio.wait_for.")
+    model = _model(openai_server, stream_usage=False)  # a server that refuses stream_options
+    result = run("Q?", controller_llm=model, search_fn=_found(), on_token=lambda piece: None)
+    assert result.answer == "Use asyncio.wait_for."
+    assert [body.get("stream_options") for body in openai_server.requests] == [None, None]
+    assert model.stream_usage is False  # the caller's model is not changed
+
+
+def test_a_character_escaped_as_a_surrogate_pair_is_told_whole():
+    # a provider may send the answer's arguments with JSON escapes, cut anywhere
+    text = "Use wait_for \U0001f600 then done."
+    arguments = json.dumps({"text": text})  # the emoji as "\ud83d\ude00"
+    pieces: list[str] = []
+    tokens = AnswerTokens(pieces.append)
+    cut = arguments.index("\\ude00")  # between the pair's two halves
+    for index, piece in enumerate((arguments[:cut], arguments[cut:])):
+        chunk_args = {"name": "answer" if index == 0 else None, "args": piece, "index": 0}
+        tokens.take(
+            AIMessageChunk(content="", id="m1", tool_call_chunks=[{**chunk_args, "id": None}]),
+            {"tags": [CONTROLLER_TAG]},
+        )
+    assert "".join(pieces) == text
+    # text that does hold a lone surrogate is told as the kept reply holds it
+    tokens.take(AIMessageChunk(content="half \ud83d", id="m2"), {"tags": [ANSWER_TAG]})
+    assert pieces[-1] == "half \ufffd"
+    assert all(piece.encode("utf-8") for piece in pieces)  # printable, whatever the provider sent
