@@ -40,6 +40,7 @@ from arcana_loop.cli.common import (
     step_note,
     where_filter,
 )
+from arcana_loop.cli.doctor import doctor
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.help import FlagHelpGroup
@@ -414,6 +415,7 @@ threads.register(app)
 
 
 app.command("chat")(chat)
+app.command("doctor")(doctor)
 
 
 app.add_typer(entities_app, name="entities")

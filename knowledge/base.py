@@ -68,6 +68,7 @@ from arcana_loop.knowledge.schema import (
 from arcana_loop.knowledge.sections import document_title
 from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
 from arcana_loop.knowledge.steps import Steps, first, run_async, run_sync
+from arcana_loop.knowledge.tuning import log_notice
 from arcana_loop.knowledge.types import (
     SEARCH_MODES,
     Chunk,
@@ -89,6 +90,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Set up a pooled connection: pgvector's types, and the server's notices logged."""
+    register_vector(conn)
+    conn.add_notice_handler(log_notice)
+
+
+async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
+    await register_vector_async(conn)
+    conn.add_notice_handler(log_notice)
+
+
 MAX_SEARCH_LIMIT = 10_000
 """Most chunks one search returns (PostgreSQL's LIMIT takes a bigint; nobody reads more)."""
 Source = str | os.PathLike[str]
@@ -182,7 +196,7 @@ class KnowledgeBase:
                     min_size=1,
                     max_size=self._pool_size,
                     kwargs={"options": self._options},
-                    configure=register_vector,
+                    configure=_configure,
                     # a connection the server dropped (restart, failover, idle kill) is replaced, not handed to a search
                     check=ConnectionPool.check_connection,
                     open=False,
@@ -211,7 +225,7 @@ class KnowledgeBase:
                 min_size=1,
                 max_size=self._pool_size,
                 kwargs={"options": self._options},
-                configure=register_vector_async,
+                configure=_configure_async,
                 check=AsyncConnectionPool.check_connection,
                 open=False,
             )

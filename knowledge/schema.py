@@ -312,7 +312,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
         elif _stored_lex_count(conn) != _LEX_COUNT_BODY:
             conn.execute(_LEX_COUNT_FUNCTION)  # an earlier version's counting
         dims = conn.execute("SELECT DISTINCT dimension FROM kb_collections ORDER BY 1").fetchall()
-    _tolerate_full_disk(conn, create_fulltext_index, "full-text")
+    _tolerate_full_disk(conn, lambda c: create_fulltext_index(c, on_open=True), "full-text")
     for (dim,) in dims:
         ensure_dimension(conn, dim)
 
@@ -340,7 +340,7 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
         )
         if conn.execute("SELECT to_regclass('kb_graph_entities')").fetchone() != (None,):
             create_entity_vectors(conn, dimension, hnsw=dimension <= HNSW_MAX_DIMENSION)
-    _tolerate_full_disk(conn, lambda c: create_hnsw_index(c, dimension), "HNSW")
+    _tolerate_full_disk(conn, lambda c: create_hnsw_index(c, dimension, on_open=True), "HNSW")
 
 
 def _tolerate_full_disk(
@@ -367,14 +367,30 @@ def ensure_entity_schema(conn: psycopg.Connection[Any]) -> None:
             create_entity_vectors(conn, dim, hnsw=dim <= HNSW_MAX_DIMENSION)
 
 
-def create_hnsw_index(conn: psycopg.Connection[Any], dimension: int) -> None:
-    """Build the HNSW index for `dimension` if missing (after a bulk load, or at startup)."""
-    if dimension > HNSW_MAX_DIMENSION or _exists(conn, _hnsw_index_name(dimension)):
+def create_hnsw_index(
+    conn: psycopg.Connection[Any], dimension: int, *, on_open: bool = False
+) -> None:
+    """Build the HNSW index for `dimension` if missing or invalid (after a bulk load, or at startup).
+
+    ``on_open``: the knowledge base is opening, so a missing index was left so by an
+    ingest that ended during its index phase; that is said before the build, which
+    searches wait for (they would otherwise scan every vector).
+    """
+    if dimension > HNSW_MAX_DIMENSION or _usable(conn, _hnsw_index_name(dimension)):
         return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INDEX_LOCK_KEY,))
-        # 1 GB keeps a 100k-row build in memory (149 s spilling at 64 MB, 58 s at 1 GB).
-        conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
+        if _usable(conn, _hnsw_index_name(dimension)):
+            return  # another process built it while this one waited
+        if on_open:
+            _say_rebuilding(conn, "HNSW", f"kb_embeddings_{dimension}")
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=hnsw_index(dimension)))
+        # at least 1 GB keeps a 100k-row build in memory (149 s spilling at 64 MB, 58 s at
+        # 1 GB); a server tuned to its host (`knowledge.tuning`) may give it more
+        conn.execute(
+            "SELECT set_config('maintenance_work_mem', '1GB', true)"
+            " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
+        )
         conn.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {i} ON {t} USING hnsw (embedding vector_cosine_ops)"
@@ -401,14 +417,22 @@ def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT gin_clean_pending_list(to_regclass(%s))", (name,))
 
 
-def create_fulltext_index(conn: psycopg.Connection[Any]) -> None:
-    """Build the lexical GIN indexes (full text and BM25 term keys) that are missing."""
+def create_fulltext_index(conn: psycopg.Connection[Any], *, on_open: bool = False) -> None:
+    """Build the lexical GIN indexes (full text and BM25 term keys) that are missing or invalid."""
     for name, ddl in _TEXT_INDEXES.items():
-        if _exists(conn, name):
+        if _usable(conn, name):
             continue
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INDEX_LOCK_KEY,))
-            conn.execute("SELECT set_config('maintenance_work_mem', '256MB', true)")
+            if _usable(conn, name):
+                continue
+            if on_open:
+                _say_rebuilding(conn, name, "kb_chunks")
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
+            conn.execute(
+                "SELECT set_config('maintenance_work_mem', '256MB', true) WHERE"
+                " pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('256MB')"
+            )
             conn.execute(ddl)
 
 
@@ -420,26 +444,52 @@ def drop_fulltext_index(conn: psycopg.Connection[Any]) -> None:
 
 
 def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
-    """Name the search indexes (`"full-text"`, `"HNSW"`) that do not exist right now."""
-    missing = [] if all(_exists(conn, name) for name in _TEXT_INDEXES) else ["full-text"]
-    if dimension <= HNSW_MAX_DIMENSION and not _exists(conn, _hnsw_index_name(dimension)):
+    """Name the search indexes (`"full-text"`, `"HNSW"`) that are not usable right now."""
+    missing = [] if all(_usable(conn, name) for name in _TEXT_INDEXES) else ["full-text"]
+    if dimension <= HNSW_MAX_DIMENSION and not _usable(conn, _hnsw_index_name(dimension)):
         missing.append("HNSW")
     return missing
 
 
-def _exists(conn: psycopg.Connection[Any], index: str) -> bool:
-    """Tell whether `index` exists in this knowledge base's schema (no table lock taken).
+def _usable(conn: psycopg.Connection[Any], index: str) -> bool:
+    """Tell whether `index` exists in this knowledge base's schema, valid and ready (no table lock taken).
 
-    `CREATE INDEX IF NOT EXISTS` locks the table first, waiting for every open
-    write. `to_regclass` would not do either: it searches the whole
-    `search_path`, so it finds a namesake in `public`.
+    An index an interrupted ``CREATE INDEX CONCURRENTLY`` (or a failed ``REINDEX``) left
+    behind exists but is not valid: the planner never uses it, so it counts as missing and
+    is built again. `CREATE INDEX IF NOT EXISTS` would lock the table first, waiting for
+    every open write, and `to_regclass` searches the whole `search_path`, finding a
+    namesake in `public`.
     """
     row = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = current_schema() AND c.relname = %s)",
+        " JOIN pg_index i ON i.indexrelid = c.oid"
+        " WHERE n.nspname = current_schema() AND c.relname = %s AND i.indisvalid AND i.indisready)",
         (index,),
     ).fetchone()
     return row == (True,)
+
+
+def _say_rebuilding(conn: psycopg.Connection[Any], index: str, table: str) -> None:
+    """Log that an index found missing on opening is built now, and over how many rows."""
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {t} LIMIT 1) x").format(
+            t=sql.Identifier(table)
+        )
+    ).fetchone()
+    if row is None or not row[0]:
+        return  # an empty table: nothing was lost, nothing to say
+    estimate = conn.execute(
+        "SELECT reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = %s",
+        (table,),
+    ).fetchone()
+    rows = max(int(estimate[0]), 1) if estimate else 1
+    logger.warning(
+        "the %s index was missing or invalid (an ingest ended during its index phase?);"
+        " building it now over about %s rows, before any search",
+        index,
+        f"{rows:,}",
+    )
 
 
 def truncate_all(conn: psycopg.Connection[Any]) -> None:

@@ -199,7 +199,30 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
         server = _running_server(target)
         _watch(server.pgdata)
         _supervise(server, target)
-    return str(server.get_uri())
+        url = str(server.get_uri())
+        if target not in _tuned:
+            _tune(url)
+            _tuned.add(target)
+    return url
+
+
+_tuned: set[Path] = set()
+"""Data directories whose server this process has set to its host (`knowledge.tuning`)."""
+
+
+def _tune(url: str) -> None:
+    """Set the embedded server to this host (see `knowledge.tuning`); it is ours to change.
+
+    Raises:
+        DatabaseUnavailable: for an ``ARCANA_LOOP_PG_*`` value PostgreSQL refuses.
+    """
+    from arcana_loop.knowledge.tuning import apply_settings, host_settings
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            apply_settings(conn, host_settings())
+    except ValueError as exc:
+        raise DatabaseUnavailable(f"cannot set up the embedded PostgreSQL: {exc}") from None
 
 
 def _absolute(path: Path) -> Path:

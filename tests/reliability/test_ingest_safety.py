@@ -223,11 +223,11 @@ def _indexes(kb: KnowledgeBase) -> set[str]:
 def _disk_full(times: int, real):  # a test double of either index builder
     calls = {"n": 0}
 
-    def build(*args):
+    def build(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] <= times:
             raise psycopg.errors.DiskFull("could not extend file: No space left on device")
-        return real(*args)
+        return real(*args, **kwargs)
 
     return build
 

@@ -1,0 +1,115 @@
+"""``arcana-loop doctor``: the knowledge base's server, its settings, its indexes and its collections.
+
+For the embedded server (ours to tune, `knowledge.tuning`) each setting shows its value
+now, the value chosen for this host and where that came from; ``pending restart`` means
+it applies when the server next starts. For a server given by ``DATABASE_URL`` the chosen
+values are advice for a server on a host like this one: nothing is changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.table import Table
+
+from arcana_loop.cli.common import cell, database_errors, knowledge_base, out, shown
+
+SEARCH_INDEXES = ["kb_chunks_tsv_idx", "kb_chunks_lex_keys_idx", "kb_chunks_metadata_idx"]
+"""The GIN indexes searches use, shown beside each HNSW index."""
+
+
+def _report(kb: Any) -> dict[str, Any]:
+    from arcana_loop.knowledge.redact import redact
+    from arcana_loop.knowledge.schema import missing_indexes
+    from arcana_loop.knowledge.server import DATABASE_URL_ENV, pgdata_dir
+    from arcana_loop.knowledge.tuning import current_settings, host_settings
+
+    owned = not os.environ.get(DATABASE_URL_ENV)
+    chosen = host_settings()
+    with kb.pool().connection() as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        vector = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()
+        now = current_settings(conn)
+        indexes = conn.execute(
+            "SELECT c.relname, t.relname, i.indisvalid AND i.indisready,"
+            " pg_size_pretty(pg_relation_size(c.oid))"
+            " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND t.relname LIKE 'kb\\_%%'"
+            # the search indexes, and any other one that is not usable
+            " AND (c.relname LIKE '%%hnsw' OR c.relname = ANY(%s)"
+            " OR NOT (i.indisvalid AND i.indisready))"
+            " ORDER BY t.relname, c.relname",
+            (SEARCH_INDEXES,),
+        ).fetchall()
+        dimensions = [
+            d for (d,) in conn.execute("SELECT DISTINCT dimension FROM kb_collections").fetchall()
+        ]
+        missing = sorted({m for d in dimensions for m in missing_indexes(conn, d)})
+    return {
+        "server": {
+            "kind": "embedded" if owned else "DATABASE_URL (advice only: not changed)",
+            "where": str(pgdata_dir()) if owned else redact(os.environ[DATABASE_URL_ENV]),
+            "postgresql": version[0] if version else None,
+            "pgvector": vector[0] if vector else None,
+        },
+        "settings": [
+            {
+                "name": name,
+                "now": now[name].value if name in now else None,
+                "chosen": c.value,
+                "from": c.source,
+                "pending_restart": bool(name in now and now[name].pending_restart),
+            }
+            for name, c in chosen.items()
+        ],
+        "indexes": [
+            {"index": r[0], "table": r[1], "valid": bool(r[2]), "size": r[3]} for r in indexes
+        ],
+        "missing_indexes": missing,
+        "collections": [c.to_dict() for c in kb.collections()],
+    }
+
+
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Show the knowledge base's server, its settings for this host, its indexes and collections."""
+    kb = knowledge_base()
+    with database_errors("cannot read the server's state"):
+        report = _report(kb)
+    if as_json:
+        print(json.dumps(report, indent=2))  # machine output
+        return
+    server = report["server"]
+    out.print(
+        f"Server: {shown(server['kind'])}, PostgreSQL {shown(server['postgresql'])},"
+        f" pgvector {shown(server['pgvector'])}"
+    )
+    out.print(f"  {shown(server['where'])}", highlight=False)
+    settings = Table(box=box.SIMPLE_HEAD, title="Settings", title_justify="left")
+    for column in ("setting", "now", "chosen", "from"):
+        settings.add_column(column, overflow="fold")
+    for s in report["settings"]:
+        now = cell(f"{s['now']} (pending restart)" if s["pending_restart"] else str(s["now"]))
+        settings.add_row(cell(s["name"]), now, cell(s["chosen"]), cell(s["from"]))
+    out.print(settings)
+    indexes = Table(box=box.SIMPLE_HEAD, title="Indexes", title_justify="left")
+    for column in ("index", "table", "valid", "size"):
+        indexes.add_column(column, overflow="fold")
+    for i in report["indexes"]:
+        state = "yes" if i["valid"] else "[red]NO: rebuilt on the next opening[/]"
+        indexes.add_row(cell(i["index"]), cell(i["table"]), state, cell(i["size"]))
+    out.print(indexes)
+    for name in report["missing_indexes"]:
+        out.print(
+            f"[red]The {name} index is missing:[/] it is rebuilt the next time the knowledge base opens."
+        )
+    names = ", ".join(f"{c['name']} ({c['chunks']:,} chunks)" for c in report["collections"])
+    out.print(f"Collections: {shown(names) or 'none'}")
