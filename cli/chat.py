@@ -127,15 +127,16 @@ def chat(
         fail(str(exc), "pass the thread id that ask or chat printed")
     scope, kb = prepare_scope(collection)
     spec = controller_spec(model, announce=False)
-    _check_options(
-        collection=scope,
-        controller_llm=spec,
-        answer_llm=answer_model,
-        max_iterations=max_iterations,
-        grounder=ground,
-        search_fn=kb.search,
-        checkpointer=saver,
-    )
+    options: dict[str, Any] = {  # every question's, checked once before the first
+        "collection": scope,
+        "controller_llm": spec,
+        "answer_llm": answer_model,
+        "max_iterations": max_iterations,
+        "grounder": ground,
+        "search_fn": kb.search,
+        "checkpointer": saver,
+    }
+    _check_options(options)
     announce_offline(model, spec)  # once the options passed: never before their error
     thread = thread_id or str(uuid.uuid4())
     out.print(f"[dim]Thread {shown(thread)}: ask a question; {COMMANDS_HELP}.[/]")
@@ -158,25 +159,14 @@ def chat(
         if not question:
             continue
         streamed = StreamedAnswer(heading=False)
-        result = _ask(
-            question,
-            streamed=streamed,
-            scope=scope,
-            kb=kb,
-            spec=spec,
-            answer_model=answer_model,
-            max_iterations=max_iterations,
-            ground=ground,
-            saver=saver,
-            thread=thread,
-        )
+        result = _ask(question, thread, options, streamed)
         if result is None:
             streamed.close(None)
         else:
             _show(result, streamed)
 
 
-def _check_options(**options: Any) -> None:
+def _check_options(options: dict[str, Any]) -> None:
     """Refuse, before the first question, options every question would be refused for."""
     from arcana_loop.graph.models import ModelSpecError
     from arcana_loop.graph.run import check_run_options
@@ -203,17 +193,7 @@ def _show(result: Any, streamed: StreamedAnswer) -> None:
 
 
 def _ask(
-    question: str,
-    *,
-    streamed: StreamedAnswer,
-    scope: Any,
-    kb: Any,
-    spec: str,
-    answer_model: str | None,
-    max_iterations: int | None,
-    ground: str | None,
-    saver: str | None,
-    thread: str,
+    question: str, thread: str, options: dict[str, Any], streamed: StreamedAnswer
 ) -> Any | None:
     """Run one question of the conversation.
 
@@ -227,17 +207,11 @@ def _ask(
         with database_errors("the run failed"):
             return run(
                 question,
-                collection=scope,
-                controller_llm=spec,
-                answer_llm=answer_model,
-                max_iterations=max_iterations,
-                grounder=ground,
-                search_fn=kb.search,
-                checkpointer=saver,
                 thread_id=thread,
                 on_event=_show_step,
                 # on a terminal the answer prints as it is written
                 on_token=streamed.token if out.is_terminal else None,
+                **options,
             )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)

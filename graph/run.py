@@ -310,6 +310,19 @@ def _checked_call(
     options: Mapping[str, Any],
 ) -> tuple[dict[str, Any], LoopContext]:
     """Check a run's arguments; return its dependencies and context."""
+    deps, context_options = _checked_inputs(thread_id, on_event, on_token, durability, options)
+    check_question(question)
+    return deps, _checked_context(collection, deps, context_options)
+
+
+def _checked_inputs(
+    thread_id: str | None,
+    on_event: Any,
+    on_token: Any,
+    durability: Any,
+    options: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Check a run's listeners, durability, thread id and options; return its dependencies and context fields."""
     if on_event is not None and not callable(on_event):
         raise TypeError(
             f"on_event must be a function of one event dict, got {type(on_event).__name__}"
@@ -327,8 +340,7 @@ def _checked_call(
     ):
         # the list is for clients that show text only; run()'s caller has LoopResult.sources
         context_options["sources_footer"] = False
-    check_question(question)
-    return deps, _checked_context(collection, deps, context_options)
+    return deps, context_options
 
 
 def check_run_options(
@@ -353,9 +365,8 @@ def check_run_options(
         ConfigurationError: when no controller is configured.
         ModelSpecError: for a model that cannot be created.
     """
-    deps, _ = _checked_call(
-        "a question", collection, thread_id, on_event, on_token, durability, options
-    )
+    deps, context_options = _checked_inputs(thread_id, on_event, on_token, durability, options)
+    _checked_context(collection, deps, context_options)
     if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
         resolve_checkpointer_spec(checkpointer)
     make_deps(**deps)
