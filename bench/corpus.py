@@ -7,7 +7,13 @@ Sources, nothing downloaded:
   is imported, so nothing runs and nothing hangs);
 * plain-text documentation under ``/usr/share/doc`` (READMEs, changelogs, news,
   ``.txt``/``.md``/``.rst`` files, gzip-compressed ones decompressed; licence
-  texts, HTML and other binaries left out).
+  texts, HTML and other binaries left out);
+* optionally, package registries' lists of package summaries (tab-separated,
+  a header naming a ``name`` column and a column starting with ``summary``),
+  given with ``--summaries`` or `SUMMARIES_ENV`: short texts, median about 60
+  characters, taken only once the first two sources are used up, so a corpus
+  those cover is the same with or without them. Together they reach a million
+  chunks where the first two hold about 120,000.
 
 Each source file becomes one document cut into chunks of `MIN_CHUNK_CHARS` to
 `CHUNK_CHARS` characters. A chunk whose normalised text (case folded, whitespace
@@ -18,19 +24,27 @@ themselves, and every chunk is longer than half the chunk size, so ingesting a
 document with ``chunk_size=CHUNK_CHARS, chunk_overlap=0`` cuts exactly these
 chunks: the corpus size is the number of chunks the ingest stores.
 
+A list of summaries becomes Markdown documents of `SUMMARY_DOC_PACKAGES`
+packages, one ``## name`` section each holding its summary on one line; the
+ingest keeps sections apart, so each section is one chunk. A summary whose text
+(case and spacing aside) was already taken is dropped, as are summaries shorter
+than `MIN_SUMMARY_CHARS` or too long for one chunk.
+
 Documents are taken in the order of a hash of their name (a fixed shuffle that
-mixes docstrings and documentation) until `size` chunks are reached; one in
+mixes docstrings and documentation, then the summaries) until `size` chunks are reached; one in
 `SMALL_EVERY` documents (by the same hash) goes to ``small/``, the others to
 ``main/``. The result is cached under a directory named by `CORPUS_VERSION`, the
-size and a fingerprint of the interpreter and installed distributions.
+size and a fingerprint of the interpreter, installed distributions and summary lists.
 
     .venv/bin/python -m bench.corpus --size 100000
+    .venv/bin/python -m bench.corpus --size 1000000 --summaries pypi.tsv npm.tsv
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import csv
 import gzip
 import hashlib
 import importlib.metadata
@@ -60,6 +74,14 @@ MAX_DOC_CHUNKS = 200
 MAX_READ_CHARS = 4 * MAX_DOC_CHUNKS * CHUNK_CHARS
 """Characters of a source split at most (more than the kept chunks need, after drops)."""
 SMALL_EVERY = 10
+SUMMARIES_ENV = "ARCANA_LOOP_BENCH_SUMMARIES"
+"""Summary lists to use when none are given (paths separated by the OS path separator)."""
+SUMMARY_PREFIX = "packages/"
+"""Names of summary documents start with this; they are written as Markdown."""
+SUMMARY_DOC_PACKAGES = 100
+MIN_SUMMARY_CHARS = 15
+_LEADING_NOTE = re.compile(r"^\[[^\]]*\]\s*")
+"""A bracketed note before a summary (a list's own remark, not the authors' text)."""
 DOC_ROOT = Path("/usr/share/doc")
 _TEXT_SUFFIXES = frozenset({"", ".txt", ".md", ".rst"})
 _TEXT_STEMS = ("readme", "news", "changelog", "changes", "history", "todo", "faq", "bugs")
@@ -98,6 +120,11 @@ def order_key(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()
 
 
+def is_summaries(name: str) -> bool:
+    """Tell whether a document is made of package summaries (taken last, written as Markdown)."""
+    return name.startswith(SUMMARY_PREFIX)
+
+
 def is_small(name: str) -> bool:
     """Tell whether a document belongs to the ``small`` collection (one in `SMALL_EVERY`)."""
     return int(order_key(name)[:8], 16) % SMALL_EVERY == 0
@@ -131,12 +158,15 @@ def distinct_corpus(documents: Iterable[Document], size: int) -> Corpus:
     """
     corpus = Corpus()
     seen: set[bytes] = set()
-    for doc in sorted(documents, key=lambda d: order_key(d.name)):
+    ordered = sorted(documents, key=lambda d: (is_summaries(d.name), order_key(d.name)))
+    for doc in ordered:
         kept: list[str] = []
-        for chunk in split_chunks(doc.text):
+        pieces = doc.text.split(_SEPARATOR) if is_summaries(doc.name) else split_chunks(doc.text)
+        for chunk in pieces:
             if len(kept) >= MAX_DOC_CHUNKS or corpus.chunks + len(kept) >= size:
                 break
-            key = normalised_hash(chunk)
+            # a summary is a duplicate by its text, whatever package it names
+            key = normalised_hash(chunk.partition("\n")[2] if is_summaries(doc.name) else chunk)
             if key in seen:
                 corpus.duplicates += 1
                 continue
@@ -268,6 +298,67 @@ def doc_documents(root: Path = DOC_ROOT) -> Iterator[Document]:
                 yield Document(name=f"doc/{path.relative_to(root).as_posix()}", text=text)
 
 
+# -- package summaries ------------------------------------------------------------
+
+
+def summary_documents(path: Path) -> Iterator[Document]:
+    """Yield the summaries of one package list as documents of `SUMMARY_DOC_PACKAGES` sections.
+
+    Each section is ``## name`` and the summary on one line; the document's text is its
+    sections separated by blank lines (its title is written with it, `write_corpus`).
+    """
+    sections: list[str] = []
+    group = 0
+    for name, summary in _summaries(path):
+        sections.append(f"## {name}\n{summary}")
+        if len(sections) == SUMMARY_DOC_PACKAGES:
+            yield Document(f"{SUMMARY_PREFIX}{path.stem}/{group:05d}", _SEPARATOR.join(sections))
+            sections, group = [], group + 1
+    if sections:
+        yield Document(f"{SUMMARY_PREFIX}{path.stem}/{group:05d}", _SEPARATOR.join(sections))
+
+
+def _summaries(path: Path) -> Iterator[tuple[str, str]]:
+    """Yield ``(name, summary)`` of each usable row of a package list, in file order."""
+    with path.open(encoding="utf-8", errors="replace", newline="") as file:
+        rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(rows, [])
+        try:
+            name_at = header.index("name")
+            summary_at = next(i for i, h in enumerate(header) if h.startswith("summary"))
+        except (ValueError, StopIteration):
+            raise ValueError(f"{path}: no 'name' and 'summary' columns in its header") from None
+        for row in rows:
+            if len(row) <= max(name_at, summary_at):
+                continue
+            name = _SPACE.sub("", row[name_at])
+            summary = _LEADING_NOTE.sub("", _SPACE.sub(" ", row[summary_at]).strip())
+            if name and _fits_one_section(name, summary):
+                yield name, summary
+
+
+def _fits_one_section(name: str, summary: str) -> bool:
+    """Whether a summary makes exactly one chunk: long enough, short enough, no Markdown heading."""
+    return (
+        len(summary) >= MIN_SUMMARY_CHARS
+        and len(name) + len(summary) + 4 <= CHUNK_CHARS - len(_SEPARATOR)
+        and not summary.startswith(("#", "=", "-", "`", "~", ">", "<", "|", "*", "+"))
+        and not _UNSTORABLE.search(summary + name)
+    )
+
+
+def summary_lists(given: Iterable[Path] | None = None) -> list[Path]:
+    """The summary lists to read: those given, else those named by `SUMMARIES_ENV` (may be none)."""
+    if given is not None:
+        paths = list(given)
+    else:
+        paths = [Path(p) for p in os.environ.get(SUMMARIES_ENV, "").split(os.pathsep) if p]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(f"no such summary list: {missing[0]}")
+    return paths
+
+
 # -- writing and caching ----------------------------------------------------------
 
 
@@ -276,9 +367,13 @@ def write_corpus(corpus: Corpus, root: Path) -> dict[str, int]:
     counts = {"main_documents": 0, "main_chunks": 0, "small_documents": 0, "small_chunks": 0}
     for name, chunks in corpus.documents:
         collection = "small" if is_small(name) else "main"
-        path = root / collection / f"{_safe(name)}.txt"
+        if is_summaries(name):  # Markdown, so each ## section is a chunk of its own
+            path = root / collection / f"{_safe(name)}.md"
+            text = f"# Package summaries: {name.removeprefix(SUMMARY_PREFIX)}{_SEPARATOR}"
+        else:
+            path, text = root / collection / f"{_safe(name)}.txt", ""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_SEPARATOR.join(chunks) + "\n", encoding="utf-8")
+        path.write_text(text + _SEPARATOR.join(chunks) + "\n", encoding="utf-8")
         counts[f"{collection}_documents"] += 1
         counts[f"{collection}_chunks"] += len(chunks)
     return counts
@@ -291,17 +386,20 @@ def _safe(name: str) -> str:
 
 def read_chunks(folder: Path) -> list[str]:
     """Return the chunks of every corpus file under `folder`, in sorted path order."""
-    return [
-        chunk
-        for path in sorted(folder.rglob("*.txt"))
-        for chunk in path.read_text(encoding="utf-8").strip().split(_SEPARATOR)
-    ]
+    chunks: list[str] = []
+    for path in sorted(folder.rglob("*")):
+        if path.suffix not in (".txt", ".md"):
+            continue
+        pieces = path.read_text(encoding="utf-8").strip().split(_SEPARATOR)
+        chunks.extend(pieces[1:] if path.suffix == ".md" else pieces)  # a .md starts with its title
+    return chunks
 
 
-def fingerprint() -> str:
-    """Identify the sources: interpreter version and the installed distributions."""
+def fingerprint(summaries: Iterable[Path] = ()) -> str:
+    """Identify the sources: interpreter version, installed distributions, summary lists."""
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in importlib.metadata.distributions())
-    text = "\n".join([sys.version, str(DOC_ROOT), *dists])
+    lists = [f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in summaries]
+    text = "\n".join([sys.version, str(DOC_ROOT), *dists, *lists])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -310,22 +408,24 @@ def default_cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / "arcana-loop-bench"
 
 
-def build(size: int, cache_dir: Path | None = None) -> Path:
+def build(size: int, cache_dir: Path | None = None, summaries: Iterable[Path] = ()) -> Path:
     """Return the directory of a corpus of `size` distinct chunks, building it unless cached.
 
     The directory holds ``main/``, ``small/`` and ``manifest.json`` (the counts).
+    `summaries`: package lists to take short texts from once the other sources are used up.
 
     Raises:
         ValueError: if `size` is not positive.
     """
     if size < 1:
         raise ValueError(f"size must be positive, got {size!r}")
+    lists = list(summaries)
     cache = cache_dir or default_cache_dir()
-    target = cache / f"corpus-v{CORPUS_VERSION}-{size}-{fingerprint()}"
+    target = cache / f"corpus-v{CORPUS_VERSION}-{size}-{fingerprint(lists)}"
     if (target / "manifest.json").is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    corpus = distinct_corpus(_all_documents(), size)
+    corpus = distinct_corpus(_all_documents(lists), size)
     staging = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
     try:
         counts = write_corpus(corpus, staging)
@@ -337,6 +437,8 @@ def build(size: int, cache_dir: Path | None = None) -> Path:
             "duplicates_dropped": corpus.duplicates,
             "python_documents": sum(n.startswith("python/") for n, _ in corpus.documents),
             "doc_documents": sum(n.startswith("doc/") for n, _ in corpus.documents),
+            "summary_documents": sum(is_summaries(n) for n, _ in corpus.documents),
+            "summary_chunks": sum(len(c) for n, c in corpus.documents if is_summaries(n)),
             **counts,
         }
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -348,9 +450,11 @@ def build(size: int, cache_dir: Path | None = None) -> Path:
     return target
 
 
-def _all_documents() -> Iterator[Document]:
+def _all_documents(summaries: Iterable[Path] = ()) -> Iterator[Document]:
     yield from python_documents()
     yield from doc_documents()
+    for path in summaries:
+        yield from summary_documents(path)
 
 
 def main() -> None:
@@ -359,8 +463,15 @@ def main() -> None:
     )
     parser.add_argument("--size", type=int, default=100_000, help="chunks (default 100000)")
     parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument(
+        "--summaries",
+        type=Path,
+        nargs="*",
+        default=None,
+        help=f"package lists (TSV: name, summary); default: ${SUMMARIES_ENV}",
+    )
     args = parser.parse_args()
-    root = build(args.size, args.cache_dir)
+    root = build(args.size, args.cache_dir, summary_lists(args.summaries))
     print(root)
     print((root / "manifest.json").read_text())
 

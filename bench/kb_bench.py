@@ -204,9 +204,9 @@ def perturbed_workload(size: int, tmp: Path) -> Workload:
     return Workload(f"perturbed:{size}", size, tmp / "main", tmp / "small", CHUNK, 0)
 
 
-def distinct_workload(size: int) -> Workload:
-    """The distinct corpus of `size` chunks (built once, then cached)."""
-    root = distinct.build(size)
+def distinct_workload(size: int, summaries: list[Path] | None = None) -> Workload:
+    """The distinct corpus of `size` chunks (built once, then cached), with package summaries if given."""
+    root = distinct.build(size, summaries=summaries or [])
     return Workload(
         f"distinct:{size}", size, root / "main", root / "small", distinct.CHUNK_CHARS, 0
     )
@@ -562,7 +562,11 @@ def _cell(value: Any) -> str:
 
 
 def workloads(
-    corpus_name: str, sizes: list[int], python_docs: bool, tmp: Path
+    corpus_name: str,
+    sizes: list[int],
+    python_docs: bool,
+    tmp: Path,
+    summaries: list[Path] | None = None,
 ) -> list[Callable[[], Workload]]:
     """The runs asked for, each built only when its turn comes (a corpus build takes a minute)."""
     runs: list[Callable[[], Workload]] = []
@@ -570,7 +574,7 @@ def workloads(
         runs.append(lambda: python_docs_workload(tmp / "python-docs"))
     for size in sizes:
         if corpus_name == "distinct":
-            runs.append(lambda size=size: distinct_workload(size))  # type: ignore[misc]
+            runs.append(lambda size=size: distinct_workload(size, summaries))  # type: ignore[misc]
         else:
             runs.append(lambda size=size: perturbed_workload(size, tmp / f"perturbed-{size}"))  # type: ignore[misc]
     return runs
@@ -597,13 +601,27 @@ def main() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the bench schemas")
     parser.add_argument(
+        "--summaries",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="package lists (TSV with name and summary columns) to reach sizes past ~119k;"
+        f" default: ${distinct.SUMMARIES_ENV}",
+    )
+    parser.add_argument(
         "--json", type=Path, default=RESULTS, help=f"results file (default {RESULTS})"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         results = [
             run(make(), args.url, args.keep, args.ef_sweep)
-            for make in workloads(args.corpus, args.sizes, args.python_docs, Path(tmp))
+            for make in workloads(
+                args.corpus,
+                args.sizes,
+                args.python_docs,
+                Path(tmp),
+                distinct.summary_lists(args.summaries),
+            )
         ]
     print_table(results)
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -115,11 +115,49 @@ def test_build_writes_main_small_and_a_manifest_and_reuses_it(tmp_path, monkeypa
         corpus.Document(f"python/m{i}", "\n\n".join(_paragraph(10 * i + j) for j in range(3)))
         for i in range(30)
     ]
-    monkeypatch.setattr(corpus, "_all_documents", lambda: iter(docs))
+    monkeypatch.setattr(corpus, "_all_documents", lambda *_: iter(docs))
     root = corpus.build(50, cache_dir=tmp_path)
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["chunks"] == 50 == manifest["main_chunks"] + manifest["small_chunks"]
     assert manifest["small_chunks"] > 0
     assert len(corpus.read_chunks(root / "main")) == manifest["main_chunks"]
-    monkeypatch.setattr(corpus, "_all_documents", lambda: pytest.fail("rebuilt a cached corpus"))
+    monkeypatch.setattr(corpus, "_all_documents", lambda *_: pytest.fail("rebuilt a cached corpus"))
     assert corpus.build(50, cache_dir=tmp_path) == root
+
+
+def test_package_summaries_come_last_one_chunk_each_and_never_twice(tmp_path):
+    listing = tmp_path / "pypi.tsv"
+    rows = [
+        ("name", "version", "summary (a note on the column)"),
+        ("alpha-tool", "1.0", "Parse alpha files into typed records quickly"),
+        ("beta-tool", "2.0", "[tested here: ok] Render beta diagrams as SVG images"),
+        ("gamma", "0.1", "PARSE ALPHA   files into typed records quickly"),  # a duplicate
+        ("tiny", "0.1", "short"),  # too short to be a chunk
+        ("heading", "0.1", "# Looks like a Markdown heading, so it is left out"),
+        ("no-summary", "0.1"),
+    ]
+    listing.write_text("\n".join("\t".join(r) for r in rows) + "\n")
+    docs = [corpus.Document("python/m", "\n\n".join(_paragraph(j) for j in range(3)))]
+    summaries = list(corpus.summary_documents(listing))
+    built = corpus.distinct_corpus(summaries + docs, size=100)
+    names = [name for name, _ in built.documents]
+    assert names == ["python/m", "packages/pypi/00000"]  # the other sources first
+    assert built.documents[1][1] == [
+        "## alpha-tool\nParse alpha files into typed records quickly",
+        "## beta-tool\nRender beta diagrams as SVG images",
+    ]
+    assert built.duplicates == 1
+    corpus.write_corpus(built, tmp_path / "out")
+    (written,) = (tmp_path / "out").rglob("*.md")
+    assert len(_ingest_chunks(written)) == 2  # each section is one chunk when ingested
+    every_chunk = [c for _, chunks in built.documents for c in chunks]
+    assert sorted(corpus.read_chunks(tmp_path / "out")) == sorted(every_chunk)  # titles left out
+
+
+def test_a_summary_list_without_its_columns_is_refused_by_name(tmp_path):
+    listing = tmp_path / "odd.tsv"
+    listing.write_text("package\tabout\nx\ty\n")
+    with pytest.raises(ValueError, match="odd.tsv"):
+        list(corpus.summary_documents(listing))
+    with pytest.raises(ValueError, match="no such summary list"):
+        corpus.summary_lists([tmp_path / "missing.tsv"])
