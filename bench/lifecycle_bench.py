@@ -98,7 +98,7 @@ MODES = ("semantic", "hybrid", "fulltext")
 
 
 def sections(count: int) -> list[tuple[str, str]]:
-    """Up to `count` (heading, text) pairs: one member's docstring each, distinct."""
+    """`count` (heading, text) pairs: one member's docstring each, distinct headings."""
     found: dict[str, str] = {}
     for name in MODULES:
         module = importlib.import_module(name)
@@ -112,7 +112,13 @@ def sections(count: int) -> list[tuple[str, str]]:
             )
             if len(found) == count:
                 return list(found.items())
-    return list(found.items())
+    # past what the modules hold, the same notes again under headings of their own (a
+    # section's heading is part of its chunks' ids, so every chunk stays distinct)
+    notes = list(found.items())
+    return [
+        (heading if n < len(notes) else f"{heading} (part {n // len(notes) + 1})", text)
+        for n, (heading, text) in ((n, notes[n % len(notes)]) for n in range(count))
+    ]
 
 
 def document(parts: list[tuple[str, str]], edited: set[int], preface: str = "") -> str:

@@ -20,7 +20,7 @@ Equality is a jsonb containment (``@>``), which the metadata's GIN index serves.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from psycopg import sql
@@ -144,24 +144,44 @@ class _Params:
         return sql.Placeholder(name)
 
 
+MOVABLE_KEYS = frozenset({"start_index"})
+"""Metadata keys an edit elsewhere in the document changes without rewriting the chunk's row."""
+
+
 def filter_sql(
-    checked: Mapping[str, Any], column: sql.Composable, params: dict[str, Any]
+    checked: Mapping[str, Any],
+    column: sql.Composable,
+    params: dict[str, Any],
+    placed: sql.Composable | None = None,
 ) -> sql.Composable:
-    """Compile a checked filter into a condition on the jsonb `column`; its values go into `params`."""
-    return _node(checked, column, _Params(params, "filter_"))
+    """Compile a checked filter into a condition on the jsonb `column`; its values go into `params`.
+
+    `placed`: the metadata as readers see it (`schema.PLACED_CHUNK_SQL`), matched
+    instead of `column` for the `MOVABLE_KEYS`; it costs a lookup a row and no
+    index serves it, so only conditions on those keys use it.
+    """
+
+    def column_for(key: str) -> sql.Composable:
+        return placed if placed is not None and key in MOVABLE_KEYS else column
+
+    return _node(checked, column_for, _Params(params, "filter_"))
 
 
-def _node(node: Mapping[str, Any], column: sql.Composable, p: _Params) -> sql.Composable:
+def _node(
+    node: Mapping[str, Any], column_for: Callable[[str], sql.Composable], p: _Params
+) -> sql.Composable:
     parts: list[sql.Composable] = []
     for key, condition in node.items():
         if key in LOGICAL_OPERATORS:
             joiner = " AND " if key == "$and" else " OR "
-            inner = [_node(part, column, p) for part in condition]
+            inner = [_node(part, column_for, p) for part in condition]
             parts.append(sql.SQL("({})").format(sql.SQL(joiner).join(inner)))
         elif isinstance(condition, Mapping):
-            parts.extend(_field(key, op, operand, column, p) for op, operand in condition.items())
+            parts.extend(
+                _field(key, op, operand, column_for(key), p) for op, operand in condition.items()
+            )
         else:
-            parts.append(_field(key, "$eq", condition, column, p))
+            parts.append(_field(key, "$eq", condition, column_for(key), p))
     return sql.SQL("({})").format(sql.SQL(" AND ").join(parts))
 
 

@@ -35,7 +35,7 @@ from psycopg import sql
 from arcana_loop.knowledge import lexical
 from arcana_loop.knowledge.errors import EmbeddingMismatch
 from arcana_loop.knowledge.filters import check_filter, filter_sql
-from arcana_loop.knowledge.schema import embeddings_table
+from arcana_loop.knowledge.schema import PLACED_CHUNK_SQL, embeddings_table
 from arcana_loop.knowledge.types import SEARCH_MODES, Chunk, SearchMode
 
 RRF_K = 60
@@ -283,8 +283,8 @@ def or_query(text: str) -> str:
     return " or ".join(w for w in words if w != "or")
 
 
-_SELECT = """
-SELECT c.id, c.text, r.score::float8, k.name, c.document_id, c.position, c.metadata
+_SELECT = f"""
+SELECT c.id, c.text, r.score::float8, k.name, c.document_id, {PLACED_CHUNK_SQL}
 FROM ranked r
 JOIN kb_chunks c ON c.id = r.chunk_id
 JOIN kb_collections k ON k.id = c.collection_id
@@ -521,8 +521,18 @@ def search_statement(
     lexical_where: sql.Composable = sql.SQL("")
     if req.filter:
         join = sql.SQL(_FILTER_JOIN)
-        semantic_where = sql.SQL("AND ") + filter_sql(req.filter, sql.SQL("fc.metadata"), params)
-        lexical_where = sql.SQL("AND ") + filter_sql(req.filter, sql.SQL("metadata"), params)
+        semantic_where = sql.SQL("AND ") + filter_sql(
+            req.filter,
+            sql.SQL("fc.metadata"),
+            params,
+            sql.SQL("kb_chunk_metadata(fc.id, fc.document_id, fc.metadata)"),
+        )
+        lexical_where = sql.SQL("AND ") + filter_sql(
+            req.filter,
+            sql.SQL("metadata"),
+            params,
+            sql.SQL("kb_chunk_metadata(id, document_id, metadata)"),
+        )
     semantic = sql.SQL(_SEMANTIC).format(
         t=embeddings_table(collections.dimension),
         join=join,

@@ -97,7 +97,42 @@ _BASE_DDL = (
     """,
     "CREATE INDEX IF NOT EXISTS kb_chunks_document_idx ON kb_chunks (document_id)",
     "CREATE INDEX IF NOT EXISTS kb_chunks_collection_idx ON kb_chunks (collection_id)",
+    # where the chunks an edit moved now are: {chunk id: {"position": n, "start_index": n}}
+    # for each kept chunk whose place differs from its row's (`PLACED_CHUNK_SQL`)
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS moved jsonb",
+    """
+    CREATE OR REPLACE FUNCTION kb_chunk_metadata(chunk text, doc text, stored jsonb)
+    RETURNS jsonb LANGUAGE sql STABLE PARALLEL SAFE AS $$
+      SELECT coalesce(
+        (SELECT (stored - 'start_index') || ((d.moved -> chunk) - 'position')
+         FROM kb_documents d WHERE d.id = doc AND d.moved ? chunk),
+        stored)
+    $$
+    """,
+    """
+    CREATE OR REPLACE FUNCTION kb_chunk_position(chunk text, doc text, stored integer)
+    RETURNS integer LANGUAGE sql STABLE PARALLEL SAFE AS $$
+      SELECT coalesce(
+        (SELECT (d.moved -> chunk ->> 'position')::integer
+         FROM kb_documents d WHERE d.id = doc AND d.moved ? chunk),
+        stored)
+    $$
+    """,
 )
+
+PLACED_CHUNK_SQL = (
+    "kb_chunk_position(c.id, c.document_id, c.position),"
+    " kb_chunk_metadata(c.id, c.document_id, c.metadata)"
+)
+"""A chunk's position and metadata as a reader sees them (``c`` is a `kb_chunks` row).
+
+An edit to a document moves the chunks after it. Rewriting each moved row cost
+about as much as inserting it (a new tuple, its tsvector recomputed, an entry in
+every index, the GIN pending list to merge), so a 1 % edit near the top of a
+document rewrote nearly all of it. Instead the document row records where its
+moved chunks now are (`kb_documents.moved`), one row written per edit, and every
+read of a chunk's position or offset goes through these two functions.
+"""
 
 
 _LEX_COUNT_BODY = """

@@ -6,7 +6,9 @@ changed document it keeps the chunks whose id (its text under its title and
 section, `loading.chunk_id`) is still among the new ones, deletes the rest, and
 binary-`COPY`s only the new chunks with their embeddings. Only new chunks are
 embedded: the stored chunk ids of each changed document are read before
-embedding, so an edit costs about what it changed. A failure anywhere in a batch
+embedding, so an edit costs about what it changed; a kept chunk the edit only
+moved keeps its row too (its new place goes into the document's row,
+`schema.PLACED_CHUNK_SQL`). A failure anywhere in a batch
 rolls the whole batch back, so a document is never half-written and a replaced
 document keeps its old chunks. Embedding batch *n + 1* overlaps with writing
 batch *n* (one writer thread).
@@ -557,40 +559,67 @@ def _replace_document(
 ) -> frozenset[str]:
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
 
-    A kept chunk may have moved (text added before it), and its position, offset
-    and page with it: those are updated in place. Returns the kept chunks' ids.
+    A kept chunk may have moved (text added before it): its new position and
+    offset go into the document row's `moved` map (`schema.PLACED_CHUNK_SQL`),
+    so a move costs no chunk row. A kept chunk whose other metadata changed (the
+    document's own metadata, a page) is rewritten. Returns the kept chunks' ids.
     """
     new = {c.id: c for c in item.chunks}
     stored = {
-        row[0]
+        row[0]: (row[1], row[2])
         for row in conn.execute(
-            "SELECT id FROM kb_chunks WHERE document_id = %s", (item.doc_id,)
+            "SELECT id, position, metadata FROM kb_chunks WHERE document_id = %s", (item.doc_id,)
         ).fetchall()
     }
-    stale = sorted(stored - new.keys())
+    stale = sorted(stored.keys() - new.keys())
     if stale:
         conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s)", (stale,))
     delta.chunks_removed += len(stale)
-    kept = [new[i] for i in sorted(stored & new.keys())]
-    if kept:
+    kept = [new[i] for i in sorted(stored.keys() & new.keys())]
+    rewritten: list[ChunkRow] = []
+    moved: dict[str, dict[str, int]] = {}
+    for chunk in kept:
+        position, metadata = stored[chunk.id]
+        if _unplaced(metadata) != _unplaced(chunk.metadata):
+            rewritten.append(chunk)
+        elif position != chunk.position or metadata.get(_OFFSET) != chunk.metadata.get(_OFFSET):
+            moved[chunk.id] = {"position": chunk.position}
+            if _OFFSET in chunk.metadata:
+                moved[chunk.id][_OFFSET] = chunk.metadata[_OFFSET]
+    if rewritten:
         conn.execute(
             "UPDATE kb_chunks AS c SET position = u.position, metadata = u.meta"
             " FROM unnest(%s::text[], %s::int4[], %s::jsonb[]) AS u(id, position, meta)"
-            " WHERE c.id = u.id AND (c.position <> u.position OR c.metadata <> u.meta)",
+            " WHERE c.id = u.id",
             (
-                [c.id for c in kept],
-                [c.position for c in kept],
-                [Jsonb(c.metadata) for c in kept],
+                [c.id for c in rewritten],
+                [c.position for c in rewritten],
+                [Jsonb(c.metadata) for c in rewritten],
             ),
         )
     delta.chunks_reused += len(kept)
     conn.execute(
-        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s,"
+        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s, moved = %s,"
         " created_at = now() WHERE id = %s",
-        (item.doc.content_hash, Jsonb(item.doc.metadata), item.structure, item.doc_id),
+        (
+            item.doc.content_hash,
+            Jsonb(item.doc.metadata),
+            item.structure,
+            Jsonb(moved) if moved else None,
+            item.doc_id,
+        ),
     )
     delta.documents_replaced += 1
     return frozenset(c.id for c in kept)
+
+
+_OFFSET = "start_index"
+"""The one metadata key a move changes (`filters.MOVABLE_KEYS`)."""
+
+
+def _unplaced(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A chunk's metadata without its offset: what a move leaves as it was."""
+    return {k: v for k, v in metadata.items() if k != _OFFSET}
 
 
 def _copy_chunks(

@@ -181,8 +181,11 @@ def names_statement(entity_ids: Sequence[int]) -> Statement:
 
 def chunks_statement(ids: Sequence[int], chunk_ids: Sequence[str]) -> Statement:
     """The rows of entity-found chunks, shaped like the text search's rows (score 0)."""
+    # imported here: the knowledge base's schema module creates the entity tables (imports us)
+    from arcana_loop.knowledge.schema import PLACED_CHUNK_SQL
+
     query = sql.SQL(
-        "SELECT c.id, c.text, 0::float8, k.name, c.document_id, c.position, c.metadata"
+        f"SELECT c.id, c.text, 0::float8, k.name, c.document_id, {PLACED_CHUNK_SQL}"
         " FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id"
         " WHERE c.id = ANY(%(c)s) AND c.collection_id = ANY(%(ids)s)"
     )

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
 from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge.schema import PLACED_CHUNK_SQL
 
 
 class CountingEmbeddings(Embeddings):
@@ -54,11 +55,22 @@ def _guide(sections: int, *, edited: int | None = None, preface: str = "") -> st
 def _chunks(kb: KnowledgeBase, collection: str) -> dict[str, tuple[int, dict[str, Any], str]]:
     with kb.pool().connection() as conn:
         rows = conn.execute(
-            "SELECT c.id, c.position, c.metadata, c.text FROM kb_chunks c"
+            f"SELECT c.id, {PLACED_CHUNK_SQL}, c.text FROM kb_chunks c"  # where readers see them
             " JOIN kb_collections k ON k.id = c.collection_id WHERE k.name = %s",
             (collection,),
         ).fetchall()
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+def _row_versions(kb: KnowledgeBase, collection: str) -> dict[str, str]:
+    """Each chunk row's version (``xmin``): it changes whenever the row is rewritten."""
+    with kb.pool().connection() as conn:
+        rows = conn.execute(
+            "SELECT c.id, c.xmin::text FROM kb_chunks c"
+            " JOIN kb_collections k ON k.id = c.collection_id WHERE k.name = %s",
+            (collection,),
+        ).fetchall()
+    return dict(rows)
 
 
 def test_an_edit_re_embeds_only_the_chunks_it_changed(kb: KnowledgeBase, tmp_path: Path) -> None:
@@ -88,6 +100,7 @@ def test_text_added_before_a_chunk_moves_it_without_re_embedding_it(
     guide.write_text(_guide(12))
     kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
     before = _chunks(kb, "harbour")
+    versions = _row_versions(kb, "harbour")
     counting = _counting(kb)
     text = _guide(12, preface="Pilots board at the outer buoy.\n")
     guide.write_text(text)
@@ -100,6 +113,47 @@ def test_text_added_before_a_chunk_moves_it_without_re_embedding_it(
         if chunk_id in before:
             assert metadata["section"] == before[chunk_id][1]["section"]
     assert sorted(p for p, _, _ in after.values()) == list(range(len(after)))
+    # the moved chunks' rows were not rewritten: their places live in the document's row
+    kept = set(before) & set(after)
+    moved = {i for i in kept if after[i][:2] != before[i][:2]}
+    assert len(moved) >= 10
+    assert {i: v for i, v in _row_versions(kb, "harbour").items() if i in kept} == {
+        i: versions[i] for i in kept
+    }
+    # and a search returns the moved chunk where it now is, as a filter on the offset finds it
+    last = max(kept, key=lambda i: after[i][0])
+    found = kb.search("Berth 11 crane", collection="harbour", limit=20)
+    (hit,) = [h for h in found if h["id"] == last]
+    assert (hit["position"], hit["metadata"]["start_index"]) == (
+        after[last][0],
+        after[last][1]["start_index"],
+    )
+    start = after[last][1]["start_index"]
+    assert {
+        h["id"]
+        for h in kb.search(
+            "Berth 11 crane", collection="harbour", filter={"start_index": {"$gte": start}}
+        )
+    } == {last}
+
+
+def test_an_edit_with_new_metadata_rewrites_the_kept_chunks_and_moves_them_back(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(8))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0, metadata={"tag": "a"})
+    first = _chunks(kb, "harbour")
+    guide.write_text(_guide(8, preface="Pilots board at the outer buoy.\n"))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0, metadata={"tag": "b"})
+    moved = _chunks(kb, "harbour")
+    assert {m["tag"] for _, m, _ in moved.values()} == {"b"}  # every row rewritten
+    assert {h["id"] for h in kb.search("crane", collection="harbour", filter={"tag": "a"})} == set()
+    guide.write_text(_guide(8))  # back where they were, with the first metadata
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0, metadata={"tag": "a"})
+    assert _chunks(kb, "harbour") == first
+    with kb.pool().connection() as conn:
+        assert conn.execute("SELECT moved FROM kb_documents").fetchall() == [(None,)]
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:
