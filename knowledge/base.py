@@ -60,6 +60,7 @@ from arcana_loop.knowledge.pools import (
     unavailable,
 )
 from arcana_loop.knowledge.schema import (
+    drop_partition,
     ensure_dimension,
     ensure_entity_schema,
     ensure_schema,
@@ -162,7 +163,9 @@ class KnowledgeBase:
         )
         self.entity_options = entity_options or EntitySearchOptions()
         self._pool_size = max(1, pool_size)
-        self._options = f"-c search_path={schema},public"
+        # custom plans only: a plan for any array of collection ids would keep every
+        # collection's partition (pruning needs the ids), and search them all
+        self._options = f"-c search_path={schema},public -c plan_cache_mode=force_custom_plan"
         self._dimension: int | None = None
         self._lock = threading.Lock()
         self._pool: ConnectionPool[Any] | None = None
@@ -323,6 +326,7 @@ class KnowledgeBase:
                     (coll.id,),
                 ).fetchone()
                 if locked is not None and used == (False,):
+                    drop_partition(conn, coll.dimension, coll.id)
                     conn.execute("DELETE FROM kb_collections WHERE id = %s", (coll.id,))
         except psycopg.Error as exc:  # the ingest's own error is the one to report
             logger.warning("could not remove the empty collection %r: %s", coll.name, exc)
@@ -386,9 +390,10 @@ class KnowledgeBase:
         with self.pool().connection() as conn, conn.transaction():
             # FOR UPDATE waits for writers' KEY SHARE locks, so no insert races the cascade
             row = conn.execute(
-                "SELECT id FROM kb_collections WHERE name = %s FOR UPDATE", (name,)
+                "SELECT id, dimension FROM kb_collections WHERE name = %s FOR UPDATE", (name,)
             ).fetchone()
             if row is not None:
+                drop_partition(conn, row[1], row[0])  # its embeddings at once, not row by row
                 conn.execute("DELETE FROM kb_collections WHERE id = %s", (row[0],))
         if row is None:
             raise CollectionNotFound(f"no collection named {name!r}")

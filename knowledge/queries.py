@@ -222,8 +222,8 @@ FILTERED_EF_FACTOR = 3
 candidates pass the filter, but it starts from the candidates ``ef_search`` keeps; at 100k
 chunks a 10 % metadata filter recalled 0.894 at ``ef_search`` 200 against an exact scan,
 at 600 (three times as wide) it recalled 0.962, its p50 6 -> 12 ms (`bench.lifecycle_bench`).
-A collection scope is left at ``ef_search``: naming the one collection a knowledge base
-holds is the common case, and would pay for nothing."""
+A collection scope is left at ``ef_search``: each collection's vectors have an index of
+their own (a partition each, `knowledge.schema`), searched as if the collection were alone."""
 
 
 def settings_statement(req: SearchRequest) -> Statement:
@@ -283,8 +283,8 @@ def or_query(text: str) -> str:
     return " or ".join(w for w in words if w != "or")
 
 
-_SELECT = f"""
-SELECT c.id, c.text, r.score::float8, k.name, c.document_id, {PLACED_CHUNK_SQL}
+_SELECT = """
+SELECT c.id, c.text, r.score::float8, k.name, c.document_id, {placed}
 FROM ranked r
 JOIN kb_chunks c ON c.id = r.chunk_id
 JOIN kb_collections k ON k.id = c.collection_id
@@ -551,7 +551,7 @@ def search_statement(
         head = sql.SQL(_HYBRID).format(
             semantic=semantic, fulltext=lexical_statement(req, ranking.lexical, lexical_where)
         )
-    return sql.Composed([head, sql.SQL(_SELECT)]), params
+    return sql.Composed([head, sql.SQL(_SELECT).format(placed=PLACED_CHUNK_SQL)]), params
 
 
 def to_chunks(rows: Sequence[tuple[Any, ...]]) -> list[Chunk]:

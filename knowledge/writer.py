@@ -13,14 +13,18 @@ rolls the whole batch back, so a document is never half-written and a replaced
 document keeps its old chunks. Embedding batch *n + 1* overlaps with writing
 batch *n* (one writer thread).
 
-Large loads (at least `BULK_MIN_CHUNKS` new chunks, and at least a fifth of the
-rows already in the dimension's table) drop the HNSW index first and rebuild it
-once at the end: inserting into a live HNSW index is about 6x slower per row
-than building it, and searches stay correct meanwhile (exact scans). A load
-that at least doubles `kb_chunks` does the same with its full-text GIN index
-(searches meanwhile scan the table). Every other ingest ends by merging the GIN
-index's pending list, which each full-text search would otherwise scan
-linearly (2.5 ms a query with a full 4 MB list).
+A load of at least `BULK_MIN_CHUNKS` chunks into a collection holding fewer
+drops the collection's HNSW index first (each collection has its own, on its
+partition: `knowledge.schema`) and builds it once at the end, with the memory
+and parallel workers the server allows: inserting into a live HNSW index costs
+several times a row's share of a build. A load into a collection that already
+holds rows adds to its index instead, so no load ever rebuilds an index over
+rows that were there before it (a rebuild over every row grew with the table: 26 s
+after the first 100k chunks, 300 s at 961k). The full-text GIN indexes, shared by
+all collections, are dropped and built afterwards likewise only while `kb_chunks`
+holds fewer than `BULK_MIN_CHUNKS` rows (searches meanwhile scan the table). Every other ingest
+ends by merging the GIN index's pending list, which each full-text search would
+otherwise scan linearly (2.5 ms a query with a full 4 MB list).
 """
 
 from __future__ import annotations
@@ -56,9 +60,9 @@ from arcana_loop.knowledge.schema import (
     create_hnsw_index,
     drop_fulltext_index,
     drop_hnsw_index,
-    embeddings_table,
     merge_fulltext_pending,
     missing_indexes,
+    partition_table,
 )
 from arcana_loop.knowledge.types import IngestResult, ProgressFn
 
@@ -66,8 +70,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 1000
 BULK_MIN_CHUNKS = 5000
-REBUILD_FRACTION = 5
-"""Rebuild the HNSW index when the new chunks are at least 1/REBUILD_FRACTION of the stored ones."""
+"""A load of this many chunks into an index holding fewer rows builds that index after it."""
 
 
 @dataclass(frozen=True)
@@ -287,14 +290,16 @@ def _after_load(pool: ConnectionPool[Any], coll: CollectionRef, bulk: _Bulk) -> 
     if bulk.fulltext:
         failure = _rebuild(pool, lambda conn: create_fulltext_index(conn)) or failure
     if bulk.hnsw:
-        failure = _rebuild(pool, lambda conn: create_hnsw_index(conn, coll.dimension)) or failure
+        failure = (
+            _rebuild(pool, lambda conn: create_hnsw_index(conn, coll.dimension, coll.id)) or failure
+        )
     with pool.connection() as conn:
         if not bulk.fulltext:
             merge_fulltext_pending(conn)
         if bulk.hnsw or bulk.fulltext:
             # fresh statistics for the exact-versus-HNSW choice in search, and
             # the word frequencies the full-text OR fallback reads
-            conn.execute(sql.SQL("ANALYZE {t}").format(t=embeddings_table(coll.dimension)))
+            conn.execute(sql.SQL("ANALYZE {p}").format(p=partition_table(coll.dimension, coll.id)))
             conn.execute("ANALYZE kb_chunks")
     if failure is not None:
         raise failure
@@ -369,32 +374,34 @@ class _Bulk:
 
 
 def _bulk_load(pool: ConnectionPool[Any], coll: CollectionRef, total: int) -> _Bulk:
-    """Drop the indexes a load of `total` chunks is worth rebuilding; say which.
+    """Drop the indexes a load of `total` chunks is worth building after it; say which.
 
-    Measured at 88k rows (256 dimensions, 2 cores): building the HNSW index
-    costs 0.31 ms a row, inserting into the live index 1.96 ms a row; the live
-    inserts overlap with embedding, but a rebuild also covers the rows already
-    there, so it wins once the new rows are about a fifth of the stored ones
-    (`REBUILD_FRACTION`). The GIN index costs 36 us a row live and 12 us a row to
-    build, cheap enough live that it is only dropped when the load at least
-    doubles the table (an empty table, typically).
+    Only an index over (almost) nothing: the collection's HNSW index while its
+    partition holds fewer than `BULK_MIN_CHUNKS` vectors, the GIN indexes while
+    `kb_chunks` holds fewer than that many rows. Measured at 88k rows (256
+    dimensions, 2 cores, stock settings): building the HNSW index costs 0.31 ms a
+    row, inserting into the live index 1.96 ms a row; the GIN index 12 us a row to
+    build, 36 us live.
     """
     if total < BULK_MIN_CHUNKS:
         return _Bulk()
     with pool.connection() as conn:
+        # bounded counts: whether a table holds `BULK_MIN_CHUNKS` rows, not how many
         row = conn.execute(
-            sql.SQL("SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM kb_chunks)").format(
-                t=embeddings_table(coll.dimension)
-            )
+            sql.SQL(
+                "SELECT (SELECT count(*) FROM (SELECT 1 FROM {p} LIMIT %(n)s) v),"
+                " (SELECT count(*) FROM (SELECT 1 FROM kb_chunks LIMIT %(n)s) c)"
+            ).format(p=partition_table(coll.dimension, coll.id)),
+            {"n": BULK_MIN_CHUNKS},
         ).fetchone()
         vectors, chunks = row if row is not None else (0, 0)
-        bulk = _Bulk(hnsw=total * REBUILD_FRACTION >= vectors, fulltext=total >= chunks)
+        bulk = _Bulk(hnsw=vectors < BULK_MIN_CHUNKS, fulltext=chunks < BULK_MIN_CHUNKS)
         if bulk.hnsw:
-            drop_hnsw_index(conn, coll.dimension)
+            drop_hnsw_index(conn, coll.dimension, coll.id)
         if bulk.fulltext:
             drop_fulltext_index(conn)
     if bulk.hnsw or bulk.fulltext:
-        logger.info("bulk load of %d chunks: rebuilding %s after the load", total, bulk)
+        logger.info("bulk load of %d chunks: building %s after the load", total, bulk)
     return bulk
 
 
@@ -659,9 +666,10 @@ def _copy_chunks(
                         sorted(weights),
                     )
                 )
+        # into the collection's partition directly: no routing of each row through the parent
         statement = sql.SQL(
-            "COPY {t} (chunk_id, collection_id, embedding) FROM STDIN (FORMAT BINARY)"
-        ).format(t=embeddings_table(coll.dimension))
+            "COPY {p} (chunk_id, collection_id, embedding) FROM STDIN (FORMAT BINARY)"
+        ).format(p=partition_table(coll.dimension, coll.id))
         ids = [row.id for _, chunks, _ in writes for row in chunks]
         vectors = np.concatenate([vectors for _, _, vectors in writes])
         with cur.copy(statement) as copy:

@@ -341,20 +341,28 @@ def test_bulk_load_rebuilds_both_indexes(
         dropped.append("gin")
         real(conn)
 
+    real_hnsw = ingest_mod.drop_hnsw_index
+
+    def record_hnsw(conn: Any, dimension: int, collection_id: int) -> None:
+        dropped.append(f"hnsw {collection_id}")
+        real_hnsw(conn, dimension, collection_id)
+
     monkeypatch.setattr(ingest_mod, "drop_fulltext_index", record)
+    monkeypatch.setattr(ingest_mod, "drop_hnsw_index", record_hnsw)
     result = kb.ingest(tmp_path, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, batch_size=4)
-    assert dropped == ["gin"] and result.chunks_added > 4
+    ((coll_id,),) = _rows(kb, "SELECT id FROM kb_collections")
+    assert dropped == [f"hnsw {coll_id}", "gin"] and result.chunks_added > 4
     indexes = {
         r[0]
         for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
     }
-    assert {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"} <= indexes
+    assert {"kb_chunks_tsv_idx", f"kb_embeddings_256_c{coll_id}_hnsw"} <= indexes
     stats = _rows(
         kb,
         "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' AND attname = 'tsv'",
     )
     assert stats == [(1,)]  # analysed for the full-text OR fallback
     assert kb.search("sourdough", mode="fulltext")
-    # a second load, small against the table, keeps the indexes live
+    # a second load into the indexed collection adds to its indexes, however large
     again = ingest_topic(kb, "chess", name="chess-again")
-    assert again.chunks_added and dropped == ["gin"]
+    assert again.chunks_added and dropped == [f"hnsw {coll_id}", "gin"]

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from langchain_core.embeddings import Embeddings
+from psycopg import sql
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
@@ -55,8 +56,10 @@ def _guide(sections: int, *, edited: int | None = None, preface: str = "") -> st
 def _chunks(kb: KnowledgeBase, collection: str) -> dict[str, tuple[int, dict[str, Any], str]]:
     with kb.pool().connection() as conn:
         rows = conn.execute(
-            f"SELECT c.id, {PLACED_CHUNK_SQL}, c.text FROM kb_chunks c"  # where readers see them
-            " JOIN kb_collections k ON k.id = c.collection_id WHERE k.name = %s",
+            sql.SQL(
+                "SELECT c.id, {placed}, c.text FROM kb_chunks c"  # where readers see them
+                " JOIN kb_collections k ON k.id = c.collection_id WHERE k.name = %s"
+            ).format(placed=PLACED_CHUNK_SQL),
             (collection,),
         ).fetchall()
     return {r[0]: (r[1], r[2], r[3]) for r in rows}

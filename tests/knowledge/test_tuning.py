@@ -88,16 +88,24 @@ def test_the_servers_notices_are_logged(
     )
 
 
+def _port_index(conn: psycopg.Connection, collection: str = "port") -> str:
+    """The name of the HNSW index of a collection (on its own partition)."""
+    row = conn.execute("SELECT id FROM kb_collections WHERE name = %s", (collection,)).fetchone()
+    assert row is not None
+    return f"kb_embeddings_256_c{row[0]}_hnsw"
+
+
 def _hnsw_state(conn: psycopg.Connection) -> tuple[bool, bool] | None:
     row = conn.execute(
         "SELECT i.indisvalid, i.indisready FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = current_schema() AND c.relname = 'kb_embeddings_256_hnsw'"
+        " WHERE n.nspname = current_schema() AND c.relname = %s",
+        (_port_index(conn),),
     ).fetchone()
     return None if row is None else (row[0], row[1])
 
 
-def _uses_hnsw(kb: KnowledgeBase) -> bool:
+def _uses_hnsw(kb: KnowledgeBase, collection: str = "port") -> bool:
     """Whether a nearest-neighbour query's plan goes through the HNSW index (scans disfavoured)."""
     with kb.pool().connection() as conn, conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
@@ -105,7 +113,8 @@ def _uses_hnsw(kb: KnowledgeBase) -> bool:
             "EXPLAIN SELECT chunk_id FROM kb_embeddings_256 ORDER BY embedding <=>"
             " (SELECT embedding FROM kb_embeddings_256 LIMIT 1) LIMIT 5"
         ).fetchall()
-    return any("kb_embeddings_256_hnsw" in line for (line,) in plan)
+        index = _port_index(conn, collection)
+    return any(f"Index Scan using {index}" in line for (line,) in plan)
 
 
 KILLED_IN_INDEX_PHASE = textwrap.dedent(
@@ -114,7 +123,8 @@ KILLED_IN_INDEX_PHASE = textwrap.dedent(
     from langchain_core.documents import Document
     from arcana_loop.knowledge import KnowledgeBase, writer
 
-    writer.BULK_MIN_CHUNKS = 1  # a bulk load: the HNSW index is dropped, then built after it
+    # a bulk load into a new collection: its HNSW index is dropped, then built after it
+    writer.BULK_MIN_CHUNKS = 1
 
     def killed(*args, **kwargs):  # the load is written, its index phase begins: killed here
         os.kill(os.getpid(), signal.SIGKILL)
@@ -135,8 +145,8 @@ KILLED_IN_INDEX_PHASE = textwrap.dedent(
 def test_an_ingest_killed_in_its_index_phase_leaves_no_search_without_the_index(
     kb: KnowledgeBase, pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kb.ingest("A first note about cranes.", collection="port")
-    assert _uses_hnsw(kb)
+    kb.ingest("A first note about cranes.", collection="harbour")
+    assert _uses_hnsw(kb, "harbour")
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_IN_INDEX_PHASE, pg_url, kb.schema],
         capture_output=True,
@@ -170,7 +180,8 @@ def test_an_invalid_index_counts_as_missing_and_is_built_again_on_opening(
         # what an interrupted CREATE INDEX CONCURRENTLY leaves: the index, marked not valid
         conn.execute(
             "UPDATE pg_index SET indisvalid = false"
-            " WHERE indexrelid = to_regclass(current_schema() || '.kb_embeddings_256_hnsw')"
+            " WHERE indexrelid = to_regclass(current_schema() || '.' || %s)",
+            (_port_index(conn),),
         )
         assert _hnsw_state(conn) == (False, True)
     later = KnowledgeBase(pg_url, schema=kb.schema)
@@ -203,7 +214,8 @@ def test_doctor_reports_server_settings_indexes_and_changes_no_server_it_does_no
     report = json.loads(shown.stdout)
     assert report["server"]["kind"].startswith("DATABASE_URL (advice only")
     assert [s["name"] for s in report["settings"]] == list(host_settings())
-    hnsw = next(i for i in report["indexes"] if i["index"] == "kb_embeddings_256_hnsw")
+    hnsw = next(i for i in report["indexes"] if i["index"].endswith("_hnsw"))
+    assert hnsw["table"].startswith("kb_embeddings_256_c")  # the collection's partition
     assert hnsw["valid"] is True and report["missing_indexes"] == []
     with psycopg.connect(pg_url) as conn:
         assert current_settings(conn) == before  # advice only

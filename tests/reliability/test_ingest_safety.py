@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -215,9 +216,14 @@ def test_two_processes_ingesting_one_directory_both_succeed_without_duplicates(
 # -- 4. a full disk during a bulk load ---------------------------------------------------
 
 
+HNSW = "kb_embeddings_256_c*_hnsw"
+"""A collection's HNSW index (on its partition), as `_indexes` names it."""
+
+
 def _indexes(kb: KnowledgeBase) -> set[str]:
     rows = _rows(kb, f"SELECT indexname FROM pg_indexes WHERE schemaname = '{kb.schema}'")
-    return {str(r[0]) for r in rows} & {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"}
+    names = {re.sub(r"_c\d+_hnsw$", "_c*_hnsw", str(r[0])) for r in rows}
+    return names & {"kb_chunks_tsv_idx", HNSW}
 
 
 def _disk_full(times: int, real):  # a test double of either index builder
@@ -252,7 +258,7 @@ def test_a_full_disk_at_the_index_rebuild_is_a_clear_error_and_leaves_the_indexe
     with pytest.raises(StorageFull, match="disk is full") as caught:
         kb.ingest(TEXT, collection="full", name="otters")
     assert "1 document(s) of this ingest into 'full' were stored" in str(caught.value)
-    assert _indexes(kb) == {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"}
+    assert _indexes(kb) == {"kb_chunks_tsv_idx", HNSW}
     assert [h["text"] for h in kb.search("otters sleep", collection="full")] == [TEXT]
 
 
@@ -277,7 +283,7 @@ def test_a_disk_that_stays_full_leaves_a_usable_base_that_rebuilds_its_index_lat
         freed.collections()
     finally:
         freed.close()
-    assert _indexes(kb) == {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"}
+    assert _indexes(kb) == {"kb_chunks_tsv_idx", HNSW}
 
 
 def test_a_full_disk_during_the_load_is_a_clear_error_and_the_indexes_are_rebuilt(
@@ -289,8 +295,15 @@ def test_a_full_disk_during_the_load_is_a_clear_error_and_the_indexes_are_rebuil
         StorageFull, match=r"disk is full.*0 document\(s\).*every index is in place"
     ):
         kb.ingest(TEXT, collection="full", name="otters")
-    assert _indexes(kb) == {"kb_chunks_tsv_idx", "kb_embeddings_256_hnsw"}
-    assert kb.collections() == []  # the collection this ingest created held nothing
+    # the collection this ingest created held nothing: it is gone, with its partition and index
+    assert kb.collections() == []
+    assert _indexes(kb) == {"kb_chunks_tsv_idx"}
+    partitions = (
+        "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        f" JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{kb.schema}'"
+        " AND c.relkind = 'r'"
+    )
+    assert _rows(kb, partitions) == [(0,)]
 
 
 # -- 5. only regular files, the limit enforced while reading -----------------------------

@@ -1,0 +1,132 @@
+"""Each collection's embeddings on a partition of their own: searched alone, dropped whole, moved in once."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+
+from arcana_loop.knowledge import KnowledgeBase
+
+pytestmark = pytest.mark.postgres
+
+
+def _rows(kb: KnowledgeBase, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with kb.pool().connection() as conn:
+        return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+def _partitions(kb: KnowledgeBase) -> dict[str, int]:
+    """Each embeddings partition of the schema and the rows it holds."""
+    rows = _rows(
+        kb,
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relkind = 'r' ORDER BY 1",
+    )
+    return {name: _rows(kb, f'SELECT count(*) FROM "{name}"')[0][0] for (name,) in rows}
+
+
+def _hnsw_indexes(kb: KnowledgeBase) -> set[str]:
+    rows = _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    return {r[0] for r in rows if r[0].startswith("kb_embeddings_256_c")}
+
+
+def _ids(kb: KnowledgeBase) -> dict[str, int]:
+    return dict(_rows(kb, "SELECT name, id FROM kb_collections"))
+
+
+def _plan(kb: KnowledgeBase, collection: str) -> str:
+    """The plan of the nearest-neighbour query a semantic search runs, scoped to `collection`."""
+    with kb.pool().connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        rows = conn.execute(
+            "EXPLAIN SELECT chunk_id FROM kb_embeddings_256 WHERE collection_id = ANY(%s)"
+            " ORDER BY embedding <=> %s::vector LIMIT 5",
+            ([_ids(kb)[collection]], str(kb.embeddings.embed_query("rook"))),
+        ).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_a_collection_is_searched_on_its_own_partition_and_deleted_with_it(
+    kb: KnowledgeBase,
+) -> None:
+    kb.ingest("Tugs pull the tanker off the quay.", collection="harbour")
+    kb.ingest("Rooks move along ranks and files.", collection="chess")
+    ids = _ids(kb)
+    assert _partitions(kb) == {
+        f"kb_embeddings_256_c{ids['harbour']}": 1,
+        f"kb_embeddings_256_c{ids['chess']}": 1,
+    }
+    plan = _plan(kb, "chess")
+    assert f"kb_embeddings_256_c{ids['chess']}" in plan
+    assert f"_c{ids['harbour']}" not in plan  # the other collection's rows are not read
+    indexes = {
+        r[0]
+        for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    }
+    assert {f"kb_embeddings_256_c{i}_hnsw" for i in ids.values()} <= indexes
+    assert [h["collection"] for h in kb.search("rook", collection="chess")] == ["chess"]
+    assert {h["collection"] for h in kb.search("rook tug", limit=5)} == {"chess", "harbour"}
+    kb.delete_collection("chess")
+    assert _partitions(kb) == {f"kb_embeddings_256_c{ids['harbour']}": 1}
+
+
+def _back_to_one_table(kb: KnowledgeBase) -> None:
+    """Rewrite the embeddings as the layout before partitions stored them: one table, one index."""
+    with kb.pool().connection() as conn:
+        conn.execute(
+            "CREATE TABLE old_layout AS SELECT chunk_id, collection_id, embedding"
+            " FROM kb_embeddings_256"
+        )
+        conn.execute("DROP TABLE kb_embeddings_256")
+        conn.execute("ALTER TABLE old_layout RENAME TO kb_embeddings_256")
+        conn.execute("ALTER TABLE kb_embeddings_256 ALTER COLUMN embedding TYPE vector(256)")
+        conn.execute(
+            "ALTER TABLE kb_embeddings_256 ADD PRIMARY KEY (chunk_id),"
+            " ADD FOREIGN KEY (chunk_id) REFERENCES kb_chunks (id) ON DELETE CASCADE"
+        )
+        conn.execute(
+            "CREATE INDEX kb_embeddings_256_hnsw ON kb_embeddings_256"
+            " USING hnsw (embedding vector_cosine_ops)"
+        )
+        conn.execute(
+            "CREATE INDEX kb_embeddings_256_collection_idx ON kb_embeddings_256 (collection_id)"
+        )
+
+
+def test_embeddings_stored_in_one_table_are_moved_into_partitions_once(
+    kb: KnowledgeBase, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    kb.ingest("Tugs pull the tanker off the quay.", collection="harbour")
+    kb.ingest("Rooks move along ranks and files.", collection="chess")
+    before = {c: [h["id"] for h in kb.search("rook", collection=c)] for c in ("chess", "harbour")}
+    _back_to_one_table(kb)
+    assert _partitions(kb) == {}
+    caplog.set_level(logging.WARNING, logger="arcana_loop.knowledge.schema")
+    upgraded = KnowledgeBase(pg_url, schema=kb.schema)
+    try:
+        after = {
+            c: [h["id"] for h in upgraded.search("rook", collection=c)]
+            for c in ("chess", "harbour")
+        }
+        assert after == before
+        assert sorted(_partitions(upgraded).values()) == [1, 1]
+        assert "one partition per collection" in caplog.text
+        assert f"_c{_ids(upgraded)['chess']}" in _plan(upgraded, "chess")
+        assert len([n for n in _hnsw_indexes(upgraded) if n.endswith("_hnsw")]) == 2
+    finally:
+        upgraded.close()
+    caplog.clear()
+    again = KnowledgeBase(pg_url, schema=kb.schema)  # once: the next opening moves nothing
+    try:
+        again.collections()
+        assert "one partition per collection" not in caplog.text
+    finally:
+        again.close()
+    with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as conn:
+        assert conn.execute("SELECT to_regclass('kb_embeddings_256_unpartitioned')").fetchone() == (
+            None,
+        )
