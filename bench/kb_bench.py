@@ -82,7 +82,8 @@ WARMUP_QUERIES = 40
 EXACT_WARMUP = 10
 EMBED_BATCH = writer.DEFAULT_BATCH_SIZE
 EMBED_MIN_CHUNKS = 10_000
-EARLIER_INGEST_RATIO = 0.39
+INDEXED_WRITE_CHUNKS = 5000
+"""Chunks written into the indexed main collection after both loads (live index inserts)."""
 """Whole ingest over WordLlama alone (chunks/s), measured before BM25 on a distinct corpus."""
 CORPORA = ("distinct", "perturbed")
 _VARIANT_ORDER = [
@@ -204,6 +205,18 @@ def perturbed_workload(size: int, tmp: Path) -> Workload:
     return Workload(f"perturbed:{size}", size, tmp / "main", tmp / "small", CHUNK, 0)
 
 
+def indexed_write_files(source: Path, target: Path, chunks: int) -> Path:
+    """Copy files of `source`, in sorted order, into `target` until they hold about `chunks` chunks."""
+    copied = 0
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        if copied >= chunks:
+            break
+        text = path.read_text(encoding="utf-8")
+        (target / f"more-{path.name}").write_text(text, encoding="utf-8")
+        copied += len(text.strip().split("\n\n"))
+    return target
+
+
 def distinct_workload(size: int, summaries: list[Path] | None = None) -> Workload:
     """The distinct corpus of `size` chunks (built once, then cached), with package summaries if given."""
     root = distinct.build(size, summaries=summaries or [])
@@ -303,8 +316,8 @@ class Bench:
         index_time = [0.0]
         real_hnsw, real_gin = schema.create_hnsw_index, schema.create_fulltext_index
 
-        def timed_hnsw(conn: Any, dim: int) -> None:
-            _, t = timed(real_hnsw, conn, dim)
+        def timed_hnsw(conn: Any, *args: Any) -> None:
+            _, t = timed(real_hnsw, conn, *args)
             index_time[0] += t
 
         def timed_gin(conn: Any) -> None:
@@ -322,6 +335,11 @@ class Bench:
             r2, t2 = timed(self.kb.ingest, w.small, collection="small", **chunking)
         finally:
             vars(writer).update(create_hnsw_index=real_hnsw, create_fulltext_index=real_gin)
+        with tempfile.TemporaryDirectory() as more:
+            # writes into the indexed main collection: files of the small one, copied under
+            # other names (new sources, so new chunk ids: every chunk is embedded and written)
+            held = indexed_write_files(w.small, Path(more), INDEXED_WRITE_CHUNKS)
+            r3, t3 = timed(self.kb.ingest, held, collection="main", **chunking)
         n = r1.chunks_added + r2.chunks_added
         docs = r1.documents_added + r2.documents_added
         total = t1 + t2
@@ -339,10 +357,20 @@ class Bench:
             # load is small enough to keep the indexes throughout
             ingest_bulk_rate=r1.chunks_added / t1,
             ingest_bulk_rate_excl_index=r1.chunks_added / (t1 - index1),
-            ingest_incremental_rate=r2.chunks_added / t2,
+            ingest_second_collection_rate=r2.chunks_added / t2,
+            # live HNSW and GIN inserts into indexes over the main collection
+            indexed_write_chunks=r3.chunks_added,
+            indexed_write_rate=r3.chunks_added / t3,
+            indexed_write_vs_embedder=r3.chunks_added / t3 / self.out["embed_rate"],
         )
         with self.kb.pool().connection() as conn:
             conn.execute("ANALYZE")
+            row = conn.execute(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')"
+            ).fetchone()
+            self.out["stored_mb"] = float(row[0] or 0) / 2**20 if row else 0.0
 
     def search_latency(self, queries: list[Query]) -> None:
         """Time every mode per query, interleaved in a shuffled order, after a warm-up pass.
@@ -491,28 +519,30 @@ class Bench:
         return brute, exact, t_np, t_exact
 
     def verdicts(self) -> dict[str, bool | None]:
+        """The targets: ingest against the embedder measured in the same run, latency, recall."""
         o = self.out
         big = self.workload.size >= 100_000
 
-        def at_100k(ok: bool) -> bool | None:
+        def at_scale(ok: bool) -> bool | None:
             return ok if big else None
 
         return {
-            "ingest >= 0.9x the earlier ratio to the embedder": o["ingest_vs_embedder"]
-            >= 0.9 * EARLIER_INGEST_RATIO,
-            "ingest >= 0.8x embedder": o["ingest_rate"] >= 0.8 * o["embed_rate"],
-            "bulk ingest (excl. index build) >= 0.8x embedder": o["ingest_bulk_rate_excl_index"]
-            >= 0.8 * o["embed_rate"],
-            "semantic recall@5 >= 0.95 at p50 <= 10 ms": at_100k(
-                o["recall_default_vs_exact"] >= 0.95 and o["semantic_p50_ms"] <= 10
+            "bulk ingest >= 0.5x embedder (whole stage)": o["ingest_bulk_rate"]
+            >= 0.5 * o["embed_rate"],
+            "bulk ingest (excl. index build) >= 0.5x embedder": o["ingest_bulk_rate_excl_index"]
+            >= 0.5 * o["embed_rate"],
+            "indexed writes >= 0.25x embedder": o["indexed_write_vs_embedder"] >= 0.25,
+            "semantic p50 <= 20 ms, recall@5 >= 0.95": at_scale(
+                o["semantic_p50_ms"] <= 20 and o["recall_default_vs_exact"] >= 0.95
             ),
-            "semantic p50 <= 10 ms (10% filter)": at_100k(o["semantic_filtered_p50_ms"] <= 10),
-            "recall@5 >= 0.95 (default path, 10% filter)": o["recall_default_vs_exact_filtered"]
-            >= 0.95,
+            "semantic p50 <= 20 ms, recall@5 >= 0.95 (10% collection)": at_scale(
+                o["semantic_filtered_p50_ms"] <= 20
+                and o["recall_default_vs_exact_filtered"] >= 0.95
+            ),
+            "hybrid p50 <= 2x semantic p50": o["hybrid_p50_ms"] <= 2 * o["semantic_p50_ms"],
+            "hybrid p50 (10% collection) <= 2x unfiltered semantic p50": o["hybrid_filtered_p50_ms"]
+            <= 2 * o["semantic_p50_ms"],
             "recall@5 >= 0.95 (HNSW forced)": o["recall_hnsw_vs_exact"] >= 0.95,
-            "hybrid p50 <= 2x semantic and <= 20 ms": o["hybrid_p50_ms"]
-            <= min(2 * o["semantic_p50_ms"], 20),
-            "exact scan <= 2x numpy": o["exact_sql_p50_ms"] <= 2 * o["numpy_p50_ms"],
         }
 
     def close(self, keep: bool) -> None:
