@@ -288,6 +288,7 @@ SELECT c.id, c.text, r.score::float8, k.name, c.document_id, {placed}
 FROM ranked r
 JOIN kb_chunks c ON c.id = r.chunk_id
 JOIN kb_collections k ON k.id = c.collection_id
+JOIN kb_documents d ON d.id = c.document_id
 WHERE (%(threshold)s::float8 IS NULL OR r.score >= %(threshold)s::float8)
 ORDER BY r.score DESC, c.id
 LIMIT %(limit)s

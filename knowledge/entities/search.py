@@ -187,6 +187,7 @@ def chunks_statement(ids: Sequence[int], chunk_ids: Sequence[str]) -> Statement:
     query = sql.SQL(
         "SELECT c.id, c.text, 0::float8, k.name, c.document_id, {placed}"
         " FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id"
+        " JOIN kb_documents d ON d.id = c.document_id"
         " WHERE c.id = ANY(%(c)s) AND c.collection_id = ANY(%(ids)s)"
     ).format(placed=PLACED_CHUNK_SQL)
     return query, {"ids": list(ids), "c": list(chunk_ids)}

@@ -58,7 +58,8 @@ def _chunks(kb: KnowledgeBase, collection: str) -> dict[str, tuple[int, dict[str
         rows = conn.execute(
             sql.SQL(
                 "SELECT c.id, {placed}, c.text FROM kb_chunks c"  # where readers see them
-                " JOIN kb_collections k ON k.id = c.collection_id WHERE k.name = %s"
+                " JOIN kb_collections k ON k.id = c.collection_id"
+                " JOIN kb_documents d ON d.id = c.document_id WHERE k.name = %s"
             ).format(placed=PLACED_CHUNK_SQL),
             (collection,),
         ).fetchall()
