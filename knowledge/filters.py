@@ -156,7 +156,7 @@ def filter_sql(
 ) -> sql.Composable:
     """Compile a checked filter into a condition on the jsonb `column`; its values go into `params`.
 
-    `placed`: the metadata as readers see it (`schema.PLACED_CHUNK_SQL`), matched
+    `placed`: the metadata as readers see it (`placed.PLACED_CHUNK_SQL`), matched
     instead of `column` for the `MOVABLE_KEYS`; it costs a lookup a row and no
     index serves it, so only conditions on those keys use it.
     """

@@ -109,7 +109,7 @@ _BASE_DDL = (
     "CREATE INDEX IF NOT EXISTS kb_chunks_document_idx ON kb_chunks (document_id)",
     "CREATE INDEX IF NOT EXISTS kb_chunks_collection_idx ON kb_chunks (collection_id)",
     # where the chunks an edit moved now are: {chunk id: {"position": n, "start_index": n}}
-    # for each kept chunk whose place differs from its row's (`PLACED_CHUNK_SQL`)
+    # for each kept chunk whose place differs from its row's (`knowledge.placed`)
     "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS moved jsonb",
     """
     CREATE OR REPLACE FUNCTION kb_chunk_metadata(chunk text, doc text, stored jsonb)
@@ -121,23 +121,6 @@ _BASE_DDL = (
     $$
     """,
 )
-
-PLACED_CHUNK_SQL = sql.SQL(
-    "coalesce((d.moved -> c.id ->> 'position')::integer, c.position),"
-    " CASE WHEN d.moved ? c.id THEN (c.metadata - 'start_index') || ((d.moved -> c.id) - 'position')"
-    " ELSE c.metadata END"
-)
-"""A chunk's position and metadata as a reader sees them (``c`` is a `kb_chunks` row, ``d``
-its `kb_documents` row; a filter, which has no ``d``, calls ``kb_chunk_metadata``).
-
-An edit to a document moves the chunks after it. Rewriting each moved row cost
-about as much as inserting it (a new tuple, its tsvector recomputed, an entry in
-every index, the GIN pending list to merge), so a 1 % edit near the top of a
-document rewrote nearly all of it. Instead the document row records where its
-moved chunks now are (`kb_documents.moved`), one row written per edit, and every
-read of a chunk's position or offset goes through these expressions.
-"""
-
 
 _LEX_COUNT_BODY = """
     BEGIN

@@ -8,7 +8,7 @@ binary-`COPY`s only the new chunks with their embeddings. Only new chunks are
 embedded: the stored chunk ids of each changed document are read before
 embedding, so an edit costs about what it changed; a kept chunk the edit only
 moved keeps its row too (its new place goes into the document's row,
-`schema.PLACED_CHUNK_SQL`). A failure anywhere in a batch
+`placed.PLACED_CHUNK_SQL`). A failure anywhere in a batch
 rolls the whole batch back, so a document is never half-written and a replaced
 document keeps its old chunks. Embedding batch *n + 1* overlaps with writing
 batch *n* (one writer thread).
@@ -567,7 +567,7 @@ def _replace_document(
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
 
     A kept chunk may have moved (text added before it): its new position and
-    offset go into the document row's `moved` map (`schema.PLACED_CHUNK_SQL`),
+    offset go into the document row's `moved` map (`placed.PLACED_CHUNK_SQL`),
     so a move costs no chunk row. A kept chunk whose other metadata changed (the
     document's own metadata, a page) is rewritten. Returns the kept chunks' ids.
     """

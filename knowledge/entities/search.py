@@ -33,6 +33,7 @@ from typing import Any
 from psycopg import sql
 
 from arcana_loop.knowledge.entities.schema import entity_vectors_table
+from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
 from arcana_loop.knowledge.steps import Steps
 from arcana_loop.knowledge.types import Chunk
 
@@ -181,9 +182,6 @@ def names_statement(entity_ids: Sequence[int]) -> Statement:
 
 def chunks_statement(ids: Sequence[int], chunk_ids: Sequence[str]) -> Statement:
     """The rows of entity-found chunks, shaped like the text search's rows (score 0)."""
-    # imported here: the knowledge base's schema module creates the entity tables (imports us)
-    from arcana_loop.knowledge.schema import PLACED_CHUNK_SQL
-
     query = sql.SQL(
         "SELECT c.id, c.text, 0::float8, k.name, c.document_id, {placed}"
         " FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id"

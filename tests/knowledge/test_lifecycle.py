@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.schema import PLACED_CHUNK_SQL
+from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
 
 
 class CountingEmbeddings(Embeddings):

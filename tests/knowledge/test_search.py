@@ -258,3 +258,22 @@ def test_only_large_exact_scans_get_parallel_settings() -> None:
     assert q.scan_settings(req, exact=True, rows=big - 1) is None
     assert q.scan_settings(req, exact=True, rows=big) == q.exact_settings_statement()
     assert q.scan_settings(req, exact=False, rows=10) == q.settings_statement(req)
+
+
+def test_a_large_scope_widens_the_default_candidate_list_but_not_a_chosen_one() -> None:
+    from arcana_loop.knowledge import queries as q
+
+    def ef(req: q.SearchRequest | None, rows: int) -> str:
+        assert req is not None
+        return q.scan_settings(req, exact=False, rows=rows)[1]["ef"]  # type: ignore[index]
+
+    default = q.make_request(
+        "x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=None
+    )
+    chosen = q.make_request(
+        "x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=120
+    )
+    large = q.LARGE_SCOPE_ROWS
+    assert ef(default, large - 1) == str(q.DEFAULT_EF_SEARCH)
+    assert ef(default, large) == str(q.LARGE_SCOPE_EF_SEARCH)
+    assert ef(chosen, large) == ef(chosen, 10) == "120"
