@@ -26,6 +26,8 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from arcana_loop.knowledge.placed import MOVED_KEY
+
 Scalar = str | int | float | bool | None
 
 COMPARISONS = {"$lt": "<", "$lte": "<=", "$gt": ">", "$gte": ">="}
@@ -144,10 +146,6 @@ class _Params:
         return sql.Placeholder(name)
 
 
-MOVABLE_KEYS = frozenset({"start_index"})
-"""Metadata keys an edit elsewhere in the document changes without rewriting the chunk's row."""
-
-
 def filter_sql(
     checked: Mapping[str, Any],
     column: sql.Composable,
@@ -157,12 +155,12 @@ def filter_sql(
     """Compile a checked filter into a condition on the jsonb `column`; its values go into `params`.
 
     `placed`: the metadata as readers see it (`placed.PLACED_CHUNK_SQL`), matched
-    instead of `column` for the `MOVABLE_KEYS`; it costs a lookup a row and no
-    index serves it, so only conditions on those keys use it.
+    instead of `column` for `placed.MOVED_KEY`; it costs a lookup a row and no
+    index serves it, so only conditions on that key use it.
     """
 
     def column_for(key: str) -> sql.Composable:
-        return placed if placed is not None and key in MOVABLE_KEYS else column
+        return placed if placed is not None and key == MOVED_KEY else column
 
     return _node(checked, column_for, _Params(params, "filter_"))
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from psycopg import sql
 
+MOVED_KEY = "start_index"
+"""The one metadata key a move changes (with the chunk's position, which is a column)."""
+
 PLACED_CHUNK_SQL = sql.SQL(
     "coalesce((d.moved -> c.id ->> 'position')::integer, c.position),"
     " CASE WHEN d.moved ? c.id THEN (c.metadata - 'start_index') || ((d.moved -> c.id) - 'position')"

@@ -370,16 +370,6 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
     _tolerate_full_disk(conn, lambda c: create_hnsw_index(c, dimension, on_open=True), "HNSW")
 
 
-def ensure_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
-    """Create a collection's embeddings partition, and its HNSW index while it is empty, if missing."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
-        if _relation_kind(conn, _embeddings_name(dimension)) is None:
-            _create_embeddings_table(conn, dimension)
-        _create_partition(conn, dimension, collection_id)
-    create_hnsw_index(conn, dimension, collection_id)
-
-
 def drop_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
     """Drop a collection's embeddings partition (in the caller's transaction): its rows and index at once."""
     conn.execute(

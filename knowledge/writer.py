@@ -55,6 +55,7 @@ from arcana_loop.knowledge.loading import (
     document_id,
 )
 from arcana_loop.knowledge.names import check_text
+from arcana_loop.knowledge.placed import MOVED_KEY
 from arcana_loop.knowledge.schema import (
     create_fulltext_index,
     create_hnsw_index,
@@ -589,10 +590,10 @@ def _replace_document(
         position, metadata = stored[chunk.id]
         if _unplaced(metadata) != _unplaced(chunk.metadata):
             rewritten.append(chunk)
-        elif position != chunk.position or metadata.get(_OFFSET) != chunk.metadata.get(_OFFSET):
+        elif position != chunk.position or metadata.get(MOVED_KEY) != chunk.metadata.get(MOVED_KEY):
             moved[chunk.id] = {"position": chunk.position}
-            if _OFFSET in chunk.metadata:
-                moved[chunk.id][_OFFSET] = chunk.metadata[_OFFSET]
+            if MOVED_KEY in chunk.metadata:
+                moved[chunk.id][MOVED_KEY] = chunk.metadata[MOVED_KEY]
     if rewritten:
         conn.execute(
             "UPDATE kb_chunks AS c SET position = u.position, metadata = u.meta"
@@ -620,13 +621,9 @@ def _replace_document(
     return frozenset(c.id for c in kept)
 
 
-_OFFSET = "start_index"
-"""The one metadata key a move changes (`filters.MOVABLE_KEYS`)."""
-
-
 def _unplaced(metadata: dict[str, Any]) -> dict[str, Any]:
     """A chunk's metadata without its offset: what a move leaves as it was."""
-    return {k: v for k, v in metadata.items() if k != _OFFSET}
+    return {k: v for k, v in metadata.items() if k != MOVED_KEY}
 
 
 def _copy_chunks(
