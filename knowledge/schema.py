@@ -226,7 +226,11 @@ def _migrate_lexical(conn: psycopg.Connection[Any]) -> None:
     The chunks' stored terms stay; the statistics are dropped and counted again per
     collection from them, once, inside the schema's transaction.
     """
-    conn.execute("DROP TABLE IF EXISTS kb_lex_terms, kb_lex_stats")
+    conn.execute(
+        sql.SQL("DROP TABLE IF EXISTS {}, {}").format(
+            _here(conn, "kb_lex_terms"), _here(conn, "kb_lex_stats")
+        )
+    )
     for statement in _LEXICAL_DDL:
         conn.execute(statement)
     conn.execute(
@@ -373,7 +377,9 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
 def drop_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
     """Drop a collection's embeddings partition (in the caller's transaction): its rows and index at once."""
     conn.execute(
-        sql.SQL("DROP TABLE IF EXISTS {p}").format(p=partition_table(dimension, collection_id))
+        sql.SQL("DROP TABLE IF EXISTS {p}").format(
+            p=_here(conn, _partition_name(dimension, collection_id))
+        )
     )
 
 
@@ -427,7 +433,7 @@ def _partition_existing(conn: psycopg.Connection[Any], dimension: int) -> None:
     conn.execute(sql.SQL("ALTER TABLE {t} RENAME TO {o}").format(t=sql.Identifier(name), o=old))
     # the old table's index and key names are the ones the new layout uses
     for index in (f"{name}_hnsw", f"{name}_collection_idx"):
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(index)))
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(_here(conn, index)))
     conn.execute(
         sql.SQL("ALTER TABLE {o} DROP CONSTRAINT IF EXISTS {k}").format(
             o=old, k=sql.Identifier(f"{name}_pkey")
@@ -521,7 +527,7 @@ def _build_hnsw(conn: psycopg.Connection[Any], partition: str, *, on_open: bool)
             return  # another process built it while this one waited, or the collection is gone
         if on_open:
             _say_rebuilding(conn, "HNSW", partition)
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=sql.Identifier(index)))
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=_here(conn, index)))
         # at least 1 GB keeps a 100k-row build in memory (149 s spilling at 64 MB, 58 s at
         # 1 GB); a server tuned to its host (`knowledge.tuning`) may give it more
         conn.execute(
@@ -539,7 +545,7 @@ def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int, collection_id
     """Drop one collection's HNSW index before its bulk load; searches stay correct (exact)."""
     index = _hnsw_index_name(_partition_name(dimension, collection_id))
     with conn.transaction():
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=sql.Identifier(index)))
+        conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=_here(conn, index)))
 
 
 def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
@@ -566,7 +572,7 @@ def create_fulltext_index(conn: psycopg.Connection[Any], *, on_open: bool = Fals
                 continue
             if on_open:
                 _say_rebuilding(conn, name, "kb_chunks")
-            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(_here(conn, name)))
             conn.execute(
                 "SELECT set_config('maintenance_work_mem', '256MB', true) WHERE"
                 " pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('256MB')"
@@ -578,7 +584,7 @@ def drop_fulltext_index(conn: psycopg.Connection[Any]) -> None:
     """Drop the lexical GIN indexes before a bulk load; searches stay correct (scans)."""
     with conn.transaction():
         for name in _TEXT_INDEXES:
-            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(_here(conn, name)))
 
 
 def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
@@ -589,6 +595,16 @@ def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
     ):
         missing.append("HNSW")
     return missing
+
+
+def _here(conn: psycopg.Connection[Any], name: str) -> sql.Identifier:
+    """`name` qualified with this knowledge base's schema, for a statement that drops it.
+
+    A bare name is looked up along the search path, which ends in `public`: dropping
+    an index or table a new schema does not have yet would drop `public`'s namesake.
+    """
+    row = conn.execute("SELECT current_schema()").fetchone()
+    return sql.Identifier(str(row[0]) if row is not None else "public", name)
 
 
 def _usable(conn: psycopg.Connection[Any], index: str) -> bool:
@@ -646,6 +662,6 @@ def truncate_all(conn: psycopg.Connection[Any]) -> None:
             " AND c.relname LIKE 'kb\\_embeddings\\_%'"
         ).fetchall()
         for (name,) in leftover:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_here(conn, name)))
         conn.execute("TRUNCATE kb_collections, kb_documents, kb_chunks RESTART IDENTITY CASCADE")
         conn.execute("TRUNCATE kb_lex_terms, kb_lex_stats")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import psycopg
@@ -130,3 +131,40 @@ def test_embeddings_stored_in_one_table_are_moved_into_partitions_once(
         assert conn.execute("SELECT to_regclass('kb_embeddings_256_unpartitioned')").fetchone() == (
             None,
         )
+
+
+def _index_oids(pg_url: str, schema: str) -> dict[str, int]:
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, c.oid::bigint FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relkind = 'i'",
+            (schema,),
+        ).fetchall()
+    return dict(rows)
+
+
+def test_a_new_schema_leaves_the_public_schemas_indexes_and_partitions_alone(
+    pg_url: str,
+) -> None:
+    public = KnowledgeBase(pg_url)  # the default schema, last on every search path
+    name = f"kept-{uuid.uuid4().hex[:8]}"
+    schema = f"fresh_{uuid.uuid4().hex[:8]}"
+    try:
+        public.ingest("Tugs pull the tanker off the quay.", collection=name)
+        before = _index_oids(pg_url, "public")
+        fresh = KnowledgeBase(pg_url, schema=schema)  # its indexes do not exist yet
+        try:
+            fresh.ingest("Rooks move along ranks and files.", collection="chess")
+            fresh.delete_collection("chess")
+        finally:
+            fresh.close()
+        assert _index_oids(pg_url, "public") == before  # nothing dropped, nothing rebuilt
+        assert [h["text"] for h in public.search("tugs", collection=name)] == [
+            "Tugs pull the tanker off the quay."
+        ]
+    finally:
+        public.delete_collection(name)
+        public.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
