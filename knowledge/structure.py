@@ -416,10 +416,18 @@ def _inline_parser() -> Any:
     return MarkdownIt("commonmark", {"html": True})
 
 
+_INLINE_MARKUP = re.compile(r"[\\`*_\[\]<>!&\r\n]")
+"""Characters that can start CommonMark inline markup; a heading without them is its own words."""
+
+
 def _heading_words(inline: Any) -> str:
     """The words of a heading's inline token: text and code spans, without markup."""
     if inline is None or inline.type != "inline":
         return ""
+    if not _INLINE_MARKUP.search(inline.content):
+        # most headings are plain words: skip the inline parse (a quarter of parsing a
+        # Markdown file of many short sections)
+        return str(inline.content)
     parsed = _inline_parser().parseInline(inline.content)
     children = parsed[0].children if parsed else None
     if not children:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +111,12 @@ def test_failure_mid_ingest_never_half_writes_a_document(
     for topic, text in TOPICS.items():
         (tmp_path / f"{topic}.txt").write_text(text)
     real = ingest_mod._copy_chunks
-    calls = {"n": 0}
+    calls = itertools.count(1)  # next() is atomic: two writers may be copying at once
 
     def fail_second(*args: Any) -> None:
-        calls["n"] += 1
+        call = next(calls)
         real(*args)
-        if calls["n"] == 2:
+        if call == 2:
             raise RuntimeError("injected failure")
 
     monkeypatch.setattr(ingest_mod, "_copy_chunks", fail_second)
@@ -326,6 +329,51 @@ def test_stored_vectors_are_the_embedder_output(kb: KnowledgeBase) -> None:
         kb.embeddings.embed_documents([f"tcp\n{r[0]}" for r in rows]), dtype=np.float32
     )
     assert np.array_equal(stored, expected)
+
+
+def _writers_at_once(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record, at each batch write, how many batch writes are under way (this one included)."""
+    real = ingest_mod._write_batch
+    lock = threading.Lock()
+    state = {"now": 0}
+    seen: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        with lock:
+            state["now"] += 1
+            seen.append(state["now"])
+        try:
+            time.sleep(0.2)  # long enough for a second writer, if there is one, to start
+            return real(*args)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(ingest_mod, "_write_batch", counted)
+    return seen
+
+
+def test_writes_into_a_live_index_run_two_batches_at_once_and_a_bulk_load_one(
+    kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for topic, text in TOPICS.items():
+        (tmp_path / f"{topic}.txt").write_text(text)
+    seen = _writers_at_once(monkeypatch)
+    live = kb.ingest(tmp_path, chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, batch_size=4)
+    assert max(seen) == ingest_mod.LIVE_INDEX_WRITERS == 2
+    stored = _rows(kb, "SELECT count(*) FROM kb_chunks")[0][0]
+    assert stored == live.chunks_added and live.documents_added == len(TOPICS)
+    seen.clear()
+    monkeypatch.setattr(ingest_mod, "BULK_MIN_CHUNKS", 1)
+    bulk = kb.ingest(
+        tmp_path,
+        collection="bulk",
+        chunk_size=CHUNK_SIZE,
+        chunk_overlap=CHUNK_OVERLAP,
+        batch_size=4,
+    )
+    assert len(seen) > 1 and max(seen) == 1  # an index is built after it: one writer is enough
+    assert bulk.chunks_added == live.chunks_added
 
 
 def test_bulk_load_rebuilds_both_indexes(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import random
 import re
+import string
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from arcana_loop.knowledge.loaders import read_html, read_pdf
 from arcana_loop.knowledge.loading import ChunkRow, SourceDoc, split_document, text_document
 from arcana_loop.knowledge.sections import page_label
-from arcana_loop.knowledge.structure import markdown_blocks, rst_blocks
+from arcana_loop.knowledge.structure import _heading_words, markdown_blocks, rst_blocks
 from tests.knowledge.test_loaders import make_pdf
 
 FENCE = re.compile(r"^(```|~~~)", re.MULTILINE)
@@ -103,6 +106,26 @@ def test_a_long_list_is_cut_between_items() -> None:
 def test_headings_in_a_section_path_are_text_not_markup() -> None:
     blocks = markdown_blocks("## The `harbor.dock()` call ¶\n\nIt docks.\n")
     assert blocks[-1].section == ("The harbor.dock() call",)
+
+
+def test_a_heading_without_markup_characters_reads_as_a_full_inline_parse_would() -> None:
+    # plain headings skip the inline parse; random headings, half of them with markup
+    # characters, must read the same either way
+    from markdown_it import MarkdownIt
+
+    parser = MarkdownIt("commonmark", {"html": True})
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + " .,:;-()#+=/?'\"{}|~^$%@é¶" + "\\`*_[]<>!&\n"
+    for _ in range(3000):
+        heading = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))).strip()
+        parsed = parser.parseInline(heading)[0].children or []
+        words = "".join(
+            child.content if child.type in ("text", "code_inline", "html_inline") else " "
+            for child in parsed
+            if child.type in ("text", "code_inline", "html_inline", "softbreak", "hardbreak")
+        )
+        token = SimpleNamespace(type="inline", content=heading)
+        assert _heading_words(token) == (words if parsed else heading), heading
 
 
 def test_text_with_heading_shaped_lines_but_no_structure_keeps_no_heading() -> None:
