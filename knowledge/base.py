@@ -829,8 +829,7 @@ class KnowledgeBase:
             limit: Maximum chunks returned.
             mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
             threshold: Minimum score in the mode's own scale (cosine, ts_rank_cd, RRF).
-            ef_search: HNSW candidate list size (default `DEFAULT_EF_SEARCH`, 200; 300 over a
-                scope of at least `LARGE_SCOPE_ROWS` vectors).
+            ef_search: HNSW candidate list size (default `DEFAULT_EF_SEARCH`, 300).
             entities: `None` (default): fuse in the knowledge graph when a searched
                 collection has one; `True`: the same, logging when none has;
                 `False`: text search only. See `knowledge.entities.search`.

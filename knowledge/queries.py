@@ -45,10 +45,21 @@ MAX_QUERY_CHARS = 2000
 MAX_OR_WORDS = 32
 DEFAULT_OR_BUDGET = 500
 """Estimated rows the OR fallback of full-text search ranks (see `_FULLTEXT`)."""
-DEFAULT_EF_SEARCH = 200
-"""HNSW candidate list of a search. On 100k distinct chunks (`bench.kb_bench`, two
-builds of the index) 100 gave recall@5 0.949-0.951 against an exact scan, on the
-0.95 target; 200 gave 0.971 in both, at 4.5-4.8 ms p50 instead of 3.1-3.7 ms."""
+DEFAULT_EF_SEARCH = 300
+"""HNSW candidate list of a search, each collection's index walked with it.
+
+Recall@5 against an exact scan (`bench.kb_bench`, 2 cores; p50 of the search call):
+
+| corpus, scope | 200 | 300 |
+|---|---|---|
+| 100k, both collections | 0.980, 8.2 ms | 0.988, 8.8 ms |
+| 100k, 10k-vector collection | 0.987, 4.8 ms | 1.000, 5.0 ms |
+| 1M, both collections | 0.936-0.944, 12-15 ms | 0.952-0.953, 17 ms |
+| 1M, 96k-vector collection | 0.944-0.949, 7.9 ms | 0.963, 7.3 ms |
+
+200 missed 0.95 at 1M, in a collection of 96k short texts as well as over everything: how
+hard a graph is to search depends on its texts more than on its size, so one default,
+at a fraction of a millisecond on small collections, rather than a size threshold."""
 MAX_EF_SEARCH = 1000
 DEFAULT_EXACT_MAX_ROWS = 20_000
 PARALLEL_EXACT_MIN_ROWS = 50_000
@@ -74,8 +85,6 @@ class SearchRequest:
     ef_search: int
     filter: dict[str, Any] | None = None
     """A checked metadata filter (`knowledge.filters`), or ``None``."""
-    ef_search_given: bool = False
-    """Whether the caller chose `ef_search`; if not, a large scope widens it (`settings_statement`)."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,6 @@ def make_request(
         threshold=None if threshold is None else float(threshold),
         ef_search=ef,
         filter=checked,
-        ef_search_given=ef_search is not None,
     )
 
 
@@ -230,25 +238,12 @@ A collection scope is left at ``ef_search``: each collection's vectors have an i
 their own (a partition each, `knowledge.schema`), searched as if the collection were alone."""
 
 
-LARGE_SCOPE_ROWS = 500_000
-LARGE_SCOPE_EF_SEARCH = 300
-"""The default ``ef_search`` for a scope of at least `LARGE_SCOPE_ROWS` vectors (planner estimate).
+def settings_statement(req: SearchRequest) -> Statement:
+    """Return transaction-local HNSW settings for an index search.
 
-Measured at 1M chunks (`bench.kb_bench --sizes 1000000 --ef-sweep 300 400`, 2 cores): recall@5
-against an exact scan was 0.936 at 200 (p50 12.0 ms), 0.952 at 300 (17.3 ms), 0.961 at 400
-(20.2 ms); at 100k-300k, 200 already recalls 0.96-0.98."""
-
-
-def settings_statement(req: SearchRequest, rows: int = 0) -> Statement:
-    """Return transaction-local HNSW settings for an index search of about `rows` vectors.
-
-    The candidate list is wider under a metadata filter (`FILTERED_EF_FACTOR`) and, unless the
-    caller chose ``ef_search``, over a large scope (`LARGE_SCOPE_EF_SEARCH`).
+    The candidate list is wider under a metadata filter (`FILTERED_EF_FACTOR`).
     """
-    ef = req.ef_search
-    if not req.ef_search_given and rows >= LARGE_SCOPE_ROWS:
-        ef = max(ef, LARGE_SCOPE_EF_SEARCH)
-    ef = max(ef, candidate_pool(req))
+    ef = max(req.ef_search, candidate_pool(req))
     if req.filter:
         ef *= FILTERED_EF_FACTOR
     ef = min(MAX_EF_SEARCH, ef)
@@ -267,7 +262,7 @@ def scan_settings(req: SearchRequest, *, exact: bool, rows: int) -> Statement | 
     smaller exact scans none, since starting workers costs more than they save.
     """
     if not exact:
-        return settings_statement(req, rows)
+        return settings_statement(req)
     return exact_settings_statement() if rows >= PARALLEL_EXACT_MIN_ROWS else None
 
 

@@ -260,7 +260,7 @@ def test_only_large_exact_scans_get_parallel_settings() -> None:
     assert q.scan_settings(req, exact=False, rows=10) == q.settings_statement(req)
 
 
-def test_a_large_scope_widens_the_default_candidate_list_but_not_a_chosen_one() -> None:
+def test_the_candidate_list_is_the_default_or_the_chosen_one_at_any_scope() -> None:
     from arcana_loop.knowledge import queries as q
 
     def ef(req: q.SearchRequest | None, rows: int) -> str:
@@ -273,7 +273,5 @@ def test_a_large_scope_widens_the_default_candidate_list_but_not_a_chosen_one() 
     chosen = q.make_request(
         "x", collection=None, limit=5, mode="semantic", threshold=None, ef_search=120
     )
-    large = q.LARGE_SCOPE_ROWS
-    assert ef(default, large - 1) == str(q.DEFAULT_EF_SEARCH)
-    assert ef(default, large) == str(q.LARGE_SCOPE_EF_SEARCH)
-    assert ef(chosen, large) == ef(chosen, 10) == "120"
+    assert ef(default, 10) == ef(default, 10**7) == str(q.DEFAULT_EF_SEARCH) == "300"
+    assert ef(chosen, 10**7) == ef(chosen, 10) == "120"
