@@ -421,17 +421,21 @@ def _run_pipeline(load: _Load, writers: int) -> None:
     """
     done = 0
     inflight: deque[Future[IngestResult]] = deque()
+
+    def settle(keep: int) -> None:
+        """Count the oldest writes as they commit until at most `keep` are under way."""
+        nonlocal done
+        while len(inflight) > keep:
+            done += _merge(load.result, inflight.popleft().result())
+            _report(load.progress, done, load.total)
+
     with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="kb-writer") as pool:
         try:
             for batch in load.batches:
                 matrix = embed_matrix(load.embeddings, batch.texts(), load.coll.dimension)
-                while len(inflight) >= writers:
-                    done += _merge(load.result, inflight.popleft().result())
-                    _report(load.progress, done, load.total)
+                settle(writers - 1)
                 inflight.append(pool.submit(_write_batch, load, batch, matrix))
-            while inflight:
-                done += _merge(load.result, inflight.popleft().result())
-                _report(load.progress, done, load.total)
+            settle(0)
         except BaseException:
             for other in inflight:
                 if other.exception() is None:
