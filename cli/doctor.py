@@ -24,7 +24,7 @@ SEARCH_INDEXES = ["kb_chunks_tsv_idx", "kb_chunks_lex_keys_idx", "kb_chunks_meta
 
 def _report(kb: Any) -> dict[str, Any]:
     from arcana_loop.knowledge.redact import redact
-    from arcana_loop.knowledge.schema import missing_indexes
+    from arcana_loop.knowledge.schema import missing_indexes, pending_vectors
     from arcana_loop.knowledge.server import DATABASE_URL_ENV, pgdata_dir
     from arcana_loop.knowledge.tuning import current_settings, host_settings
 
@@ -52,6 +52,12 @@ def _report(kb: Any) -> dict[str, Any]:
             d for (d,) in conn.execute("SELECT DISTINCT dimension FROM kb_collections").fetchall()
         ]
         missing = sorted({m for d in dimensions for m in missing_indexes(conn, d)})
+        waiting = {
+            name: pending_vectors(conn, dim, coll_id)
+            for coll_id, name, dim in conn.execute(
+                "SELECT id, name, dimension FROM kb_collections WHERE stored ORDER BY name"
+            ).fetchall()
+        }
     return {
         "server": {
             "kind": "embedded" if owned else "DATABASE_URL (advice only: not changed)",
@@ -73,6 +79,7 @@ def _report(kb: Any) -> dict[str, Any]:
             {"index": r[0], "table": r[1], "valid": bool(r[2]), "size": r[3]} for r in indexes
         ],
         "missing_indexes": missing,
+        "pending_vectors": {name: n for name, n in waiting.items() if n},
         "collections": [c.to_dict() for c in kb.collections()],
     }
 
@@ -81,6 +88,8 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Show the knowledge base's server, its settings for this host, its indexes and collections."""
+    from arcana_loop.knowledge.schema import PENDING_MAX_ROWS
+
     kb = knowledge_base()
     with database_errors("cannot read the server's state"):
         report = _report(kb)
@@ -110,6 +119,12 @@ def doctor(
     for name in report["missing_indexes"]:
         out.print(
             f"[red]The {name} index is missing:[/] it is rebuilt the next time the knowledge base opens."
+        )
+    for name, count in report["pending_vectors"].items():
+        out.print(
+            f"{count:,} vectors of {shown(name)} wait outside its HNSW graph (searched exactly;"
+            " merged by a write that leaves more than"
+            f" {PENDING_MAX_ROWS:,}, or by KnowledgeBase.merge_pending)."
         )
     names = ", ".join(f"{c['name']} ({c['chunks']:,} chunks)" for c in report["collections"])
     out.print(f"Collections: {shown(names) or 'none'}")

@@ -82,6 +82,7 @@ from arcana_loop.knowledge.writer import (
     DEFAULT_BATCH_SIZE,
     CollectionRef,
     check_metadata,
+    merge_pending,
     write_documents,
 )
 
@@ -662,6 +663,34 @@ class KnowledgeBase:
         elif exists and result.chunks_removed:
             with self.pool().connection() as conn:
                 entity_store.after_chunks_removed(conn, [coll.id])
+
+    def merge_pending(self, collection: str | None = None) -> int:
+        """Move vectors waiting outside the HNSW graph into it, for one collection or all.
+
+        A write into a collection whose index is live leaves its vectors pending:
+        searched exactly beside the graph, and merged by the write that leaves more
+        than `PENDING_MAX_ROWS` of them (see `knowledge.schema`). Merging them when
+        the knowledge base is idle keeps searches from scanning them.
+
+        Returns:
+            The vectors moved into a graph.
+
+        Raises:
+            CollectionNotFound: if `collection` names no collection.
+            EmbeddingMismatch: if it was embedded with another model.
+        """
+        with self._server_errors():
+            if collection is not None:
+                colls = [self._collection(collection, create=False)]
+            else:
+                with self.pool().connection() as conn:
+                    rows = conn.execute(
+                        "SELECT id, name, dimension FROM kb_collections"
+                        " WHERE embedding_model = %s AND dimension = %s ORDER BY name",
+                        (self.model_name, self.dimension),
+                    ).fetchall()
+                colls = [CollectionRef(id=r[0], name=r[1], dimension=r[2]) for r in rows]
+            return sum(merge_pending(self.pool(), coll) for coll in colls)
 
     # -- entities (the knowledge graph) -------------------------------------------
 

@@ -23,6 +23,16 @@ collection as if it were alone, a search over several collections merges their
 indexes' orders (Merge Append), a new collection's bulk load builds an index
 over its own rows only, and deleting a collection drops its partition.
 
+Vectors written while a collection's HNSW index is live wait outside its graph
+(`pending`): each partition's HNSW index is partial (``WHERE NOT pending``), a
+search walks the graph and scans the pending rows exactly (found through a
+partial b-tree index), and `merge_pending` moves them into the graph, which a
+write does itself once a collection holds more than `PENDING_MAX_ROWS` of them.
+Inserting into a live graph costs a server backend 1.4 ms a vector at 91k
+vectors (more at 900k); a pending write 0.03 ms. The graph insertion still
+happens, at the merge (1.3 ms a vector), but not on the path of a sync that
+changed a few files, and never for a chunk replaced before it was merged.
+
 `kb_chunks.tsv` is a generated `to_tsvector('english', text)` column with a GIN
 index. Deleting a collection or document cascades to its chunks and embeddings.
 The knowledge-graph tables (`knowledge.entities.schema`) are created by
@@ -52,6 +62,12 @@ HNSW_MAX_DIMENSION = 2000
 _SCHEMA_LOCK_KEY = 0x6B625F736368  # "kb_sch": serialises concurrent schema creation
 _INDEX_LOCK_KEY = 0x6B625F696478  # "kb_idx": one builder per index, so two never race on its name
 _HNSW_LOCK_CLASS = 0x6B6268  # "kbh": with the index name's hash, one builder per HNSW index
+
+PENDING_MAX_ROWS = 10_000
+"""Pending vectors a collection may hold before a write merges them into its graph.
+
+Each search of the collection scans them exactly: at 91k vectors, 5,000 pending
+vectors added 1.7 ms to a 3.5 ms HNSW search; none add 0.06 ms."""
 
 _TEXT_INDEXES = {
     "kb_chunks_tsv_idx": "CREATE INDEX IF NOT EXISTS kb_chunks_tsv_idx ON kb_chunks USING gin (tsv)",
@@ -364,6 +380,7 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
             _partition_existing(conn, dimension)
         elif kind is None:
             _create_embeddings_table(conn, dimension)
+        _add_pending(conn, dimension)
         ids = conn.execute(
             "SELECT id FROM kb_collections WHERE dimension = %s ORDER BY id", (dimension,)
         ).fetchall()
@@ -401,9 +418,41 @@ def _create_embeddings_table(conn: psycopg.Connection[Any], dimension: int) -> N
             " chunk_id text NOT NULL REFERENCES kb_chunks (id) ON DELETE CASCADE,"
             " collection_id bigint NOT NULL,"
             " embedding vector({d}) NOT NULL,"
+            " pending boolean NOT NULL DEFAULT false,"
             " PRIMARY KEY (chunk_id, collection_id)) PARTITION BY LIST (collection_id)"
         ).format(t=embeddings_table(dimension), d=sql.Literal(dimension))
     )
+
+
+def _add_pending(conn: psycopg.Connection[Any], dimension: int) -> None:
+    """Give the embeddings table its `pending` column and the partial index that finds those rows.
+
+    A table made before pending vectors gets the column (a catalog change: no
+    row is rewritten); its partitions' HNSW indexes, over every row, are
+    rebuilt partial by `create_hnsw_index`.
+    """
+    name = _embeddings_name(dimension)
+    has_column = conn.execute(
+        "SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = %s AND a.attname = 'pending'"
+        " AND NOT a.attisdropped",
+        (name,),
+    ).fetchone()
+    if has_column is None:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS pending boolean NOT NULL DEFAULT false"
+            ).format(t=sql.Identifier(name))
+        )
+    index = f"{name}_pending_idx"
+    if not _usable(conn, index):
+        # on the parent: every partition, present and future, gets its own
+        conn.execute(
+            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (collection_id) WHERE pending").format(
+                i=sql.Identifier(index), t=sql.Identifier(name)
+            )
+        )
 
 
 def _create_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
@@ -514,7 +563,7 @@ def create_hnsw_index(
         else [name for _, name in partitions(conn, dimension)]
     )
     for partition in names:
-        if not _usable(conn, _hnsw_index_name(partition)):
+        if not _usable(conn, _hnsw_index_name(partition), partial=True):
             _build_hnsw(conn, partition, on_open=on_open)
 
 
@@ -523,11 +572,23 @@ def _build_hnsw(conn: psycopg.Connection[Any], partition: str, *, on_open: bool)
     with conn.transaction():
         # one builder per index; builds of different collections' indexes do not wait for each other
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_HNSW_LOCK_CLASS, index))
-        if _usable(conn, index) or _relation_kind(conn, partition) is None:
+        if _usable(conn, index, partial=True) or _relation_kind(conn, partition) is None:
             return  # another process built it while this one waited, or the collection is gone
-        if on_open:
+        if _usable(conn, index):
+            logger.warning(
+                "rebuilding the HNSW index of %s once, to keep fresh writes out of its graph"
+                " (an index over every row, from before pending vectors)",
+                partition,
+            )
+        elif on_open:
             _say_rebuilding(conn, "HNSW", partition)
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=_here(conn, index)))
+        # a build takes every row into the graph: 0.3 ms a row, against 1.3 to merge one
+        conn.execute(
+            sql.SQL("UPDATE {p} SET pending = false WHERE pending").format(
+                p=sql.Identifier(partition)
+            )
+        )
         # at least 1 GB keeps a 100k-row build in memory (149 s spilling at 64 MB, 58 s at
         # 1 GB); a server tuned to its host (`knowledge.tuning`) may give it more
         conn.execute(
@@ -537,8 +598,39 @@ def _build_hnsw(conn: psycopg.Connection[Any], partition: str, *, on_open: bool)
         conn.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {i} ON {p} USING hnsw (embedding vector_cosine_ops)"
+                " WHERE NOT pending"
             ).format(i=sql.Identifier(index), p=sql.Identifier(partition))
         )
+
+
+def pending_vectors(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> int:
+    """Count the collection's vectors waiting outside its HNSW graph (through the partial index)."""
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {p} WHERE pending").format(
+            p=partition_table(dimension, collection_id)
+        )
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def merge_pending_batch(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int, rows: int
+) -> int:
+    """Move up to `rows` pending vectors into the collection's HNSW graph; return how many moved.
+
+    Rows another merger holds are skipped, so several connections merge at once
+    (a graph insert is a server backend's work).
+    """
+    partition = partition_table(dimension, collection_id)
+    cur = conn.execute(
+        sql.SQL(
+            "WITH picked AS (SELECT chunk_id FROM {p} WHERE pending LIMIT %s FOR UPDATE SKIP LOCKED)"
+            " UPDATE {p} e SET pending = false FROM picked"
+            " WHERE e.chunk_id = picked.chunk_id AND e.pending"
+        ).format(p=partition),
+        (rows,),
+    )
+    return max(cur.rowcount, 0)
 
 
 def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
@@ -591,7 +683,8 @@ def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
     """Name the search indexes (`"full-text"`, `"HNSW"`) that are not usable right now."""
     missing = [] if all(_usable(conn, name) for name in _TEXT_INDEXES) else ["full-text"]
     if dimension <= HNSW_MAX_DIMENSION and not all(
-        _usable(conn, _hnsw_index_name(name)) for _, name in partitions(conn, dimension)
+        _usable(conn, _hnsw_index_name(name), partial=True)
+        for _, name in partitions(conn, dimension)
     ):
         missing.append("HNSW")
     return missing
@@ -607,8 +700,11 @@ def _here(conn: psycopg.Connection[Any], name: str) -> sql.Identifier:
     return sql.Identifier(str(row[0]) if row is not None else "public", name)
 
 
-def _usable(conn: psycopg.Connection[Any], index: str) -> bool:
+def _usable(conn: psycopg.Connection[Any], index: str, *, partial: bool = False) -> bool:
     """Tell whether `index` exists in this knowledge base's schema, valid and ready (no table lock taken).
+
+    ``partial``: only an index with a ``WHERE`` clause counts (an HNSW index that
+    leaves pending vectors out of its graph).
 
     An index an interrupted ``CREATE INDEX CONCURRENTLY`` (or a failed ``REINDEX``) left
     behind exists but is not valid: the planner never uses it, so it counts as missing and
@@ -619,8 +715,9 @@ def _usable(conn: psycopg.Connection[Any], index: str) -> bool:
     row = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " JOIN pg_index i ON i.indexrelid = c.oid"
-        " WHERE n.nspname = current_schema() AND c.relname = %s AND i.indisvalid AND i.indisready)",
-        (index,),
+        " WHERE n.nspname = current_schema() AND c.relname = %s AND i.indisvalid AND i.indisready"
+        " AND (i.indpred IS NOT NULL OR NOT %s))",
+        (index, partial),
     ).fetchone()
     return row == (True,)
 

@@ -19,9 +19,11 @@ drops the collection's HNSW index first (each collection has its own, on its
 partition: `knowledge.schema`) and builds it once at the end, with the memory
 and parallel workers the server allows: inserting into a live HNSW index costs
 several times a row's share of a build. A load into a collection that already
-holds rows adds to its index instead, so no load ever rebuilds an index over
-rows that were there before it (a rebuild over every row grew with the table: 26 s
-after the first 100k chunks, 300 s at 961k). The full-text GIN indexes, shared by
+holds rows never rebuilds its index over rows that were there before it (a rebuild
+over every row grew with the table: 26 s after the first 100k chunks, 300 s at
+961k): its vectors are written pending, outside the live graph, searched exactly
+beside it, and merged into it (`merge_pending`) once the collection holds more
+than `PENDING_MAX_ROWS` of them (`knowledge.schema`). The full-text GIN indexes, shared by
 all collections, are dropped and built afterwards likewise only while `kb_chunks`
 holds fewer than `BULK_MIN_CHUNKS` rows (searches meanwhile scan the table). Every other ingest
 ends by merging the GIN index's pending list, which each full-text search would
@@ -36,7 +38,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -59,13 +61,17 @@ from arcana_loop.knowledge.loading import (
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import MOVED_KEY
 from arcana_loop.knowledge.schema import (
+    HNSW_MAX_DIMENSION,
+    PENDING_MAX_ROWS,
     create_fulltext_index,
     create_hnsw_index,
     drop_fulltext_index,
     drop_hnsw_index,
     merge_fulltext_pending,
+    merge_pending_batch,
     missing_indexes,
     partition_table,
+    pending_vectors,
 )
 from arcana_loop.knowledge.types import IngestResult, ProgressFn
 
@@ -76,6 +82,8 @@ BULK_MIN_CHUNKS = 5000
 """A load of this many chunks into an index holding fewer rows builds that index after it."""
 LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
+MERGE_BATCH_ROWS = 500
+"""Pending vectors moved into an HNSW graph per transaction (`merge_pending`)."""
 
 
 @dataclass(frozen=True)
@@ -243,13 +251,17 @@ class _Load:
     progress: ProgressFn | None
     result: IngestResult
     """Updated as each batch commits."""
+    pending: bool = False
+    """Write the vectors pending: outside the live HNSW graph until merged (`merge_pending`)."""
 
 
 def _load(load: _Load) -> None:
     """Write the batches; whatever happens, put back the indexes a bulk load dropped."""
     bulk = _bulk_load(load.pool, load.coll, load.total)
-    # a live HNSW insert is a server backend's work (1.5 ms a row at 90k rows), and
-    # two backends insert concurrently: 0.77 ms a row measured with two connections
+    # into a live index, vectors wait outside its graph until merged (`knowledge.schema`)
+    load = replace(load, pending=not bulk.hnsw and load.coll.dimension <= HNSW_MAX_DIMENSION)
+    # a live index's full-text side (GIN inserts, BM25 statistics) is a server backend's
+    # work too, and two backends write concurrently
     writers = 1 if bulk.hnsw else min(LIVE_INDEX_WRITERS, load.pool.max_size)
     try:
         _run_pipeline(load, writers)
@@ -262,6 +274,38 @@ def _load(load: _Load) -> None:
         raise
     if load.total:
         _after_load(load.pool, load.coll, bulk)
+        if load.pending:
+            merge_pending(load.pool, load.coll, above=PENDING_MAX_ROWS)
+
+
+def merge_pending(pool: ConnectionPool[Any], coll: CollectionRef, *, above: int = 0) -> int:
+    """Move the collection's pending vectors into its HNSW graph if it holds more than `above`.
+
+    Batches of `MERGE_BATCH_ROWS` commit one by one, so an interrupted merge keeps
+    what it moved; `LIVE_INDEX_WRITERS` connections merge at once (a graph insert is a
+    server backend's work: 1.4 ms a vector on one connection at 91k vectors, 0.8 on two).
+    Returns the vectors moved.
+    """
+    if coll.dimension > HNSW_MAX_DIMENSION:
+        return 0
+    with pool.connection() as conn:
+        waiting = pending_vectors(conn, coll.dimension, coll.id)
+    if waiting <= above or waiting == 0:
+        return 0
+    logger.info("merging %d pending vectors of %r into its HNSW graph", waiting, coll.name)
+
+    def merge_some() -> int:
+        moved = 0
+        while True:
+            with pool.connection() as conn, conn.transaction():
+                step = merge_pending_batch(conn, coll.dimension, coll.id, MERGE_BATCH_ROWS)
+            moved += step
+            if step == 0:
+                return moved
+
+    writers = max(1, min(LIVE_INDEX_WRITERS, pool.max_size))
+    with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="kb-merge") as workers:
+        return sum(workers.map(lambda _: merge_some(), range(writers)))
 
 
 def _disk_full_message(
@@ -480,7 +524,7 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
                 embedded.update(zip((c.id for c in missing), more, strict=True))
             rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
             writes.append((item.doc_id, new, rows))
-        _copy_chunks(conn, coll, writes)
+        _copy_chunks(conn, coll, writes, load.pending)
         delta.chunks_added = sum(len(new) for _, new, _ in writes)
     return delta
 
@@ -651,8 +695,12 @@ def _copy_chunks(
     conn: psycopg.Connection[Any],
     coll: CollectionRef,
     writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
+    pending: bool,
 ) -> None:
-    """Binary-COPY a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings."""
+    """Binary-COPY a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings.
+
+    ``pending``: the embeddings wait outside the collection's live HNSW graph.
+    """
     writes = [w for w in writes if w[1]]
     if not writes:
         return
@@ -686,17 +734,17 @@ def _copy_chunks(
                 )
         # into the collection's partition directly: no routing of each row through the parent
         statement = sql.SQL(
-            "COPY {p} (chunk_id, collection_id, embedding) FROM STDIN (FORMAT BINARY)"
+            "COPY {p} (chunk_id, collection_id, embedding, pending) FROM STDIN (FORMAT BINARY)"
         ).format(p=partition_table(coll.dimension, coll.id))
         ids = [row.id for _, chunks, _ in writes for row in chunks]
         vectors = np.concatenate([vectors for _, _, vectors in writes])
         with cur.copy(statement) as copy:
             if all(len(i) == CHUNK_ID_CHARS and i.isascii() for i in ids):
-                copy.write(_binary_embedding_rows(ids, coll.id, vectors))
+                copy.write(_binary_embedding_rows(ids, coll.id, vectors, pending))
             else:  # not our ids: let psycopg adapt row by row
-                copy.set_types(["text", "int8", "vector"])
+                copy.set_types(["text", "int8", "vector", "bool"])
                 for chunk, vector in zip(ids, vectors, strict=True):
-                    copy.write_row((chunk, coll.id, vector))
+                    copy.write_row((chunk, coll.id, vector, pending))
 
 
 def _collection_average_length(
@@ -725,13 +773,13 @@ _COPY_TRAILER = b"\xff\xff"
 
 
 def _binary_embedding_rows(
-    ids: list[str], collection_id: int, vectors: np.ndarray[Any, Any]
+    ids: list[str], collection_id: int, vectors: np.ndarray[Any, Any], pending: bool
 ) -> bytes:
     """Encode embedding rows as one binary-COPY stream, built by numpy in one pass.
 
-    Each row is three fields: the chunk id (always `CHUNK_ID_CHARS` ASCII
-    characters), the collection id (int8) and pgvector's binary `vector` (int16
-    dimension, int16 zero, big-endian float32s). Adapting 1,000 rows one by one
+    Each row is four fields: the chunk id (always `CHUNK_ID_CHARS` ASCII
+    characters), the collection id (int8), pgvector's binary `vector` (int16
+    dimension, int16 zero, big-endian float32s) and `pending` (one byte). Adapting 1,000 rows one by one
     through psycopg took several milliseconds of the writer thread per batch,
     holding the GIL the embedder also needs.
     """
@@ -747,10 +795,12 @@ def _binary_embedding_rows(
             ("dim", ">i2"),
             ("unused", ">i2"),
             ("vec", ">f4", (dim,)),
+            ("pending_len", ">i4"),
+            ("pending", "u1"),
         ]
     )
     rows = np.zeros(len(ids), dtype=row)
-    rows["fields"] = 3
+    rows["fields"] = 4
     rows["id_len"] = CHUNK_ID_CHARS
     rows["id"] = ids
     rows["coll_len"] = 8
@@ -758,4 +808,6 @@ def _binary_embedding_rows(
     rows["vec_len"] = 4 + 4 * dim
     rows["dim"] = dim
     rows["vec"] = vectors
+    rows["pending_len"] = 1
+    rows["pending"] = pending
     return _COPY_SIGNATURE + rows.tobytes() + _COPY_TRAILER

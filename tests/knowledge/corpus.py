@@ -66,3 +66,11 @@ TOPICS: dict[str, str] = {
         "aqueducts stayed in use for centuries after they were built."
     ),
 }
+
+QUESTIONS: dict[str, str] = {
+    "volcanoes": "How do lava and ash come out of a magma chamber during an eruption?",
+    "bread": "Why does dough rise when yeast ferments it?",
+    "tcp": "How does the handshake start a reliable network connection?",
+    "photosynthesis": "How do plants turn sunlight into sugar?",
+}
+"""A question for each of these topics, in other words than its text."""

@@ -9,17 +9,10 @@ import pytest
 
 from arcana_loop import knowledge
 from arcana_loop.knowledge import SEARCH_MODES, EmbeddingMismatch, KnowledgeBase
-from tests.knowledge.corpus import TOPICS
+from tests.knowledge.corpus import QUESTIONS, TOPICS
 from tests.knowledge.helpers import HashEmbeddings, ingest_topic, load_topics
 
 pytestmark = pytest.mark.postgres
-
-QUESTIONS = {
-    "volcanoes": "How do lava and ash come out of a magma chamber during an eruption?",
-    "bread": "Why does dough rise when yeast ferments it?",
-    "tcp": "How does the handshake start a reliable network connection?",
-    "photosynthesis": "How do plants turn sunlight into sugar?",
-}
 
 
 @pytest.fixture
@@ -137,6 +130,7 @@ def test_empty_scope_never_touches_the_database(tmp_path: object) -> None:
 
 def test_filtered_hnsw_returns_limit_rows(loaded: KnowledgeBase) -> None:
     loaded.exact_max_rows = 0  # force the HNSW path with a collection filter
+    loaded.merge_pending()  # every vector in the graph: the walk itself is under test
     hits = loaded.search(
         QUESTIONS["bread"], collection="games", mode="semantic", limit=3, ef_search=1
     )

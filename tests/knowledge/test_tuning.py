@@ -110,7 +110,7 @@ def _uses_hnsw(kb: KnowledgeBase, collection: str = "port") -> bool:
     with kb.pool().connection() as conn, conn.transaction():
         conn.execute("SET LOCAL enable_seqscan = off")
         plan = conn.execute(
-            "EXPLAIN SELECT chunk_id FROM kb_embeddings_256 ORDER BY embedding <=>"
+            "EXPLAIN SELECT chunk_id FROM kb_embeddings_256 WHERE NOT pending ORDER BY embedding <=>"
             " (SELECT embedding FROM kb_embeddings_256 LIMIT 1) LIMIT 5"
         ).fetchall()
         index = _port_index(conn, collection)
@@ -217,6 +217,7 @@ def test_doctor_reports_server_settings_indexes_and_changes_no_server_it_does_no
     hnsw = next(i for i in report["indexes"] if i["index"].endswith("_hnsw"))
     assert hnsw["table"].startswith("kb_embeddings_256_c")  # the collection's partition
     assert hnsw["valid"] is True and report["missing_indexes"] == []
+    assert report["pending_vectors"]["doctor-port"] >= 1  # written beside a live index
     with psycopg.connect(pg_url) as conn:
         assert current_settings(conn) == before  # advice only
     table = CliRunner().invoke(app, ["doctor"], terminal_width=80)
