@@ -68,7 +68,7 @@ from arcana_loop.knowledge.schema import (
 )
 from arcana_loop.knowledge.sections import document_title
 from arcana_loop.knowledge.server import database_url, ensure_pgvector, normalize_url
-from arcana_loop.knowledge.steps import Steps, first, run_async, run_sync
+from arcana_loop.knowledge.steps import Guarded, Steps, read_async, read_sync, together
 from arcana_loop.knowledge.tuning import log_notice
 from arcana_loop.knowledge.types import (
     SEARCH_MODES,
@@ -889,7 +889,7 @@ class KnowledgeBase:
         vector = self._query_vector(req)
         steps = self._search_steps(req, vector, entities, entity_depth)
         with self._server_errors(), self.pool().connection() as conn:
-            return run_sync(conn, steps, lambda: self._embed(req.query))
+            return read_sync(conn, steps, lambda: self._embed(req.query))
 
     async def asearch(
         self,
@@ -912,7 +912,7 @@ class KnowledgeBase:
         steps = self._search_steps(req, vector, entities, entity_depth)
         pool = await self.apool()
         async with self._aserver_errors(), pool.connection() as conn:
-            return await run_async(conn, steps, lambda: self._aembed(req.query))
+            return await read_async(conn, steps, lambda: self._aembed(req.query))
 
     def _search_steps(
         self, req: q.SearchRequest, vector: Any, entities: bool | None, depth: int | None
@@ -933,12 +933,10 @@ class KnowledgeBase:
             entities=False if req.filter else entities,
             depth=depth,
         )
-        exact = False
+        exact, settings = False, None
         if req.mode != "fulltext":
-            exact, settings = self._scan(req, first((yield q.count_statement(resolved))))
-            if settings is not None:
-                yield settings
-        rows = yield q.search_statement(
+            exact, settings = self._scan(req, resolved.vectors)
+        statement = q.search_statement(
             req,
             resolved,
             vector=vector,
@@ -946,6 +944,8 @@ class KnowledgeBase:
             ranking=self.ranking,
             rows_limit=entity_hooks.text_limit(req.limit, plan, opts),
         )
+        # transaction-local settings share the search's transaction
+        rows = yield (statement if settings is None else Guarded(together(settings, statement)))
         text = q.to_chunks(rows)
         extra: list[Chunk] = []
         if plan is not None and (missing := es.entity_only_ids(text, plan)):
@@ -1005,11 +1005,8 @@ class KnowledgeBase:
             filter=checked,
         )
 
-    def _scan(
-        self, req: q.SearchRequest, count_row: tuple[Any, ...] | None
-    ) -> tuple[bool, q.Statement | None]:
+    def _scan(self, req: q.SearchRequest, rows: int) -> tuple[bool, q.Statement | None]:
         """Choose exact scan or HNSW from the planner's row estimate; return it with its settings."""
-        rows = q.estimated_rows(count_row)
         exact = rows <= self.exact_max_rows
         return exact, q.scan_settings(req, exact=exact, rows=rows)
 

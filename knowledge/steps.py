@@ -2,10 +2,11 @@
 
 A search is a generator of steps. It yields a statement and receives its rows,
 yields `EMBED` and receives the query vector, or yields `Guarded(steps)` to run
-nested steps under a savepoint: an error in them rolls back to the savepoint
-and is raised at that `yield`, where the search may recover. `run_sync` and
-`run_async` carry the steps out, so the sync and the async search cannot
-drift apart: only the waiting differs.
+nested steps in a transaction (or under a savepoint, inside one): an error in
+them rolls it back and is raised at that `yield`, where the search may recover.
+`run_sync` and `run_async` carry the steps out, so the sync and the async search
+cannot drift apart: only the waiting differs. `read_sync` and `read_async` run
+them with each statement outside `Guarded` a transaction of its own.
 """
 
 from __future__ import annotations
@@ -66,9 +67,41 @@ def _resume(steps: Steps[T], last: _Outcome) -> Step | _Done[T]:
         return _Done(result)
 
 
-def first(rows: list[Any]) -> Any:
-    """Return the first row of a statement's rows, or `None` (what `fetchone` would give)."""
-    return rows[0] if rows else None
+def together(*statements: Statement) -> Steps[list[Any]]:
+    """Statements run in turn (as `Guarded(together(...))`, in one transaction); the last one's rows.
+
+    For transaction-local settings and the statement they are for.
+    """
+    rows: list[Any] = []
+    for statement in statements:
+        rows = yield statement
+    return rows
+
+
+def read_sync(conn: Any, steps: Steps[T], embed: Callable[[], Any]) -> T:
+    """`run_sync` for steps that only read: each statement outside `Guarded` commits on its own.
+
+    A transaction around the whole search cost its BEGIN and its COMMIT, two round
+    trips of 0.3-0.6 ms each on searches of a few milliseconds.
+    """
+    previous = conn.autocommit
+    conn.autocommit = True
+    try:
+        return run_sync(conn, steps, embed)
+    finally:
+        if not conn.closed:
+            conn.autocommit = previous
+
+
+async def read_async(conn: Any, steps: Steps[T], embed: Callable[[], Awaitable[Any]]) -> T:
+    """`read_sync` on an async psycopg connection."""
+    previous = conn.autocommit
+    await conn.set_autocommit(True)
+    try:
+        return await run_async(conn, steps, embed)
+    finally:
+        if not conn.closed:
+            await conn.set_autocommit(previous)
 
 
 def run_sync(conn: Any, steps: Steps[T], embed: Callable[[], Any]) -> T:

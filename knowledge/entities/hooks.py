@@ -22,9 +22,12 @@ logger = logging.getLogger(__name__)
 def entity_collection_ids(
     rows: Sequence[tuple[Any, ...]], scope_ids: Sequence[int], model: str, dimension: int
 ) -> list[int]:
-    """Collections of the scope whose entity vectors this embedder can query."""
+    """Collections of the scope that have entities whose vectors this embedder can query.
+
+    `rows` are `queries.scope_statement`'s: id, name, model, dimension, has entities.
+    """
     allowed = set(scope_ids)
-    return [r[0] for r in rows if r[0] in allowed and (r[2], r[3]) == (model, dimension)]
+    return [r[0] for r in rows if r[0] in allowed and (r[2], r[3]) == (model, dimension) and r[4]]
 
 
 def _wanted(entities: bool | None, depth: int | None, opts: es.EntitySearchOptions) -> int | None:
@@ -50,7 +53,10 @@ def plan_steps(
     is then asked for (`EMBED`) only if a collection of the scope has entities.
     """
     resolved = _wanted(entities, depth, opts)
-    if resolved is None or not ids:
+    if resolved is None:
+        return None
+    if not ids:
+        _no_entities(entities)
         return None
     try:
         plan: es.EntityPlan | None = yield Guarded(
@@ -71,10 +77,6 @@ def _guarded_plan(
     entities: bool | None,
 ) -> Steps[es.EntityPlan | None]:
     # run under a savepoint, so a failure here leaves the text search's connection usable
-    rows = yield es.has_entities_statement(ids)
-    if not (rows and rows[0][0]):
-        _no_entities(entities)
-        return None
     query_vector = vector if vector is not None else (yield EMBED)
     plan = yield from es.plan_steps(ids, dimension, query_vector, opts, depth)
     if plan is None:

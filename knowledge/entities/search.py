@@ -110,16 +110,6 @@ class EntityPlan:
 # -- statements ------------------------------------------------------------------
 
 
-def has_entities_statement(ids: Sequence[int]) -> Statement:
-    """Whether any collection of the scope has entities."""
-    return (
-        sql.SQL(
-            "SELECT EXISTS (SELECT 1 FROM kb_graph_entities WHERE collection_id = ANY(%(ids)s))"
-        ),
-        {"ids": list(ids)},
-    )
-
-
 def settings_statement(opts: EntitySearchOptions) -> Statement:
     """Transaction-local HNSW settings so the collection filter still yields `entity_limit` rows."""
     return (
