@@ -124,7 +124,7 @@ def doctor(
         out.print(
             f"{count:,} vectors of {shown(name)} wait outside its HNSW graph (searched exactly;"
             " merged by a write that leaves more than"
-            f" {PENDING_MAX_ROWS:,}, or by KnowledgeBase.merge_pending)."
+            f" {PENDING_MAX_ROWS:,}, or by arcana-loop merge-pending)."
         )
     names = ", ".join(f"{c['name']} ({c['chunks']:,} chunks)" for c in report["collections"])
     out.print(f"Collections: {shown(names) or 'none'}")

@@ -329,6 +329,25 @@ def documents(
         out.print("[dim](no documents)[/]")
 
 
+@app.command("merge-pending")
+def merge_pending(
+    collection: Annotated[
+        str | None, typer.Option("--collection", "-c", help="Only this collection.")
+    ] = None,
+) -> None:
+    """Move the vectors written beside a live HNSW index into its graph (doctor shows how many wait)."""
+    from arcana_loop.knowledge.errors import CollectionNotFound
+
+    kb = knowledge_base()
+    try:
+        with database_errors("cannot merge the pending vectors"):
+            moved = kb.merge_pending(collection)
+    except CollectionNotFound:
+        known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
+        fail(f"no collection named {collection!r}.", f"known collections: {known}")
+    out.print(f"Merged {moved:,} pending vectors into the HNSW graph.")
+
+
 @app.command()
 def delete(
     collection_argument: Annotated[

@@ -11,8 +11,9 @@ Modes:
 
 * `semantic`: cosine similarity (`1 - (embedding <=> q)`), HNSW with
   `hnsw.iterative_scan = relaxed_order` so a collection filter still yields
-  `limit` rows; an exact scan when the scoped rows are few (`exact_max_rows`).
-* `fulltext`: `websearch_to_tsquery('english', q)` ranked by `ts_rank_cd`; when
+  `limit` rows, beside an exact scan of the vectors still pending outside the graph
+  (`_SEMANTIC_GRAPH`); an exact scan of all when the scoped rows are few (`exact_max_rows`).
+* `fulltext`: BM25 (`_BM25`), or `websearch_to_tsquery('english', q)` ranked by `ts_rank_cd`; when
   that AND-query matches nothing in scope, the query's words are OR-ed instead,
   ranking only the rows that match its rarest words (`_FULLTEXT`).
 * `hybrid`: reciprocal-rank fusion (k=60) of the semantic and fulltext top-N in

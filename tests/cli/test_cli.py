@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -53,6 +54,15 @@ def test_ingest_ask_json_and_collections(env, tmp_path):
     assert "offline controller" in asked.stderr
     listed = cli("collections", env=env)
     assert "cli-test" in listed.stdout
+    # the file was written beside the collection's live index: its vector waits outside the graph
+    merged = cli("merge-pending", "-c", "cli-test", env=env)
+    assert merged.returncode == 0, merged.stderr
+    count = re.search(r"Merged ([\d,]+) pending vectors", merged.stdout)
+    assert count is not None and int(count.group(1).replace(",", "")) >= 1, merged.stdout
+    again = cli("merge-pending", "-c", "cli-test", env=env)
+    assert again.returncode == 0 and "Merged 0 pending vectors" in again.stdout
+    unknown = cli("merge-pending", "-c", "no-such-collection", env=env)
+    assert unknown.returncode == 1 and "no collection named" in unknown.stderr
 
 
 @pytest.mark.parametrize(
