@@ -130,6 +130,19 @@ def database_errors(doing: str, hint: str = DATABASE_HINT) -> Iterator[None]:
         )
 
 
+@contextlib.contextmanager
+def collection_errors(kb: Any, collection: str | None, doing: str) -> Iterator[None]:
+    """`database_errors`, and a collection that does not exist as one line naming those that do."""
+    from arcana_loop.knowledge.errors import CollectionNotFound
+
+    try:
+        with database_errors(doing):
+            yield
+    except CollectionNotFound:
+        known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
+        fail(f"no collection named {collection!r}.", f"known collections: {known}")
+
+
 def knowledge_base() -> Any:
     """Open the knowledge base the CLI uses (`DATABASE_URL` or the embedded server), with one-line errors."""
     from arcana_loop.knowledge import KnowledgeBase

@@ -24,6 +24,7 @@ from arcana_loop.cli.common import (
     cell,
     check_question,
     checkpointer_spec_of,
+    collection_errors,
     configure_logging,
     controller_spec,
     database_errors,
@@ -295,15 +296,9 @@ def documents(
     ] = False,
 ) -> None:
     """List stored documents: source, chunks, size and when each was last written."""
-    from arcana_loop.knowledge.errors import CollectionNotFound
-
     kb = knowledge_base()
-    try:
-        with database_errors("cannot list the documents"):
-            infos = kb.documents(collection)
-    except CollectionNotFound:
-        known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
-        fail(f"no collection named {collection!r}.", f"known collections: {known}")
+    with collection_errors(kb, collection, "cannot list the documents"):
+        infos = kb.documents(collection)
     if as_json:
         print(
             json.dumps([i.to_dict() for i in infos], ensure_ascii=False, indent=2)
@@ -336,15 +331,9 @@ def merge_pending(
     ] = None,
 ) -> None:
     """Move the vectors written beside a live HNSW index into its graph (doctor shows how many wait)."""
-    from arcana_loop.knowledge.errors import CollectionNotFound
-
     kb = knowledge_base()
-    try:
-        with database_errors("cannot merge the pending vectors"):
-            moved = kb.merge_pending(collection)
-    except CollectionNotFound:
-        known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
-        fail(f"no collection named {collection!r}.", f"known collections: {known}")
+    with collection_errors(kb, collection, "cannot merge the pending vectors"):
+        moved = kb.merge_pending(collection)
     out.print(f"Merged {moved:,} pending vectors into the HNSW graph.")
 
 
