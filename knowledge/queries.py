@@ -198,7 +198,8 @@ WHERE n.nspname = current_schema() AND c.relname = 'kb_embeddings_' || k.dimensi
 """The vectors of a collection's partition as the planner would estimate them: the
 density its statistics last measured (rows a page; before any, what fits a page at
 this dimension) times the pages it has now, so a partition that grew since its last
-ANALYZE is estimated at its size now. A real bounded count cost 5-7 ms at 100k
+ANALYZE is estimated at its size now. The partition is named as
+`schema.partition_table` names it. A real bounded count cost 5-7 ms at 100k
 rows, more than the HNSW search itself. A wrong estimate only changes speed or
 recall a little, never which rows are eligible."""
 

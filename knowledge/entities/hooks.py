@@ -3,7 +3,7 @@
 `plan_steps` returns `None` whenever the plain search should run
 unchanged: `entities=False`, no collection of the scope has entities, no entity
 reaches the threshold, or the entity side failed (logged; its statements run
-under a savepoint, so the text search on the same connection is unaffected).
+guarded, `steps.Guarded`, so the text search on the same connection is unaffected).
 """
 
 from __future__ import annotations
@@ -56,11 +56,12 @@ def plan_steps(
     if resolved is None:
         return None
     if not ids:
-        _no_entities(entities)
+        if entities is True:
+            logger.info("entities=True but no searched collection has entities; plain search used")
         return None
     try:
         plan: es.EntityPlan | None = yield Guarded(
-            _guarded_plan(ids, dimension, vector, opts, resolved, entities)
+            _guarded_plan(ids, dimension, vector, opts, resolved)
         )
     except Exception as exc:  # entities are an enhancement: never fail the search for them
         logger.warning("entity search failed, plain search used: %s: %s", type(exc).__name__, exc)
@@ -74,19 +75,14 @@ def _guarded_plan(
     vector: Any,
     opts: es.EntitySearchOptions,
     depth: int,
-    entities: bool | None,
 ) -> Steps[es.EntityPlan | None]:
-    # run under a savepoint, so a failure here leaves the text search's connection usable
+    # run guarded (a transaction, or a savepoint inside one), so a failure here leaves the
+    # text search's connection usable
     query_vector = vector if vector is not None else (yield EMBED)
     plan = yield from es.plan_steps(ids, dimension, query_vector, opts, depth)
     if plan is None:
         logger.debug("no entity matched the query; plain search used")
     return plan
-
-
-def _no_entities(entities: bool | None) -> None:
-    if entities is True:
-        logger.info("entities=True but no searched collection has entities; plain search used")
 
 
 def text_limit(limit: int, plan: es.EntityPlan | None, opts: es.EntitySearchOptions) -> int | None:
