@@ -312,6 +312,13 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
             err.print(
                 f"  {shown(shown_path(file))}: {shown(reason)}", soft_wrap=False, highlight=False
             )
+    kept = sum(result.documents_kept for _, result in rows)
+    if kept:
+        err.print(
+            f"[yellow]Kept {kept} stored document{'s' if kept != 1 else ''} whose file could not"
+            " be read (a sync removes only what it saw gone).[/]",
+            soft_wrap=False,
+        )
 
 
 def print_sources(result: Any) -> None:

@@ -10,10 +10,11 @@ import math
 import numbers
 import os
 import re
+import stat
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from langchain_core.documents import Document
@@ -42,12 +43,14 @@ from arcana_loop.knowledge.loading import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_BYTES,
+    SkipFn,
     SourceDoc,
     check_chunking,
     glob_patterns,
     is_documents,
     is_path_source,
     langchain_documents,
+    path_text,
     read_file,
     text_document,
     walk_directory,
@@ -566,11 +569,14 @@ class KnowledgeBase:
             sync: Make the collection's documents under the directory `source`
                 match it: new files added, changed ones updated, and the documents
                 whose file no longer exists removed (`documents_removed`). Only
-                documents stored under that directory are ever removed; a file that
-                exists but is left out (by `include`/`exclude`, hidden, or skipped as
-                unreadable) keeps its stored document. Each document is written or
-                removed in a transaction of its own batch, so an interrupted sync
-                leaves each document old or new, and running it again completes it.
+                documents stored under that directory are ever removed, and only
+                when the sync saw their file gone: a file left out (by
+                `include`/`exclude`, or hidden) keeps its stored document, and so
+                does one the sync could not read (skipped, under a folder it could
+                not list, or behind a path it may not search), counted in
+                `documents_kept`. Each document is written or removed in a
+                transaction of its own batch, so an interrupted sync leaves each
+                document old or new, and running it again completes it.
 
         Returns:
             The counts; see `IngestResult`.
@@ -580,8 +586,11 @@ class KnowledgeBase:
                 the chunks without entities stay pending for `build_entities`.
             IngestError: for an unusable explicit input (empty, binary, undecodable,
                 missing, too large, not a regular file, NUL or a lone surrogate in
-                the text or its name, a PDF or HTML file whose extra is missing);
-                inside a directory walk these are skipped.
+                the text or its name, a file name that is not UTF-8, a document
+                nested deeper than its parser recurses, a PDF or HTML file whose
+                extra is missing), or a directory that cannot be listed; inside a
+                directory walk these are skipped, each with its reason in
+                `skipped_files`, as are folders it cannot list and links it cannot use.
             TypeError, ValueError: for a bad option, collection name or metadata.
             EmbeddingMismatch: if the collection was built with another embedder.
             StorageFull: if the database's disk filled up; the message says what
@@ -597,14 +606,20 @@ class KnowledgeBase:
         meta = check_metadata(metadata)
         root = _sync_root(source) if sync else None
         result = IngestResult()
-        docs = self._load(
+
+        def skip(file: Path, reason: str) -> None:
+            # reported once, by the caller, from skipped_files; a warning too would say it twice
+            logger.debug("skipping %s: %s", path_text(file), reason)
+            result.skipped_files.append((path_text(file), reason))
+
+        docs, walked = self._load(
             source,
             name=name,
             metadata=meta,
             include=glob_patterns(include, "include"),
             exclude=glob_patterns(exclude, "exclude"),
             max_bytes=max_bytes,
-            result=result,
+            skip=skip,
         )
         if not docs:
             if root is not None:
@@ -622,6 +637,7 @@ class KnowledgeBase:
                 batch_size=batch_size,
                 progress=progress,
                 result=result,
+                skip=skip if walked else None,  # a file named directly fails instead
             )
         except BaseException:
             if created and not (result.documents_added or result.documents_replaced):
@@ -633,16 +649,26 @@ class KnowledgeBase:
         return result
 
     def _prune(self, collection: str, root: Path, read: set[str], result: IngestResult) -> None:
-        """Remove the documents of `collection` under `root` whose file is gone (a sync's last step)."""
+        """Remove the documents of `collection` under `root` whose file is gone (a sync's last step).
+
+        Gone means seen gone: the file's path names nothing, or a directory. A
+        document whose file the walk skipped, or lies under a folder it could not
+        list, or whose path cannot be looked at (no search permission, a loop of
+        links) is kept and counted in `documents_kept`.
+        """
         prefix = str(root).rstrip(os.sep) + os.sep
+        skipped = {path for path, _ in result.skipped_files}
         with self.pool().connection() as conn, conn.transaction():
             rows = conn.execute(_DOCUMENTS_UNDER, (collection, prefix)).fetchall()
-            gone = [
-                (doc_id, chunks)
-                for doc_id, source, chunks in rows
-                if source not in read
-                and not os.path.isfile(source)  # the query kept those under root
-            ]
+            gone = []
+            for doc_id, source, chunks in rows:  # the query kept those under root
+                if source in read:
+                    continue
+                fate = _file_fate(source, skipped)
+                if fate == "gone":
+                    gone.append((doc_id, chunks))
+                elif fate == "unread":
+                    result.documents_kept += 1
             if not gone:
                 return
             row = conn.execute(_DELETE_BY_IDS, ([doc_id for doc_id, _ in gone],)).fetchone()
@@ -802,37 +828,37 @@ class KnowledgeBase:
         include: Sequence[str],
         exclude: Sequence[str],
         max_bytes: int,
-        result: IngestResult,
-    ) -> list[SourceDoc]:
+        skip: SkipFn,
+    ) -> tuple[list[SourceDoc], bool]:
+        """The documents `source` holds, and whether they come from a directory walk.
+
+        A walk tells `skip` of each entry it leaves out; any other input that
+        cannot be read raises.
+        """
         value: object = source  # callers may pass anything at runtime
         if is_documents(value):
-            return langchain_documents(
+            docs = langchain_documents(
                 value, name=name, metadata=metadata, check_metadata=check_metadata
             )
+            return docs, False
         if not isinstance(value, str | os.PathLike):
             raise TypeError(
                 f"source must be text, a path or LangChain Documents, got {type(source).__name__}"
             )
         if not is_path_source(value):
-            return [text_document(str(value), name=name, metadata=metadata)]
+            return [text_document(str(value), name=name, metadata=metadata)], False
         path = Path(value).expanduser()
         if not path.exists():
-            raise IngestError(f"{path}: no such file or directory")
+            raise IngestError(f"{path_text(path)}: no such file or directory")
         if not path.is_dir():
-            return [read_file(path, max_bytes=max_bytes, metadata=metadata)]
-
-        def skip(file: Path, reason: str) -> None:
-            # reported once, by the caller, from skipped_files; a warning too would say it twice
-            logger.debug("skipping %s: %s", file, reason)
-            result.skipped_files.append((str(file), reason))
-
+            return [read_file(path, max_bytes=max_bytes, metadata=metadata)], False
         docs = []
         for file in walk_directory(path, include=include, exclude=exclude, skip=skip):
             try:
                 docs.append(read_file(file, max_bytes=max_bytes, metadata=metadata))
             except IngestError as exc:
-                skip(file, str(exc).removeprefix(f"{file}: "))
-        return docs
+                skip(file, str(exc).removeprefix(f"{path_text(file)}: "))
+        return docs, True
 
     # -- search --------------------------------------------------------------------
 
@@ -1123,6 +1149,31 @@ def _sync_root(source: object) -> Path:
     if not path.is_dir():
         raise ValueError(f"sync=True needs a directory; {os.fspath(source)!r} is not one")
     return path.resolve()
+
+
+def _file_fate(source: str, skipped: set[str]) -> Literal["gone", "unread", "present"]:
+    """What a sync knows of a stored document's file that its walk did not read.
+
+    "gone" only when looking at the path says so: nothing there (`ENOENT`,
+    `ENOTDIR`) or a directory. A permission error or a loop of links says nothing
+    about the file, so the document is "unread" and kept, as is one whose file or
+    folder the walk skipped. "present": a file left out by the globs or as hidden.
+    """
+    path = source
+    while True:  # the file, or a folder holding it, skipped by the walk
+        if path in skipped:
+            return "unread"
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    try:
+        info = os.stat(source)
+    except (FileNotFoundError, NotADirectoryError):
+        return "gone"
+    except OSError:
+        return "unread"
+    return "present" if stat.S_ISREG(info.st_mode) else "gone"
 
 
 def _resolved(source: str) -> str:

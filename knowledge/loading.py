@@ -25,12 +25,13 @@ from either side.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
-import logging
 import os
 import re
 import stat
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -50,8 +51,6 @@ from arcana_loop.knowledge.structure import (
     plain_blocks,
     rst_blocks,
 )
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 800
 DEFAULT_CHUNK_OVERLAP = 100
@@ -243,14 +242,20 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
 
     Raises:
         IngestError: if the file is missing, unreadable, not a regular file (a
-            FIFO, a device, a directory), too large, binary, not UTF-8, or empty.
+            FIFO, a device, a directory), too large, binary, not UTF-8, or empty,
+            or if its path is not UTF-8 (it could not be stored as the source).
         MissingExtra: (an `IngestError`) for a PDF or HTML file whose extra is
             not installed.
     """
+    _check_name(path)
     raw = _read_bounded(path, max_bytes)
     loader = loader_for(path)
     if loader is not None:
         extracted = loader(raw, path)
+        if "\x00" in extracted.text:
+            # a NUL in markup survives the parser; PostgreSQL text cannot hold it, and the
+            # write would fail only after the documents read before it were being stored
+            raise IngestError(f"{path}: binary or damaged page (its text contains NUL characters)")
         source = str(path.resolve())
         meta = {**metadata, "source": source}
         if extracted.title:
@@ -283,6 +288,25 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
         syntax=_syntax_of(path),
         metadata={**metadata, "source": source},
     )
+
+
+def path_text(path: str | os.PathLike[str]) -> str:
+    r"""`path` as printable text: bytes of its name that are not UTF-8 written as ``\xNN``.
+
+    On Linux a file name is bytes; Python carries the undecodable ones as lone
+    surrogates, which neither a terminal, JSON nor PostgreSQL accept.
+    """
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _check_name(path: Path) -> None:
+    """Refuse a path that cannot be stored as a document's source (its name is not UTF-8)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise IngestError(
+            f"{path_text(path)}: file name is not valid UTF-8 (it could not be stored as the source)"
+        ) from None
 
 
 BINARY_SIGNATURES = (
@@ -390,16 +414,27 @@ def walk_directory(
     they point at inside `root` is walked anyway, and a loop cannot form). The
     walk is iterative, so no depth of nesting exhausts the stack.
 
+    No entry stops the walk: a folder it cannot list (no read or no search
+    permission), an entry it cannot look at, and a link that is broken, a loop or
+    leads outside are left out and told to `skip`; the rest is walked.
+
     Args:
         root: The directory to walk.
         include: Globs to keep (default: every non-hidden file).
         exclude: Globs to drop.
-        skip: Told about each symbolic link left out, with the reason.
+        skip: Told about each entry left out for a reason other than the globs or
+            being hidden (a folder it could not list, a link it could not use),
+            with the reason.
+
+    Raises:
+        IngestError: if `root` itself cannot be listed: a walk that saw nothing
+            must not pass for an empty directory, from which a sync removes all.
     """
     keep, drop = glob_patterns(include, "include"), glob_patterns(exclude, "exclude")
     base = root.resolve()
+    tell: SkipFn = skip or (lambda path, reason: None)
     found: dict[Path, tuple[str, ...]] = {}
-    for path, rel in _entries(base, descend_hidden=bool(keep)):
+    for path, rel in _entries(base, descend_hidden=bool(keep), skip=tell):
         posix = PurePosixPath(*rel)
         if (keep and not _matches(posix, keep)) or (not keep and _hidden(rel)):
             continue
@@ -407,15 +442,20 @@ def walk_directory(
             continue
         real, reason = _inside(path, base)
         if real is None:
-            if skip is not None:
-                skip(path, reason)
+            tell(path, reason)
             continue
         found.setdefault(real, rel)
     return sorted(found, key=lambda p: found[p])
 
 
-def _entries(base: Path, *, descend_hidden: bool) -> Iterator[tuple[Path, tuple[str, ...]]]:
-    """Yield every non-directory entry under `base` with its relative parts, without recursion."""
+def _entries(
+    base: Path, *, descend_hidden: bool, skip: SkipFn
+) -> Iterator[tuple[Path, tuple[str, ...]]]:
+    """Yield every non-directory entry under `base` with its relative parts, without recursion.
+
+    An entry whose type cannot be read (a link in a loop, a folder without search
+    permission) is yielded as a file: `_inside` or the reader then says what is wrong.
+    """
     stack: list[tuple[Path, tuple[str, ...]]] = [(base, ())]
     while stack:
         folder, rel = stack.pop()
@@ -423,25 +463,53 @@ def _entries(base: Path, *, descend_hidden: bool) -> Iterator[tuple[Path, tuple[
             with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError as exc:
-            logger.warning("cannot list %s: %s", folder, exc.strerror or exc)
+            if not rel:
+                raise IngestError(
+                    f"{path_text(folder)}: cannot list the directory ({exc.strerror or exc})"
+                ) from exc
+            skip(folder, f"cannot list the folder ({exc.strerror or exc})")
             continue
         for entry in entries:
             parts = (*rel, entry.name)
-            if entry.is_dir(follow_symlinks=False):
+            if _is_folder(entry):
                 if descend_hidden or not entry.name.startswith("."):
                     stack.append((Path(entry.path), parts))
-            elif not (entry.is_symlink() and entry.is_dir()):  # a link to a directory
+            elif not _links_to_folder(entry):
                 yield Path(entry.path), parts
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:  # no type in the listing and no search permission to stat it
+        return False
+
+
+def _links_to_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_symlink() and entry.is_dir()
+    except OSError:  # a loop of links, or a target that cannot be looked at
+        return False
 
 
 def _inside(path: Path, base: Path) -> tuple[Path | None, str]:
     """Return the real path of `path` if it lies inside `base`, else `None` and why not."""
-    if not path.is_symlink():
+    try:
+        info = os.lstat(path)
+    except OSError as exc:  # e.g. in a folder without search permission
+        return None, f"unreadable ({exc.strerror or exc})"
+    if not stat.S_ISLNK(info.st_mode):
         return path, ""
     try:
         real = path.resolve(strict=True)
-    except (OSError, RuntimeError):  # dangling, or a loop of links
-        return None, "broken symbolic link"
+    except RuntimeError:  # how some Python versions report a loop
+        return None, "symbolic link loop"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, "symbolic link loop"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None, "broken symbolic link"
+        return None, f"unreadable symbolic link ({exc.strerror or exc})"
     if not real.is_relative_to(base):
         return None, "symbolic link to a path outside the directory being ingested"
     return real, ""
@@ -504,6 +572,9 @@ def chunk_document(
         chunk_overlap: Characters shared by consecutive pieces of one long paragraph.
         previous: The structure stored with the document's earlier version, if any:
             its unchanged blocks are not parsed again (the chunks are the same).
+
+    Raises:
+        IngestError: for a document nested deeper than its parser can recurse.
     """
     check_chunking(chunk_size, chunk_overlap)
     given = given_section(doc.metadata)
@@ -545,13 +616,24 @@ def document_structure(
 
     `previous` is the map stored with an earlier version: what it still holds is
     not parsed again. A map that cannot be read is ignored (the text is parsed whole).
+
+    Raises:
+        IngestError: for a document nested deeper than its parser can recurse.
     """
     if not structured or doc.syntax == "plain" or doc.page_starts:
         return plain_blocks(doc.text, doc.page_starts), None
-    if doc.syntax == "rst":
-        return rst_blocks(doc.text), None
-    stored = MarkdownMap.load(previous) if previous is not None else None
-    parsed = parse_markdown(doc.text, stored)
+    try:
+        if doc.syntax == "rst":
+            return rst_blocks(doc.text), None
+        stored = MarkdownMap.load(previous) if previous is not None else None
+        parsed = parse_markdown(doc.text, stored)
+    except RecursionError:
+        # docutils recurses once per level of nesting: a few hundred nested block quotes
+        # exhaust Python's stack, and the error would otherwise end a whole folder's ingest
+        raise IngestError(
+            f"{doc.source}: nested too deeply to read (its {doc.syntax} structure is deeper"
+            f" than Python's recursion limit of {sys.getrecursionlimit()})"
+        ) from None
     return parsed.blocks, parsed.map.dump()
 
 

@@ -54,7 +54,8 @@ class IngestResult:
     unchanged keep their rows, ids and embeddings (`chunks_reused`), the others are
     deleted (`chunks_removed`) and the new ones embedded and inserted
     (`chunks_added`), all in one transaction. A sync (``ingest(..., sync=True)``)
-    also removes the documents whose file is gone (`documents_removed`).
+    also removes the documents whose file is gone (`documents_removed`), and keeps
+    those whose file it could not read (`documents_kept`).
     """
 
     documents_added: int = 0
@@ -71,8 +72,13 @@ class IngestResult:
     """Chunks of replaced documents kept as stored (not embedded again)."""
     documents_removed: int = 0
     """Documents a sync removed because their file is gone."""
+    documents_kept: int = 0
+    """Documents a sync kept as stored because it could not read their file (it is in
+    `skipped_files`, lies under a folder there, or could not even be looked at)."""
     skipped_files: list[tuple[str, str]] = field(default_factory=list)
-    """`(path, reason)` for files a directory walk could not use (binary, too large, ...)."""
+    r"""`(path, reason)` for entries a directory walk could not use: a file binary, too
+    large or nested too deeply, a folder it could not list, a broken link, ... A path
+    whose name is not UTF-8 has its odd bytes written as ``\xNN``."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the counts as a JSON-serialisable dict."""

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,10 +51,11 @@ from psycopg_pool import ConnectionPool
 
 from arcana_loop.knowledge import lexical
 from arcana_loop.knowledge.embeddings import embed_matrix
-from arcana_loop.knowledge.errors import CollectionNotFound, StorageFull
+from arcana_loop.knowledge.errors import CollectionNotFound, IngestError, StorageFull
 from arcana_loop.knowledge.loading import (
     CHUNK_ID_CHARS,
     ChunkRow,
+    SkipFn,
     SourceDoc,
     chunk_document,
     document_id,
@@ -203,10 +205,16 @@ def write_documents(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: ProgressFn | None = None,
     result: IngestResult,
+    skip: SkipFn | None = None,
 ) -> IngestResult:
     """Embed and store `docs` in `coll`, updating and returning `result`.
 
+    Every document is chunked before the first write. One that cannot be (nested
+    deeper than its parser recurses) is told to `skip` and left out, its stored
+    version kept; without `skip` it fails the call, with nothing written.
+
     Raises:
+        IngestError: for a document that cannot be chunked, when no `skip` is given.
         StorageFull: if the database's disk filled up; what was committed stays,
             and every index a bulk load dropped has been rebuilt if it could be.
         CollectionNotFound: if the collection was deleted during the write.
@@ -217,13 +225,19 @@ def write_documents(
     planned = []
     for doc, doc_id in zip(pending, doc_ids, strict=True):
         chunk_ids, structure = stored.get(doc_id, (frozenset(), None))
-        chunked = chunk_document(
-            doc,
-            collection=coll.name,
-            chunk_size=chunk_size,
-            chunk_overlap=chunk_overlap,
-            previous=structure,
-        )
+        try:
+            chunked = chunk_document(
+                doc,
+                collection=coll.name,
+                chunk_size=chunk_size,
+                chunk_overlap=chunk_overlap,
+                previous=structure,
+            )
+        except IngestError as exc:
+            if skip is None:
+                raise
+            skip(Path(doc.source), str(exc).removeprefix(f"{doc.source}: "))
+            continue
         item = _Planned(doc, doc_id, chunked.rows, chunked.structure)
         item.stored = frozenset(c.id for c in item.chunks) & chunk_ids
         planned.append(item)
