@@ -5,8 +5,8 @@ question in it when its input brings a new human message (chat clients send
 ``{"messages": [...]}``) or a ``question`` (programmatic callers), and also whenever the
 thread's last question has ended (answered, given up, failed, out of budget): a
 finished question is never continued, so a run never returns a stale answer. A run
-on an interrupted question with the same question (and no new message) continues it,
-with the tool calls it was running when it stopped.
+on an interrupted question with the same question and scope (and no new message)
+continues it, with the tool calls it was running when it stopped.
 
 What a new question keeps and what starts fresh:
 
@@ -14,6 +14,19 @@ What a new question keeps and what starts fresh:
   debugging). The models are sent the earlier questions compacted: their search
   results by chunk id and source only (`compact_earlier`), their answer-writing
   instructions dropped; each earlier answer is sent whole.
+* A question's human message records the scope it was asked under (the collections it
+  could read, ``additional_kwargs[SCOPE_KEY]``, the run's ``collection`` as a caller
+  passes it). Everything after a question's text was written by the loop or a model
+  that read its collections (queries, results, a give-up's reason, drafts, answers,
+  other tools' results), so the rule is by scope, not by kind of message: an earlier
+  question whose collections are not all within the new question's scope (its recorded
+  scope, and any collection its search results came from) is sent to every model of the
+  new question (controller, answer model, synthesis; the grounding judge reads only the
+  new question's own answer and chunks) as its question text, which the user wrote, and
+  `OUT_OF_SCOPE_ANSWER` for the rest. A question without a recorded scope (history a
+  client sent, or one asked before scopes were recorded) counts as asked on every
+  collection. An interrupted question is carried on only under the scope it was asked
+  under, so that what it writes stays under the scope it is judged by.
 * ``question``, ``answer``, ``terminated_by``, ``error``, ``grounding``, ``coverage``,
   ``repair``, ``iterations``, ``tool_history``, ``usage`` and ``chunks`` are the current
   question's. The earlier questions' chunks are not kept as evidence: a follow-up that
@@ -40,7 +53,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +70,7 @@ from arcana_loop.graph.channels import USAGE_RESET, replacing
 from arcana_loop.graph.sources import Source, answer_content, answer_text
 from arcana_loop.graph.text import MAX_QUESTION_CHARS
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
-from arcana_loop.tools.schemas import ANSWER
-from arcana_loop.tools.scoping import Scope
+from arcana_loop.tools.scoping import Scope, normalize_scope
 
 ANSWER_NAME = "answer"
 """The ``name`` of the assistant message that closes each question with its answer."""
@@ -77,8 +89,11 @@ CUT_MESSAGE = "[... cut: {more:,} more characters]"
 CARRIED_CONVERSATION_CHARS = 40_000
 """How much of the earlier questions (compacted) a model is sent; older ones are left out first."""
 OUT_OF_SCOPE_ANSWER = (
-    "(An earlier answer, left out: it drew on collections outside this question's scope.)"
+    "(Earlier answer withheld: that question was asked on collections outside this one's scope.)"
 )
+"""What an earlier question on collections outside the new question's scope is sent as, after its text."""
+SCOPE_KEY = "arcana_loop_scope"
+"""The key, in a question's human message's ``additional_kwargs``, of the scope it was asked under."""
 _QUESTION_IDS = uuid.UUID("a3f1c2d4-5b6e-4f70-8a9b-0c1d2e3f4a5b")
 
 NO_ANSWER = {
@@ -118,15 +133,22 @@ class NewQuestion:
     """A question a run starts on its thread."""
 
     text: str
-    message_id: str
-    appended: HumanMessage | None
-    """The human message to add for a question given as ``question`` (a chat message is already there)."""
+    message: HumanMessage
+    """Its human message, recording the scope it is asked under (`SCOPE_KEY`)."""
+    appended: bool
+    """Whether the message is new to the conversation (a ``question``); a chat client's is
+    in it already, and this copy of it replaces it."""
     index: int
     """Its 0-based number in the thread."""
 
+    @property
+    def message_id(self) -> str:
+        """The id of its human message."""
+        return str(self.message.id)
 
-def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
-    """Return the question a run starts, or ``None`` when it continues the current one.
+
+def new_question(state: Mapping[str, Any], scope: Scope) -> NewQuestion | None:
+    """Return the question a run under ``scope`` starts, or ``None`` when it continues the current one.
 
     Raises:
         ValueError: when a question must start and the input holds none.
@@ -136,13 +158,18 @@ def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
     opening = opening_index(messages, opening_id)
     index = int(state.get("question_index") or 0) + 1 if opening_id is not None else 0
     start = 0 if opening is None else opening + 1
-    asked = [m for m in messages[start:] if is_user_turn(m)]
+    asked = [m for m in messages[start:] if isinstance(m, HumanMessage) and is_user_turn(m)]
     if asked:  # a chat client's message: it is in the conversation already
-        message = asked[-1]
-        return NewQuestion(message.text, str(message.id), None, index)
+        return NewQuestion(asked[-1].text, _asked_under(asked[-1], scope), False, index)
     question = state.get("question")
-    current = messages[opening].text if opening is not None else None
-    if opening is not None and state.get("terminated_by") is None and question == current:
+    if (
+        opening is not None
+        and state.get("terminated_by") is None
+        and question == messages[opening].text
+        # what it wrote so far read its own scope's collections: carried on under another,
+        # later questions would judge it by the wrong one
+        and _readable(scope) == asked_scope(messages[opening])
+    ):
         return None  # an interrupted question, asked again: carry on
     if not isinstance(question, str):
         if "question" in state and question is not None:
@@ -151,7 +178,34 @@ def new_question(state: Mapping[str, Any]) -> NewQuestion | None:
     message = HumanMessage(
         content=question, id=str(uuid.uuid5(_QUESTION_IDS, f"{len(messages)}:{question}"))
     )
-    return NewQuestion(question, str(message.id), message, index)
+    return NewQuestion(question, _asked_under(message, scope), True, index)
+
+
+def _asked_under(message: HumanMessage, scope: Scope) -> HumanMessage:
+    """A question's human message recording ``scope`` (whatever a client sent under that key is replaced)."""
+    kwargs = {**message.additional_kwargs, SCOPE_KEY: scope.to_value()}
+    return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def asked_scope(message: BaseMessage) -> frozenset[str] | None:
+    """The collections a question could read, from its human message; ``None`` for every one.
+
+    A message without a valid recorded scope counts as asked on every collection: what
+    followed it may hold any collection's text.
+    """
+    if not is_user_turn(message) or SCOPE_KEY not in message.additional_kwargs:
+        return None
+    try:
+        return _readable(normalize_scope(message.additional_kwargs[SCOPE_KEY]))
+    except (TypeError, ValueError):
+        return None
+
+
+def _readable(scope: Scope | None) -> frozenset[str] | None:
+    """The collections a scope reads; ``None`` for every one."""
+    if scope is None or scope.kind == "all":
+        return None
+    return frozenset(scope.names)
 
 
 _FRESH: dict[str, Any] = {
@@ -184,10 +238,8 @@ def fresh_state(asked: NewQuestion, state: Mapping[str, Any]) -> dict[str, Any]:
         "question": asked.text,
         "question_message_id": asked.message_id,
         "question_index": asked.index,
-        "messages": [
-            *_left_unfinished(messages, asked),
-            *([] if asked.appended is None else [asked.appended]),
-        ],
+        # a chat client's message is replaced in place by its copy with the scope
+        "messages": [*_left_unfinished(messages, asked), asked.message],
         "usage": {USAGE_RESET: True},
         "started_at": time.time(),
     }
@@ -205,7 +257,7 @@ def _left_unfinished(messages: Sequence[BaseMessage], asked: NewQuestion) -> lis
     A chat client's message is already after the unfinished question, where nothing can
     go before it: `compact_earlier` answers those tool calls in what the models are sent.
     """
-    if asked.appended is None or not any(is_user_turn(m) for m in messages):
+    if not asked.appended or not any(is_user_turn(m) for m in messages):
         return []
     last = messages[-1]
     if isinstance(last, AIMessage) and last.name == ANSWER_NAME:
@@ -238,18 +290,22 @@ def compact_earlier(
     Before the current question's human message, a search result is rewritten from
     its artifact (the data the loop rendered it from, never its text) as its chunks'
     ids and labels: the text goes, since it would be sent again every turn of every
-    later question; the loop's own instructions are dropped. Under a narrower
-    ``scope`` than an earlier question had, that question's entries from other
-    collections are left out, and so are its replies when its searches returned any
-    (an answer may quote them). Earlier questions beyond `CARRIED_CONVERSATION_CHARS`
-    are left out, oldest first. The current question's messages are sent as they are,
-    save for what no model may be sent (`sendable`).
+    later question; the loop's own instructions are dropped. An earlier question that
+    could read a collection outside ``scope`` (``None``: every collection) is sent as
+    its question text and `OUT_OF_SCOPE_ANSWER` (`_within`). Earlier questions beyond
+    `CARRIED_CONVERSATION_CHARS` are left out, oldest first. The current question's
+    messages are sent as they are, save for what no model may be sent (`sendable`).
     """
     opening = opening_index(messages, opening_id)
     if not opening:
         return sendable(messages)
-    in_scope = _scope_test(scope)
-    questions = [_compacted_question(q, in_scope) for q in _questions(messages[:opening])]
+    readable = _readable(scope)
+    questions = [
+        [_compacted(m) for m in q if not is_instruction(m)]
+        if _within(q, readable)
+        else _withheld(q)
+        for q in _questions(messages[:opening])
+    ]
     earlier: list[AnyMessage] = []
     for question in _carried(questions):
         if earlier:  # a question left mid-turn: keep the conversation valid
@@ -260,16 +316,40 @@ def compact_earlier(
     return sendable([*earlier, *messages[opening:]])
 
 
-def _compacted_question(
-    question: Sequence[AnyMessage], in_scope: Callable[[str | None], bool]
-) -> list[AnyMessage]:
-    tainted = any(
-        not in_scope(entry["collection"])
-        for message in question
-        if isinstance(message, ToolMessage) and is_search_artifact(message.artifact)
-        for entry in message.artifact["entries"]
+def _within(question: Sequence[AnyMessage], readable: frozenset[str] | None) -> bool:
+    """Whether every collection an earlier question could read is one ``readable`` holds (``None``: all).
+
+    What it could read is its recorded scope (`asked_scope`) and, should a search function
+    have strayed outside it, any collection its search results came from.
+    """
+    if readable is None:
+        return True
+    asked = asked_scope(question[0])
+    return (
+        asked is not None
+        and asked <= readable
+        and all(
+            entry["collection"] is None or entry["collection"] in readable
+            for message in question
+            if isinstance(message, ToolMessage) and is_search_artifact(message.artifact)
+            for entry in message.artifact["entries"]
+        )
     )
-    return [_compacted(m, in_scope, tainted) for m in question if not is_instruction(m)]
+
+
+def _withheld(question: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """An earlier question as its question text (the user's) and `OUT_OF_SCOPE_ANSWER` for all that followed.
+
+    New messages, not edited copies: nothing the loop or a model wrote (tool calls'
+    arguments, raw provider fields in ``additional_kwargs``, artifacts) can ride along.
+    """
+    first = question[0]
+    kept: list[AnyMessage] = (
+        [HumanMessage(content=first.content, id=first.id)] if is_user_turn(first) else []
+    )
+    if len(question) > len(kept):
+        kept.append(AIMessage(content=OUT_OF_SCOPE_ANSWER, name=ANSWER_NAME))
+    return kept
 
 
 def _carried(questions: list[list[AnyMessage]]) -> list[list[AnyMessage]]:
@@ -296,6 +376,8 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
     * An earlier answer that carries its citations (`graph.sources`) is sent as its
       text alone: annotations and the sources list are for people, and not every
       provider accepts annotations back.
+    * A question's recorded scope (`SCOPE_KEY`) is the loop's bookkeeping, not the
+      user's words.
     """
     called: set[str] = set()
     sent: list[AnyMessage] = []
@@ -310,6 +392,9 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
                 message = message.model_copy(update={"content": answer_text(message.content)})
         elif isinstance(message, ToolMessage) and message.tool_call_id not in called:
             continue
+        elif isinstance(message, HumanMessage) and SCOPE_KEY in message.additional_kwargs:
+            kwargs = {k: v for k, v in message.additional_kwargs.items() if k != SCOPE_KEY}
+            message = message.model_copy(update={"additional_kwargs": kwargs})
         sent.append(_bounded(message))
     return sent
 
@@ -341,38 +426,10 @@ def _questions(messages: Sequence[AnyMessage]) -> list[list[AnyMessage]]:
     return questions
 
 
-def _scope_test(scope: Scope | None) -> Callable[[str | None], bool]:
-    """Whether a chunk of a collection may reach a question under ``scope`` (unknown collections may)."""
-    if scope is None or scope.kind == "all":
-        return lambda _collection: True
-    allowed = set(scope.names)
-    return lambda collection: collection is None or collection in allowed
-
-
-def _compacted(
-    message: AnyMessage, in_scope: Callable[[str | None], bool], tainted: bool
-) -> AnyMessage:
+def _compacted(message: AnyMessage) -> AnyMessage:
     if isinstance(message, ToolMessage) and is_search_artifact(message.artifact):
-        return message.model_copy(
-            update={"content": compacted_search_result(message.artifact, in_scope)}
-        )
-    if tainted and isinstance(message, AIMessage):
-        return _withheld(message)
-    if tainted and isinstance(message, ToolMessage) and message.name == ANSWER:
-        return message.model_copy(update={"content": OUT_OF_SCOPE_ANSWER})
+        return message.model_copy(update={"content": compacted_search_result(message.artifact)})
     return message
-
-
-def _withheld(message: AIMessage) -> AIMessage:
-    """An earlier reply with its text and its ``answer`` call's text replaced by `OUT_OF_SCOPE_ANSWER`."""
-    calls = [
-        {**call, "args": {**call["args"], "text": OUT_OF_SCOPE_ANSWER}}
-        if call["name"] == ANSWER and "text" in call["args"]
-        else call
-        for call in message.tool_calls
-    ]
-    content = OUT_OF_SCOPE_ANSWER if message.text.strip() else message.content
-    return message.model_copy(update={"content": content, "tool_calls": calls})
 
 
 def closing_message(

@@ -48,10 +48,10 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
     """
     ctx = runtime.context
     update: dict[str, Any] = {}
-    asked = new_question(state)
+    scope = scope_of(state)  # raises on a malformed collection
+    asked = new_question(state, scope)
     if asked is not None:
         check_question(asked.text)
-        scope = scope_of(state)  # raises on a malformed collection
         update = fresh_state(asked, state)
         reason = deps.unsearchable(scope)
         if reason is not None:

@@ -7,7 +7,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 from xml.sax.saxutils import quoteattr
 
@@ -131,7 +131,6 @@ def shown_text(text: str) -> str:
 
 SHOWN_BEFORE = "in the search result of iteration {iteration} above"
 COMPACTED_NOTE = "(texts left out: an earlier question's result; search again to read them)"
-OUT_OF_SCOPE_NOTE = "({count} more left out: from collections outside this question's scope)"
 _LABEL_CHARS = 160
 
 
@@ -258,18 +257,11 @@ def entry_text(content: str, entry: ResultEntry) -> str | None:
     return content[start:end]
 
 
-def compacted_search_result(
-    artifact: SearchArtifact, in_scope: Callable[[str | None], bool] = lambda _: True
-) -> str:
-    """Render an earlier question's search result as later questions are sent it: ids and labels, no text.
-
-    Entries from collections ``in_scope`` rejects are left out, counted only.
-    """
-    kept = [e for e in artifact["entries"] if in_scope(e["collection"])]
-    lines = [
-        f"{FOUND_TEMPLATE.format(total=artifact['total'], shown=len(artifact['entries']))} {COMPACTED_NOTE}",
-        *(f"<{CHUNK_TAG} {_attributes(e)}/>" for e in kept),
-    ]
-    if len(kept) < len(artifact["entries"]):
-        lines.append(OUT_OF_SCOPE_NOTE.format(count=len(artifact["entries"]) - len(kept)))
-    return "\n".join(lines)
+def compacted_search_result(artifact: SearchArtifact) -> str:
+    """Render an earlier question's search result as later questions are sent it: ids and labels, no text."""
+    return "\n".join(
+        [
+            f"{FOUND_TEMPLATE.format(total=artifact['total'], shown=len(artifact['entries']))} {COMPACTED_NOTE}",
+            *(f"<{CHUNK_TAG} {_attributes(e)}/>" for e in artifact["entries"]),
+        ]
+    )
