@@ -353,7 +353,8 @@ def delete(
         typer.Option(
             "--source",
             help="Delete only these documents: a path as ingested (absolute, or relative to here"
-            " or to the ingested directory) or a glob such as 'guides/*.md'.",
+            " or to the ingested directory) or, when no document has that name, a glob such as"
+            " 'guides/*.md'.",
         ),
     ] = None,
     dry_run: Annotated[
@@ -403,7 +404,8 @@ def _delete_documents(kb: Any, collection: str, source: str, *, dry_run: bool, y
     except KnowledgeBaseError as exc:
         fail(str(exc), f"list the documents with arcana-loop documents -c {collection}")
     names = [shown_path(d.source) for d in matches]
-    if dry_run or not yes:
+    # several documents are listed even with --yes: a pattern can reach further than meant
+    if dry_run or not yes or len(names) > 1:
         out.print(f"{'Would delete' if dry_run else 'Deleting'} {len(names)} of {collection!r}:")
         for name in names:
             out.print(f"  {shown(name)}", highlight=False)

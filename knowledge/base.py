@@ -443,15 +443,24 @@ class KnowledgeBase:
     ) -> list[DocumentInfo]:
         """Delete every document of `collection` that `source` names (a glob may name many).
 
+        `source` is read as `find_documents` reads it: a name matching a stored
+        document exactly means that document, even when it holds glob characters.
+
         Returns:
-            The documents deleted, or with `dry_run` the ones that would be.
+            The documents deleted, or with `dry_run` the ones that would be (an
+            empty list when none matches).
 
         Raises:
-            KnowledgeBaseError: if none matches (the message names the closest sources).
+            CollectionNotFound: if `collection` names no collection.
+            KnowledgeBaseError: if none matches, unless `dry_run` (the message names
+                the closest sources).
         """
-        matches = self.find_documents(source, collection=collection)
+        docs = self.documents(collection)
+        matches = _matching(os.fspath(source), docs)
         if dry_run:
             return matches
+        if not matches:
+            raise _no_match(os.fspath(source), collection, docs)
         with self.pool().connection() as conn, conn.transaction():
             row = conn.execute(_DELETE_BY_IDS, ([d.id for d in matches],)).fetchone()
             if row is not None and row[0]:
@@ -463,11 +472,14 @@ class KnowledgeBase:
     ) -> list[DocumentInfo]:
         """The documents of `collection` that `source` names, as a user would name them.
 
-        Tried in order: the source exactly as stored; a path resolved as ingest
-        resolves it (relative to the working directory, ``~`` expanded); a glob
-        (``guides/*.md``, matched from the right of the stored path, so relative to
-        any ingested directory); a path relative to an ingested directory
-        (``guides/setup.md`` names ``/home/me/docs/guides/setup.md``).
+        Tried in order, the first that matches wins: the source exactly as stored;
+        a path resolved as ingest resolves it (relative to the working directory,
+        ``~`` expanded); a path relative to an ingested directory
+        (``guides/setup.md`` names ``/home/me/docs/guides/setup.md``); and only
+        then a glob (``guides/*.md``, matched from the right of the stored path, so
+        relative to any ingested directory). A name is thus never read as a
+        pattern when a document has it: ``[draft] notes.md`` names that file, not
+        ``d notes.md``.
 
         Raises:
             CollectionNotFound: if `collection` names no collection.
@@ -475,31 +487,10 @@ class KnowledgeBase:
         """
         text = os.fspath(source)
         docs = self.documents(collection)
-        by_source = {d.source: d for d in docs}
-        for candidate in (text, _resolved(text)):
-            if candidate in by_source:
-                return [by_source[candidate]]
-        if _GLOB_CHARS.search(text):
-            found = [d for d in docs if PurePosixPath(d.source).match(text)]
-        else:
-            tail = "/" + PurePosixPath(text).as_posix().removeprefix("./")
-            found = [d for d in docs if d.source.endswith(tail)]
-        if found:
-            return found
-        names = {*(d.source for d in docs), *(PurePosixPath(d.source).name for d in docs)}
-        close = difflib.get_close_matches(text, sorted(names), n=3, cutoff=0.4)
-        closest = [
-            d.source
-            for name in close
-            for d in docs
-            if name in (d.source, PurePosixPath(d.source).name)
-        ]
-        hint = (
-            f"; closest: {', '.join(repr(c) for c in dict.fromkeys(closest))}"
-            if closest
-            else f"; it holds {len(docs)} documents (list them with documents())"
-        )
-        raise KnowledgeBaseError(f"no document of {collection!r} matching {text!r}{hint}")
+        found = _matching(text, docs)
+        if not found:
+            raise _no_match(text, collection, docs)
+        return found
 
     # -- ingest --------------------------------------------------------------------
 
@@ -1174,6 +1165,36 @@ def _file_fate(source: str, skipped: set[str]) -> Literal["gone", "unread", "pre
     except OSError:
         return "unread"
     return "present" if stat.S_ISREG(info.st_mode) else "gone"
+
+
+def _matching(text: str, docs: list[DocumentInfo]) -> list[DocumentInfo]:
+    """The documents `text` names, tried as `KnowledgeBase.find_documents` says; `[]` for none."""
+    by_source = {d.source: d for d in docs}
+    for candidate in (text, _resolved(text)):
+        if candidate in by_source:
+            return [by_source[candidate]]
+    # literal before glob: brackets, "*" and "?" are legal in file names, and a name
+    # read as a pattern first would pick another document ("[draft]" matches "d")
+    tail = "/" + PurePosixPath(text).as_posix().removeprefix("./")
+    found = [d for d in docs if d.source.endswith(tail)]
+    if not found and _GLOB_CHARS.search(text):
+        found = [d for d in docs if PurePosixPath(d.source).match(text)]
+    return found
+
+
+def _no_match(text: str, collection: str, docs: list[DocumentInfo]) -> KnowledgeBaseError:
+    """The error for `text` naming no document of `collection`, with the closest sources."""
+    names = {*(d.source for d in docs), *(PurePosixPath(d.source).name for d in docs)}
+    close = difflib.get_close_matches(text, sorted(names), n=3, cutoff=0.4)
+    closest = [
+        d.source for name in close for d in docs if name in (d.source, PurePosixPath(d.source).name)
+    ]
+    hint = (
+        f"; closest: {', '.join(repr(c) for c in dict.fromkeys(closest))}"
+        if closest
+        else f"; it holds {len(docs)} documents (list them with documents())"
+    )
+    return KnowledgeBaseError(f"no document of {collection!r} matching {text!r}{hint}")
 
 
 def _resolved(source: str) -> str:

@@ -150,3 +150,78 @@ def test_the_cli_deletes_by_glob_after_a_dry_run(
     finally:
         base.delete_collection("cli-del")
         base.close()
+
+
+def _bracketed(tmp_path: Path) -> Path:
+    docs = tmp_path / "notes"
+    docs.mkdir()
+    (docs / "[draft] notes.md").write_text("# Draft\n\nThe draft says berth nine.\n")
+    (docs / "d notes.md").write_text("# D\n\nBerth four is deep.\n")
+    return docs
+
+
+def test_a_name_that_matches_a_document_exactly_means_that_document(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = _bracketed(tmp_path)
+    kb.ingest(docs, collection="notes")
+    monkeypatch.chdir(tmp_path)  # not the ingested folder: the name is not a path from here
+    draft = str((docs / "[draft] notes.md").resolve())
+    assert [d.source for d in kb.find_documents("[draft] notes.md", collection="notes")] == [draft]
+    # with no exact match, brackets are a glob's character class as before
+    assert [Path(d.source).name for d in kb.find_documents("[d] notes.md", collection="notes")] == [
+        "d notes.md"
+    ]
+    assert kb.delete_document(source="[draft] notes.md", collection="notes") == 1
+    assert [Path(d.source).name for d in kb.documents("notes")] == ["d notes.md"]
+
+
+def test_a_dry_run_of_a_pattern_that_matches_nothing_lists_nothing(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    kb.ingest(_folder(tmp_path) / "capacity.txt", collection="harbor")
+    assert kb.delete_documents("guides/*.md", collection="harbor", dry_run=True) == []
+    with pytest.raises(KnowledgeBaseError, match="no document of 'harbor' matching"):
+        kb.delete_documents("guides/*.md", collection="harbor")  # a real delete still says so
+    with pytest.raises(CollectionNotFound):
+        kb.delete_documents("guides/*.md", collection="harbour", dry_run=True)
+    assert len(kb.documents("harbor")) == 1
+
+
+@pytest.mark.postgres
+def test_the_cli_deletes_the_document_named_and_lists_a_pattern_before_deleting(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    base = KnowledgeBase(pg_url)
+    docs = _bracketed(tmp_path)
+    (docs / "e notes.md").write_text("# E\n\nBerth five is shallow.\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    runner = CliRunner()
+    try:
+        base.ingest(docs, collection="cli-brackets")
+        named = runner.invoke(
+            app, ["delete", "-c", "cli-brackets", "--source", "[draft] notes.md", "--yes"]
+        )
+        assert named.exit_code == 0, named.output
+        left = sorted(Path(d.source).name for d in base.documents("cli-brackets"))
+        assert left == ["d notes.md", "e notes.md"]
+        # a pattern naming several: listed, then asked; answering no deletes nothing
+        asked = runner.invoke(
+            app, ["delete", "-c", "cli-brackets", "--source", "[de] notes.md"], input="n\n"
+        )
+        assert asked.exit_code == 1
+        assert "d notes.md" in asked.stdout and "e notes.md" in asked.stdout
+        assert len(base.documents("cli-brackets")) == 2
+        # with --yes it is not asked, but still says what it deletes
+        done = runner.invoke(
+            app, ["delete", "-c", "cli-brackets", "--source", "[de] notes.md", "--yes"]
+        )
+        assert done.exit_code == 0, done.output
+        assert "d notes.md" in done.stdout and "e notes.md" in done.stdout
+        assert base.documents("cli-brackets") == []
+    finally:
+        base.delete_collection("cli-brackets")
+        base.close()
