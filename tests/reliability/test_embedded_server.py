@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -22,14 +23,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arcana_loop.knowledge.pgwatch import (
-    HANDLES,
+from arcana_loop.knowledge.pgkeeper import (
     is_own_postgres,
+    keeper_running,
     own_postgres_processes,
     recorded_pid,
-    release,
+    state_path,
 )
-from arcana_loop.knowledge.server import ROOT_DATA_HOME
+from arcana_loop.knowledge.server import IDLE_ENV, ROOT_DATA_HOME, stop_embedded_server
 
 pytestmark = [pytest.mark.reliability, pytest.mark.postgres, pytest.mark.slow]
 
@@ -46,7 +47,7 @@ KILL_AND_GO_ON = """
 import os, signal, sys, time
 from pathlib import Path
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.pgwatch import recorded_pid
+from arcana_loop.knowledge.pgkeeper import recorded_pid
 
 pgdata = Path(sys.argv[1]).resolve()
 kb = KnowledgeBase()
@@ -70,17 +71,18 @@ print("new base", [c.name for c in KnowledgeBase().collections()])
 """
 
 
-def _env(pgdata: Path) -> dict[str, str]:
+def _env(pgdata: Path, idle: str = "1") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env["ARCANA_LOOP_PGDATA"] = str(pgdata)
+    env[IDLE_ENV] = idle  # by default the keeper stops the server a second after its last user ends
     env["COLUMNS"] = "200"
     return env
 
 
-def _cli(pgdata: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(pgdata: Path, *args: str, idle: str = "1") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(CLI), *args],
-        env=_env(pgdata),
+        env=_env(pgdata, idle),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -100,9 +102,10 @@ def _python(pgdata: Path, script: str, *args: str) -> subprocess.CompletedProces
 
 
 def _end_servers(pgdata: Path) -> None:
-    """Kill any PostgreSQL left running in `pgdata` (its postmaster first, then stragglers)."""
+    """Stop the server of `pgdata` through its keeper, then kill any PostgreSQL left (postmaster first)."""
     if not pgdata.exists():
         return
+    stop_embedded_server(pgdata)
     real = pgdata.resolve()
     pid = recorded_pid(real)
     with contextlib.suppress(psutil.Error):
@@ -147,7 +150,8 @@ def _error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
 def test_a_stale_pid_file_naming_another_program_is_reported_and_that_program_never_signalled(
     data_dir,
 ):
-    assert _cli(data_dir, "collections").returncode == 0  # initialised, then stopped at exit
+    assert _cli(data_dir, "collections").returncode == 0  # initialised
+    assert _wait_until(lambda: not keeper_running(data_dir))  # and stopped once idle
     bystander = subprocess.Popen(["sleep", "300"])
     try:
         _write_pid_file(data_dir, bystander.pid)
@@ -155,28 +159,39 @@ def test_a_stale_pid_file_naming_another_program_is_reported_and_that_program_ne
         assert done.returncode == 0, done.stderr
         (notice,) = [line for line in done.stderr.splitlines() if "stale postmaster.pid" in line]
         assert str(bystander.pid) in notice and "'sleep'" in notice and str(data_dir) in notice
-        time.sleep(2)  # the watcher releases the server after the process is gone
+        # the keeper stops the server it started once it has been idle a second
+        assert _wait_until(lambda: recorded_pid(data_dir) is None)
         assert bystander.poll() is None  # never signalled, at use or at exit
-        assert recorded_pid(data_dir) is None  # the server it started was stopped cleanly
     finally:
         bystander.kill()
         bystander.wait(10)
 
 
-def test_the_watcher_never_signals_a_program_a_stale_pid_file_names(data_dir):
+def test_stopping_never_signals_a_program_that_stale_files_name(data_dir):
     assert _cli(data_dir, "collections").returncode == 0
-    gone = subprocess.Popen(["true"])
-    gone.wait(10)
+    assert _wait_until(lambda: not keeper_running(data_dir) and recorded_pid(data_dir) is None)
     bystander = subprocess.Popen(["sleep", "300"])
     try:
-        (data_dir / HANDLES).write_text(json.dumps([gone.pid]))  # a dead user of the server
-        _write_pid_file(data_dir, bystander.pid)
-        assert release(gone.pid, data_dir) is False
+        _write_pid_file(data_dir, bystander.pid)  # a postmaster.pid naming another program
+        state_path(data_dir).write_text(json.dumps({"pid": bystander.pid}))  # and a keeper file
+        assert stop_embedded_server(data_dir) is False
+        stopped = _cli(data_dir, "server", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "was not running" in stopped.stdout
         time.sleep(0.5)
-        assert bystander.poll() is None
+        assert bystander.poll() is None  # never signalled
     finally:
         bystander.kill()
         bystander.wait(10)
+
+
+def _wait_until(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
 
 
 # -- a full disk ----------------------------------------------------------------------------------
@@ -218,6 +233,9 @@ def test_a_full_disk_is_one_line_naming_the_data_directory_and_the_data_is_kept(
     pgdata = small_disk / "pgdata"
     stored = _python(pgdata, INGEST)
     assert stored.returncode == 0, stored.stderr
+    assert _wait_until(
+        lambda: not keeper_running(pgdata)
+    )  # stopped once idle: the next use starts it
     filler = small_disk / "filler"
     _fill(filler)
     assert shutil.disk_usage(small_disk).free < 1 << 20
@@ -279,8 +297,8 @@ def test_a_server_killed_under_a_live_process_is_started_again_by_it(data_dir):
     assert "collections ['notes']" in done.stdout
     assert "found 1" in done.stdout and "new base ['notes']" in done.stdout
     assert "stopped while this process uses it" in done.stderr
-    time.sleep(2)  # its exit stopped the server it started again
-    assert recorded_pid(data_dir) is None
+    # the keeper stops the server started again once nobody uses it
+    assert _wait_until(lambda: recorded_pid(data_dir) is None)
 
 
 # -- a deleted data directory ---------------------------------------------------------------------
@@ -297,3 +315,134 @@ def test_a_deleted_data_directory_is_announced_once_when_it_is_created_anew(data
     assert str(data_dir) in notice and "new, empty knowledge base" in notice
     third = _cli(data_dir, "collections")
     assert third.returncode == 0 and "used before" not in third.stderr
+
+
+# -- one owner: processes that join and leave at once, some killed -----------------------------
+
+JOIN = """
+import os, sys, psycopg
+from pathlib import Path
+from arcana_loop.knowledge.pgkeeper import recorded_pid
+from arcana_loop.knowledge.server import database_url
+
+url = database_url()
+with psycopg.connect(url) as conn:
+    conn.execute("SELECT 1")
+print(url, recorded_pid(Path(sys.argv[1]).resolve()), flush=True)
+how = sys.argv[2]
+if how == "crash":
+    os._exit(3)  # no exit hook runs
+if how == "wait":
+    sys.stdin.readline()  # until the test kills it
+"""
+
+OBSERVE = """
+import sys, threading, time, psycopg
+from arcana_loop.knowledge.server import database_url
+
+url = database_url()
+print(url, flush=True)
+done = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), done.set()), daemon=True).start()
+queries = failures = 0
+while not done.is_set():
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        failures += 1
+        print("failed:", exc, file=sys.stderr, flush=True)
+    queries += 1
+    time.sleep(0.05)
+print("queries", queries, "failures", failures, flush=True)
+"""
+
+
+def _start(pgdata: Path, script: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=_env(pgdata),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _keepers(pgdata: Path) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(attrs=["cmdline"]):
+        args = process.info["cmdline"] or []
+        if any(a.endswith("pgkeeper.py") for a in args) and str(pgdata) in args:
+            found.append(process)
+    return found
+
+
+def test_processes_that_join_and_leave_at_once_share_one_server_and_never_stop_it(data_dir):
+    # six processes start on an empty data directory at the same moment: one server
+    first_wave = [_start(data_dir, JOIN, str(data_dir), how) for how in ("exit", "crash") * 3]
+    joined = [p.communicate(timeout=120) for p in first_wave]
+    assert all(p.returncode in (0, 3) for p in first_wave), [err for _, err in joined]
+    seen = {out.split()[0] for out, _ in joined}
+    pids = {out.split()[1] for out, _ in joined}
+    assert len(seen) == 1 and len(pids) == 1  # one URL, one postmaster
+    observer = _start(data_dir, OBSERVE)
+    try:
+        assert observer.stdout is not None and observer.stdout.readline().strip() in seen
+        postmaster = recorded_pid(data_dir.resolve())
+        # others join and leave while the observer queries: clean exits, crashes, SIGTERM, SIGKILL
+        waiting = [_start(data_dir, JOIN, str(data_dir), "wait") for _ in range(4)]
+        quick = [_start(data_dir, JOIN, str(data_dir), how) for how in ("exit", "crash")]
+        for process in waiting:
+            assert process.stdout is not None and process.stdout.readline()
+        endings = (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL, None)
+        for process, how in zip(waiting, endings, strict=True):
+            if how is None:
+                process.stdin.close()  # ends cleanly
+            else:
+                process.send_signal(how)
+            process.wait(30)
+        for process in quick:
+            process.wait(120)
+        time.sleep(3)  # past the keeper's idle time: the observer still uses it
+        assert recorded_pid(data_dir.resolve()) == postmaster  # never stopped, never restarted
+        assert len(_keepers(data_dir)) == 1
+    finally:
+        out, err = observer.communicate("\n", timeout=60)
+    assert out.split()[-2:] == ["failures", "0"], err
+    assert int(out.split()[1]) > 20
+    # the last user gone, the keeper stops the server after its idle second, and ends
+    assert _wait_until(lambda: recorded_pid(data_dir.resolve()) is None and not _keepers(data_dir))
+    assert own_postgres_processes(data_dir.resolve()) == []
+
+
+def test_a_killed_keeper_is_replaced_and_its_server_adopted(data_dir):
+    observer = _start(data_dir, OBSERVE)
+    try:
+        assert observer.stdout is not None and observer.stdout.readline().startswith("postgresql")
+        (keeper,) = _keepers(data_dir)
+        postmaster = recorded_pid(data_dir.resolve())
+        keeper.kill()
+        keeper.wait(10)
+        joined = _python(data_dir, JOIN, str(data_dir), "exit")  # the next user starts a new one
+        assert joined.returncode == 0, joined.stderr
+        assert joined.stdout.split()[1] == str(postmaster)  # the same server, adopted
+        assert len(_keepers(data_dir)) == 1
+    finally:
+        out, err = observer.communicate("\n", timeout=60)
+    assert out.split()[-2:] == ["failures", "0"], err
+    assert _wait_until(lambda: recorded_pid(data_dir.resolve()) is None and not _keepers(data_dir))
+
+
+def test_server_status_and_stop(data_dir):
+    assert "is not running" in _cli(data_dir, "server", "status").stdout
+    started = _cli(data_dir, "server", "start", idle="600")
+    assert started.returncode == 0, started.stderr
+    status = json.loads(_cli(data_dir, "server", "status", "--json").stdout)
+    assert status["running"] and status["pid"] == recorded_pid(data_dir.resolve())
+    assert status["keeper_pid"] == _keepers(data_dir)[0].pid and status["idle_seconds"] == 600
+    assert status["in_use"] is False  # the command that started it has ended
+    stopped = _cli(data_dir, "server", "stop")
+    assert stopped.returncode == 0 and "Stopped" in stopped.stdout, stopped.stderr
+    assert recorded_pid(data_dir.resolve()) is None and not _keepers(data_dir)
