@@ -81,7 +81,11 @@ class LoopDeps:
         toolset without ``search`` never reads the knowledge base); a database that
         cannot be reached is left for the search to report.
         """
-        if self.search_fn is not None or SEARCH not in self.toolset.builtins:
+        if SEARCH not in self.toolset.builtins:
+            return None
+        if scope.kind == "none":
+            return EMPTY_SCOPE  # `[]` matches nothing, whatever answers the searches
+        if self.search_fn is not None:
             return None
         from arcana_loop import knowledge
 
@@ -108,6 +112,10 @@ NO_SUCH_COLLECTION = (
     "there is no collection named {names} in the knowledge base (it holds {known}). "
     "Ingest into it with `arcana-loop ingest PATH --collection {first}`, or ask another collection."
 )
+EMPTY_SCOPE = (
+    "the question's scope is empty (collection=[]), and an empty scope matches no collection. "
+    "Name the collections to search, or use collection='all' for every one."
+)
 EMPTY_COLLECTION = (
     "collection {names} holds no document yet. Ingest some with "
     "`arcana-loop ingest PATH --collection {first}`."
@@ -116,6 +124,8 @@ EMPTY_COLLECTION = (
 
 def unsearchable_reason(scope: Scope, chunks: Mapping[str, int]) -> str | None:
     """Why a scope finds nothing, given each stored collection's chunk count; `None` if it can."""
+    if scope.kind == "none":
+        return EMPTY_SCOPE
     if not any(chunks.values()):
         return EMPTY_KNOWLEDGE_BASE
     if scope.kind == "all" or any(chunks.get(name) for name in scope.names):

@@ -85,6 +85,26 @@ def test_run_on_a_missing_collection_of_the_default_knowledge_base_gives_up_unas
     assert held.terminated_by == "answered"  # a stored collection is asked as before
 
 
+def test_an_empty_scope_on_a_stored_knowledge_base_gives_up_saying_so_unasked(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arcana_loop import knowledge
+    from tests.fakes import scripted
+    from tests.fixtures.postgres import temporary_collection
+
+    monkeypatch.setenv("DATABASE_URL", pg_url)
+    monkeypatch.setattr(knowledge, "_default", None)
+    model = scripted("never asked")
+    try:
+        with temporary_collection(pg_url, "loop-held", [("A zorblat is a crane.", {})]):
+            result = run("What is a zorblat?", collection=[], controller_llm=model)
+    finally:
+        if knowledge._default is not None:
+            knowledge._default.close()
+    assert result.terminated_by == "gave_up" and result.error is None and model.calls == []
+    assert "scope is empty (collection=[])" in (result.answer or "")
+
+
 def test_a_toolset_without_search_is_asked_whatever_the_knowledge_base_holds(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -158,6 +158,7 @@ def test_empty_scope_matches_nothing_and_never_queries(tenants):
         search_fn=found,
     )
     assert result.chunks == [] and found.calls == []
+    assert result.terminated_by == "gave_up" and "scope is empty" in result.answer
     assert tenants.search("launch code", collection=[]) == []
 
 

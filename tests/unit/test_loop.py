@@ -321,7 +321,7 @@ def search_params(model):
     return schema["function"]["parameters"]["properties"], schema["function"]["description"]
 
 
-@pytest.mark.parametrize("collection", ["all", None, "docs", ["docs"], []])
+@pytest.mark.parametrize("collection", ["all", None, "docs", ["docs"]])  # [] asks no model
 def test_search_schema_has_no_collection_parameter_unless_picking(collection):
     model = scripted(answer("x"))
     run("Q?", controller_llm=model, search_fn=ScriptedSearch(), collection=collection)
@@ -380,16 +380,15 @@ def test_collection_outside_the_allowed_list_is_a_tool_error_and_the_loop_goes_o
     assert result.terminated_by == "answered"
 
 
-def test_empty_scope_matches_nothing_through_every_call():
+def test_empty_scope_matches_nothing_and_ends_as_a_give_up_before_any_model_call():
     found = ScriptedSearch([[chunk("c1")], [chunk("c2")]])
     model = scripted(search("q"), search("q", collection="docs"), answer("x"))
     result = run("Q?", controller_llm=model, search_fn=found, collection=[])
     assert found.calls == []  # never called: a custom search cannot mistake [] for "everything"
-    assert result.tool_history[0]["summary"] == "No results."
-    # the schema of an empty scope has no collection parameter, so a collection sent anyway is ignored
-    assert result.tool_history[1]["summary"] == "No results."
-    assert result.tool_history[1]["ignored_args"] == ["collection"]
-    assert result.chunks == []
+    assert model.calls == []  # a question about nothing is no question for a model
+    assert result.terminated_by == "gave_up"
+    assert "scope is empty (collection=[])" in result.answer
+    assert result.chunks == [] and result.tool_history == []
 
 
 @pytest.mark.parametrize("bad", [42, {"a": 1}, [1, 2], ["ok", ""], "   "])
