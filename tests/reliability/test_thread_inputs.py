@@ -123,7 +123,9 @@ def test_a_key_a_provider_error_echoes_is_masked(monkeypatch):
     error = RuntimeError(
         f"Error code: 401 - {{'error': {{'message': 'Incorrect API key provided: {key}'}}}}"
     )
-    result = run("Q?", controller_llm=ScriptedChatModel(responses=[error]))
+    result = run(
+        "Q?", controller_llm=ScriptedChatModel(responses=[error]), search_fn=ScriptedSearch()
+    )
     assert result.terminated_by == "error"
     assert key not in (result.error or "") and "A1b2C3d4" not in (result.error or "")
     assert "401" in (result.error or "")
