@@ -653,7 +653,7 @@ class KnowledgeBase:
             rows = conn.execute(_DOCUMENTS_UNDER, (collection, prefix)).fetchall()
             gone = []
             for doc_id, source, chunks in rows:  # the query kept those under root
-                if source in read:
+                if source in read and source not in skipped:  # read, but skipped when chunked
                     continue
                 fate = _file_fate(source, skipped)
                 if fate == "gone":

@@ -221,16 +221,21 @@ def test_a_sync_keeps_a_stored_document_whose_file_turned_odd(
     (docs / "page.html").write_text("<html><body><p>Tug fleet of four.</p></body></html>")
     (docs / "notes.md").write_text("# Notes\n\nPilots board at the outer buoy.")
     (docs / "gone.md").write_text("# Gone\n\nThe old ferry berth.")
+    (docs / "deep.rst").write_text("Title\n=====\n\nA flat page.")
     kb.ingest(docs, collection="port", sync=True)
     (docs / "page.html").write_bytes(b"<html><body><p>Tug fleet\x00 of five.</p></body></html>")
+    (docs / "deep.rst").write_text(DEEP_RST)
     (docs / "notes.md").unlink()
     (docs / "notes.md").symlink_to(docs / "notes.md")  # the file became a loop of links
     (docs / "gone.md").unlink()
     result = kb.ingest(docs, collection="port", sync=True)
     assert result.documents_removed == 1  # gone.md only
-    assert _names(kb) == ["notes.md", "page.html"]
-    assert {Path(p).name for p, _ in result.skipped_files} == {"page.html", "notes.md"}
-    assert result.documents_kept == 2
+    assert _names(kb) == ["deep.rst", "notes.md", "page.html"]
+    skipped = {Path(p).name for p, _ in result.skipped_files}
+    assert skipped == {"page.html", "notes.md", "deep.rst"}
+    assert result.documents_kept == 3
+    # kept as they were stored: the flat page, not a half-read new version
+    assert kb.search("flat page", collection="port", mode="fulltext")
 
 
 def test_the_cli_says_which_entries_it_skipped_and_how_many_documents_it_kept(
