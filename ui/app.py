@@ -1,0 +1,128 @@
+"""The web page's routes, served by the project's LangGraph server (``langgraph.json``'s ``http.app``).
+
+* ``GET /ui``: the page (``static/index.html``, ``app.js``, ``app.css``, shipped in the
+  package: no build step, nothing fetched from elsewhere at run time).
+* ``GET /ui/api/collections``: the knowledge base's collections, for the picker.
+* ``POST /ui/api/evidence``: a thread's state values in, the page's view of them out
+  (`ui.evidence.evidence_view`).
+
+The page asks, streams and lists threads through the server's own API
+(``/threads``, ``/threads/{id}/runs/stream``), with whatever credentials the browser
+holds there. The evidence route reads no thread itself: it reshapes the values the
+page sends, which the page already read, so it cannot show anyone a thread they could
+not read through the server's API.
+
+Every response of the page forbids scripts and styles from anywhere but the server
+(``Content-Security-Policy``): the page renders document text with ``textContent``,
+and a document's ``<script>`` could not run even if it were ever parsed as HTML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from importlib.resources import files
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from arcana_loop.knowledge import KnowledgeBase, default_knowledge_base
+from arcana_loop.knowledge.errors import KnowledgeBaseError
+from arcana_loop.ui.evidence import evidence_view
+
+logger = logging.getLogger(__name__)
+
+ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+"""The page's files (``static/``) and their content types: nothing else is served."""
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+MAX_EVIDENCE_BYTES = 20_000_000
+"""The largest state the evidence route reads (a long conversation's values are a few MB)."""
+
+
+def asset(name: str) -> bytes:
+    """One of the page's files, as shipped in the package."""
+    return files("arcana_loop.ui").joinpath("static", name).read_bytes()
+
+
+def _headers(content_type: str) -> dict[str, str]:
+    return {
+        "Content-Type": content_type,
+        "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-cache",  # an upgraded package serves its new page at once
+    }
+
+
+def create_app(
+    knowledge_base: Callable[[], KnowledgeBase] = default_knowledge_base,
+) -> Starlette:
+    """The page's Starlette app; ``knowledge_base`` gives the knowledge base whose collections it lists."""
+    pages = {name: asset(name) for name in ASSETS}
+
+    async def page(request: Request) -> Response:
+        name = request.path_params.get("name", "index.html")
+        if name not in pages:
+            return JSONResponse({"error": f"no file named {name!r}"}, status_code=404)
+        return Response(pages[name], headers=_headers(ASSETS[name]))
+
+    async def collections(request: Request) -> Response:
+        def listed() -> list[dict[str, object]]:
+            return [
+                {"name": c.name, "documents": c.documents, "chunks": c.chunks}
+                for c in knowledge_base().collections()
+            ]
+
+        try:
+            # opening the knowledge base loads the embedder and may start the embedded
+            # server: off the event loop, which every run of the server shares
+            found = await asyncio.to_thread(listed)
+        except KnowledgeBaseError as exc:
+            logger.warning("the page could not list the collections: %s", exc)
+            return JSONResponse(
+                {"error": f"cannot read the knowledge base: {exc}"}, status_code=503
+            )
+        return JSONResponse({"collections": found})
+
+    async def evidence(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > MAX_EVIDENCE_BYTES:
+            return JSONResponse({"error": "the state sent is too large"}, status_code=413)
+        try:
+            values = json.loads(body).get("values")
+        except (ValueError, AttributeError):
+            values = None
+        if not isinstance(values, dict):
+            return JSONResponse(
+                {"error": 'send {"values": <a thread\'s state values>}'}, status_code=400
+            )
+        try:
+            view = evidence_view(values)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            return JSONResponse(
+                {"error": f"the values are not a thread's state: {exc}"}, status_code=400
+            )
+        return JSONResponse(view)
+
+    return Starlette(
+        routes=[
+            Route("/ui", page),
+            Route("/ui/", page),
+            Route("/ui/static/{name}", page),
+            Route("/ui/api/collections", collections),
+            Route("/ui/api/evidence", evidence, methods=["POST"]),
+        ]
+    )
+
+
+app = create_app()
