@@ -17,7 +17,9 @@ returns plain JSON for the page to render as text:
   inside it, and the search that first found its evidence.
 * ``steps`` and ``totals``: the question's tool history (searches, chunks found) and
   its usage (tokens, seconds).
-* ``conversation``: the thread's earlier questions and their answers, as text.
+* ``earlier``: the thread's earlier questions, each answer with its citations numbered
+  from its annotations (title, source, section, pages and the first 300 characters of
+  the passage: an earlier question's chunks are not kept in the thread's state).
 
 Nothing here renders HTML: every string is chunk or answer text, for ``textContent``.
 """
@@ -49,36 +51,64 @@ def _found_by(chunk_id: str, index: Mapping[str, tuple[int, str | None]]) -> dic
     return {"turn": iteration + 1, "query": query}
 
 
-def _closing(messages: Sequence[Any]) -> AIMessage | None:
-    """The current question's closing message (the assistant message named ``answer``), once written."""
-    for message in reversed(messages):
-        if is_user_turn(message):
-            return None  # the current question has not closed yet
-        if isinstance(message, AIMessage) and message.name == ANSWER_NAME:
-            return message
-    return None
+def _annotations(closing: AIMessage | None) -> list[Mapping[str, Any]]:
+    """The citation annotations of a closing message's answer block (`graph.sources.answer_content`)."""
+    content = closing.content if closing is not None else None
+    first = content[0] if isinstance(content, list) and content else None
+    notes = first.get("annotations") if isinstance(first, Mapping) else None
+    return [
+        n
+        for n in notes or []
+        if isinstance(n, Mapping)
+        and isinstance(n.get("start_index"), int)
+        and isinstance(n.get("end_index"), int)
+        and isinstance(n.get("extras"), Mapping)
+        and n["extras"].get("chunk_id")
+    ]
 
 
 def _mentions(
-    text: str, closing: AIMessage | None, chunks: Mapping[str, Mapping[str, Any]]
+    text: str, notes: Sequence[Mapping[str, Any]], chunk_ids: Sequence[str]
 ) -> list[tuple[int, int, str]]:
     """Where the answer cites a chunk: ``(start, end, chunk_id)``, in the order of the text."""
-    content = closing.content if closing is not None else None
-    first = content[0] if isinstance(content, list) and content else None
-    annotations = first.get("annotations") if isinstance(first, Mapping) else None
-    found: list[tuple[int, int, str]] = []
-    if isinstance(annotations, list) and annotations:
-        for note in annotations:
-            extras = note.get("extras") or {} if isinstance(note, Mapping) else {}
-            start, end = note.get("start_index"), note.get("end_index")
-            if isinstance(start, int) and isinstance(end, int) and extras.get("chunk_id"):
-                found.append((start, end, str(extras["chunk_id"])))
-    else:
-        for chunk_id in chunks:
-            found += [
-                (m.start(), m.end(), chunk_id) for m in re.finditer(re.escape(chunk_id), text)
-            ]
-    return sorted(found)
+    if notes:
+        return sorted(
+            (n["start_index"], n["end_index"], str(n["extras"]["chunk_id"])) for n in notes
+        )
+    return sorted(
+        (m.start(), m.end(), chunk_id)
+        for chunk_id in chunk_ids
+        for m in re.finditer(re.escape(chunk_id), text)
+    )
+
+
+def _from_chunk(chunk: Mapping[str, Any]) -> dict[str, Any]:
+    """What a citation shows of a chunk the question gathered: its whole text and where it is."""
+    metadata = chunk.get("metadata") or {}
+    source = metadata.get("source")
+    return {
+        "title": document_title(str(source or chunk.get("collection") or ""), metadata),
+        "source": str(source) if source else None,
+        "section": metadata.get("section") or None,
+        "pages": page_label(metadata),
+        "collection": chunk.get("collection"),
+        "text": str(chunk.get("text") or ""),
+        "partial": False,
+    }
+
+
+def _from_annotation(note: Mapping[str, Any]) -> dict[str, Any]:
+    """What a citation shows of an earlier question's chunk: its annotation (the text's start only)."""
+    extras = note["extras"]
+    return {
+        "title": note.get("title"),
+        "source": extras.get("source"),
+        "section": extras.get("section"),
+        "pages": extras.get("pages"),
+        "collection": None,
+        "text": str(note.get("cited_text") or ""),
+        "partial": True,  # an earlier question's chunks are not kept (graph/conversation.py)
+    }
 
 
 def _widened(text: str, start: int, end: int) -> tuple[int, int]:
@@ -88,13 +118,28 @@ def _widened(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _pieces(passage: str) -> list[tuple[str, int, int]]:
+    """The passage's sentences, each cut again at its line breaks (a PDF page's heading line, a list item)."""
+    pieces = []
+    for sentence, start, _ in split_sentences(passage):
+        offset = start
+        for line in sentence.split("\n"):
+            if line.strip():
+                lead = len(line) - len(line.lstrip())
+                pieces.append((line.strip(), offset + lead, offset + lead + len(line.strip())))
+            offset += len(line) + 1
+    return pieces
+
+
 def highlight(claim: str, passage: str) -> tuple[int, int] | None:
     """The sentence of ``passage`` sharing most content words with ``claim`` (its offsets), or ``None``."""
     terms = content_terms(_BRACKETED.sub("", claim))
-    best, best_span = 0, None
-    for sentence, start, end in split_sentences(passage):
-        shared = len(terms & content_terms(sentence))
-        if shared > best:
+    best, best_span = 0.0, None
+    for sentence, start, end in _pieces(passage):
+        words = content_terms(sentence)
+        # shared words first; of two sentences sharing as many, the one with fewer others
+        shared = len(terms & words) - 0.01 * len(words - terms)
+        if len(terms & words) and shared > best:
             best, best_span = shared, (start, end)
     return best_span
 
@@ -110,7 +155,7 @@ def _sentence_at(text: str, position: int) -> str:
 def _citations(
     text: str,
     mentions: Sequence[tuple[int, int, str]],
-    chunks: Mapping[str, Mapping[str, Any]],
+    shown: Mapping[str, dict[str, Any]],
     index: Mapping[str, tuple[int, str | None]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The answer as pieces (text and citation numbers), and one citation per cited chunk."""
@@ -124,21 +169,14 @@ def _citations(
             continue  # overlapping annotations: the first one wins
         if chunk_id not in numbers:
             numbers[chunk_id] = len(numbers) + 1
-            chunk = chunks.get(chunk_id) or {}
-            metadata = chunk.get("metadata") or {}
-            passage = str(chunk.get("text") or "")
+            where = shown.get(chunk_id) or _from_chunk({})
             claim = _sentence_at(text, start)
-            source = metadata.get("source")
+            passage = where["text"]
             citations.append(
                 {
                     "n": numbers[chunk_id],
                     "chunk_id": chunk_id,
-                    "title": document_title(str(source or chunk.get("collection") or ""), metadata),
-                    "source": str(source) if source else None,
-                    "section": metadata.get("section") or None,
-                    "pages": page_label(metadata),
-                    "collection": chunk.get("collection"),
-                    "text": passage,
+                    **where,
                     "highlight": highlight(claim, passage) if passage else None,
                     "claim": _BRACKETED.sub("", claim).strip(),
                     "found_by": _found_by(chunk_id, index),
@@ -211,31 +249,39 @@ def _totals(values: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _conversation(messages: Sequence[Any]) -> list[dict[str, str | None]]:
-    """The thread's questions in order, each with its answer's text (``None`` while unanswered)."""
-    turns: list[dict[str, str | None]] = []
-    for message in messages:
-        if is_user_turn(message):
-            turns.append({"question": message.text, "answer": None})
-        elif isinstance(message, AIMessage) and message.name == ANSWER_NAME and turns:
-            turns[-1]["answer"] = answer_text(message.content)
-    return turns
+def _earlier(question: str, closing: AIMessage | None) -> dict[str, Any]:
+    """An earlier question of the thread: its answer with numbered citations, from its annotations alone."""
+    if closing is None:
+        return {"question": question, "answer": [], "citations": []}
+    text = answer_text(closing.content)
+    notes = _annotations(closing)
+    shown = {str(n["extras"]["chunk_id"]): _from_annotation(n) for n in notes}
+    pieces, citations = _citations(text, _mentions(text, notes, []), shown, {})
+    return {"question": question, "answer": pieces, "citations": citations}
 
 
 def evidence_view(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The page's view of a thread's state: the last question's answer, evidence and steps."""
+    """The page's view of a thread's state: its questions, and the last one's evidence and steps."""
     messages = convert_to_messages(values.get("messages") or [])
-    closing = _closing(messages)
-    chunks = {str(c["id"]): c for c in values.get("chunks") or [] if c.get("id")}
+    asked: list[tuple[str, AIMessage | None]] = []
+    for message in messages:
+        if is_user_turn(message):
+            asked.append((message.text, None))
+        elif isinstance(message, AIMessage) and message.name == ANSWER_NAME and asked:
+            asked[-1] = (asked[-1][0], message)
+    closing = asked[-1][1] if asked else None
     # the closing message holds the answer, or why there is none (a give-up, a failure)
     text = answer_text(closing.content) if closing is not None else values.get("answer") or ""
-    mentions = _mentions(text, closing, chunks) if values.get("terminated_by") else []
+    chunks = {str(c["id"]): c for c in values.get("chunks") or [] if c.get("id")}
+    mentions = _mentions(text, _annotations(closing), list(chunks)) if closing else []
+    shown = {chunk_id: _from_chunk(chunk) for chunk_id, chunk in chunks.items()}
     index = search_index(values.get("tool_history") or [])
-    pieces, citations = _citations(text, mentions, chunks, index)
+    pieces, citations = _citations(text, mentions, shown, index)
     grounding = values.get("grounding")
     numbers = {c["chunk_id"]: c["n"] for c in citations}
+    question = values.get("question") or (asked[-1][0] if asked else None)
     return {
-        "question": values.get("question"),
+        "question": question,
         "terminated_by": values.get("terminated_by"),
         "budget_stop": values.get("budget_stop"),
         "error": values.get("error"),
@@ -246,5 +292,5 @@ def evidence_view(values: Mapping[str, Any]) -> dict[str, Any]:
         "claims": _claims(grounding, mentions, numbers),
         "steps": _steps(values.get("tool_history") or []),
         "totals": _totals(values),
-        "conversation": _conversation(messages),
+        "earlier": [_earlier(q, c) for q, c in asked[:-1]],
     }

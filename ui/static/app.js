@@ -290,13 +290,17 @@ function liveTurn(question) {
   return { answer, status };
 }
 
+function plural(count, word, many = `${word}s`) {
+  return `${count} ${count === 1 ? word : many}`;
+}
+
 function liveStatus(event) {
   switch (event.event) {
     case "loop_start": return "Thinking...";
     case "tool_call":
       if (event.tool === "search") {
         const found = (event.returned_chunk_ids || []).length;
-        return `Turn ${event.iteration + 1}: searched "${(event.args || {}).query || ""}" and found ${found} chunks`;
+        return `Turn ${event.iteration + 1}: searched "${(event.args || {}).query || ""}" and found ${plural(found, "chunk")}`;
       }
       return `Turn ${event.iteration + 1}: ${event.tool}`;
     case "ground_start": return "Checking each claim against the evidence...";
@@ -380,34 +384,34 @@ function stateLine(view) {
       const written = view.answer.length ? " The answer below was written from the chunks gathered." : "";
       return el("p", { class: "state budget", text: `Stopped: the question spent ${budget}.${written}` });
     }
-    case "error":
-      return el("p", { class: "state error", text: `The run failed: ${view.error || "unknown error"}` });
+    case "error": // the closing message says why, when there is one
+      return el("p", { class: "state error", text: view.answer.length ? "The run failed." : `The run failed: ${view.error || "unknown error"}` });
     default:
       return el("p", { class: "state error", text: "This question did not finish (its run stopped before an answer)." });
   }
 }
 
-function answerNode(view) {
-  const node = el("div", { class: "answer" });
-  for (const piece of view.answer) {
+// An answer's text with its citation numbers as buttons that open the passage.
+function answerNode(pieces, citations, earlier = false) {
+  const node = el("div", { class: earlier ? "answer earlier" : "answer" });
+  for (const piece of pieces) {
     if (piece.cite === undefined) node.append(piece.text);
-    else {
-      const button = el("button", { type: "button", class: "cite", "data-n": String(piece.cite), title: "Show the passage", text: `[${piece.cite}]` });
-      button.addEventListener("click", () => showPassage(piece.cite));
-      node.append(button);
-    }
+    else node.append(citeButton(citations, piece.cite, "cite", `[${piece.cite}]`));
   }
+  if (!pieces.length) node.append("(no answer)");
   return node;
 }
 
-function sourcesList(view) {
-  if (!view.citations.length) return null;
+function citeButton(citations, n, kind, text) {
+  const button = el("button", { type: "button", class: kind, "data-n": String(n), title: "Show the passage", text });
+  button.addEventListener("click", () => showPassage(citations, n, button.closest(".turn, #claims")));
+  return button;
+}
+
+function sourcesList(citations) {
+  if (!citations.length) return null;
   const list = el("ol", { class: "sources" });
-  for (const c of view.citations) {
-    const button = el("button", { type: "button", class: "source", "data-n": String(c.n), text: placeOf(c) });
-    button.addEventListener("click", () => showPassage(c.n));
-    list.append(el("li", {}, button));
-  }
+  for (const c of citations) list.append(el("li", {}, citeButton(citations, c.n, "source", placeOf(c))));
   return list;
 }
 
@@ -425,21 +429,20 @@ function placeOf(c) {
 function renderConversation(view, timing) {
   const conversation = $("conversation");
   conversation.replaceChildren();
-  const turns = view.conversation;
-  turns.slice(0, -1).forEach((turn) => {
+  for (const turn of view.earlier) {
     conversation.append(
       el("article", { class: "turn" },
         el("p", { class: "question", text: turn.question }),
-        el("div", { class: "answer earlier", text: turn.answer || "(no answer)" })),
+        answerNode(turn.answer, turn.citations, true),
+        sourcesList(turn.citations)),
     );
-  });
-  if (!turns.length) return;
-  const last = turns[turns.length - 1];
+  }
+  if (!view.question) return;
   const current = el("article", { class: "turn current" },
-    el("p", { class: "question", text: last.question }),
+    el("p", { class: "question", text: view.question }),
     stateLine(view),
-    answerNode(view),
-    sourcesList(view));
+    answerNode(view.answer, view.citations),
+    sourcesList(view.citations));
   if (timing && timing.first_token_ms !== null) {
     current.append(el("p", { class: "muted small", text: `First words after ${(timing.first_token_ms / 1000).toFixed(2)} s, done after ${(timing.end_ms / 1000).toFixed(2)} s.` }));
   }
@@ -466,25 +469,21 @@ function renderEvidence(view) {
     const verdict = VERDICTS[claim.verdict] || "unsupported";
     const item = el("li", { class: `claim ${verdict}` },
       el("span", { class: `verdict ${verdict}`, text: verdict }), " ", claim.text);
-    for (const n of claim.citations) {
-      const button = el("button", { type: "button", class: "cite", "data-n": String(n), text: `[${n}]` });
-      button.addEventListener("click", () => showPassage(n));
-      item.append(" ", button);
-    }
+    for (const n of claim.citations) item.append(" ", citeButton(view.citations, n, "cite", `[${n}]`));
     item.append(el("div", { class: "muted small", text: `Evidence first found by ${foundByText(claim.found_by)}` }));
     claims.append(item);
   }
   $("claims-section").hidden = !view.claims.length;
   const t = view.totals;
   $("steps-summary").textContent =
-    `Steps: ${t.turns} turns, ${t.searches} searches, ${t.chunks} chunks kept, ${t.tokens} tokens, ${t.seconds.toFixed(2)} s`;
+    `Steps: ${plural(t.turns, "turn")}, ${plural(t.searches, "search", "searches")}, ${plural(t.chunks, "chunk")} kept, ${plural(t.tokens, "token")}, ${t.seconds.toFixed(2)} s`;
   const steps = $("steps");
   steps.replaceChildren();
   for (const step of view.steps) {
     let text = `Turn ${step.turn}: ${step.tool}`;
     if (step.tool === "search") {
       text += ` "${step.query || ""}"`;
-      text += step.duplicate_of ? ` (repeats turn ${step.duplicate_of}, not sent again)` : ` → ${step.chunks} chunks`;
+      text += step.duplicate_of ? ` (repeats turn ${step.duplicate_of}, not sent again)` : ` → ${plural(step.chunks, "chunk")}`;
       if (step.error) text += ` (failed: ${step.error})`;
     }
     steps.append(el("li", { text }));
@@ -495,11 +494,11 @@ function renderEvidence(view) {
     : "This answer cites no passage.";
 }
 
-function showPassage(n) {
-  const c = page.view && page.view.citations.find((x) => x.n === n);
+function showPassage(citations, n, scope) {
+  const c = citations.find((x) => x.n === n);
   if (!c) return;
   for (const b of document.querySelectorAll(".cite.open, .source.open")) b.classList.remove("open");
-  for (const b of document.querySelectorAll(`[data-n="${n}"]`)) b.classList.add("open");
+  for (const b of (scope || document).querySelectorAll(`[data-n="${n}"]`)) b.classList.add("open");
   $("passage-title").textContent = `[${c.n}] ${c.title || c.chunk_id}`;
   const meta = $("passage-meta");
   meta.replaceChildren();
@@ -508,7 +507,7 @@ function showPassage(n) {
     ["Section", c.section],
     ["Pages", c.pages],
     ["Collection", c.collection],
-    ["First found by", foundByText(c.found_by)],
+    ["First found by", c.partial ? null : foundByText(c.found_by)],
     ["Backs", c.claim],
   ];
   for (const [name, value] of rows) {
@@ -521,6 +520,7 @@ function showPassage(n) {
     const [start, end] = c.highlight;
     text.append(c.text.slice(0, start), el("mark", { text: c.text.slice(start, end) }), c.text.slice(end));
   } else text.append(c.text);
+  if (c.partial) text.append(el("span", { class: "muted", text: " … (an earlier question's passage: its start only)" }));
   $("evidence-hint").hidden = true;
   $("passage").hidden = false;
   $("passage").scrollIntoView({ block: "nearest" });
