@@ -7,12 +7,18 @@ The documented surface::
 Installed, the repository's folders live under this one name (`arcana_loop.graph`,
 `arcana_loop.knowledge`, ...). In a checkout they stay at the top of the repository
 (`graph/`, `knowledge/`, ...): the lines below let this package find them there too.
+
+The names are imported on first use (PEP 562): importing a submodule, such as the
+command line's `arcana_loop.cli.main`, imports this package first, and the graph and
+its dependencies take about a second and a half to import, which `arcana-loop
+--version` has no use for.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 _checkout = Path(__file__).parent.parent
 if (_checkout / "graph" / "__init__.py").is_file() and not (
@@ -20,32 +26,56 @@ if (_checkout / "graph" / "__init__.py").is_file() and not (
 ).exists():
     __path__.append(str(_checkout))  # a source checkout: the subpackages sit beside this folder
 
-from arcana_loop.graph import (  # noqa: E402  # after the path above
-    DEFAULT_TOOLS,
-    RUN_OPTIONS,
-    LoopContext,
-    LoopResult,
-    Record,
-    TraceStep,
-    arun,
-    build_graph,
-    default_tools,
-    fork,
-    ground,
-    record_of,
-    replay,
-    replay_record,
-    resume,
-    run,
-    trace,
-    verify_record,
-)
-from arcana_loop.knowledge import KnowledgeBase, KnowledgeBaseRetriever  # noqa: E402
+if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports them
+    from arcana_loop.graph import (
+        DEFAULT_TOOLS,
+        RUN_OPTIONS,
+        LoopContext,
+        LoopResult,
+        Record,
+        TraceStep,
+        arun,
+        build_graph,
+        default_tools,
+        fork,
+        ground,
+        record_of,
+        replay,
+        replay_record,
+        resume,
+        run,
+        trace,
+        verify_record,
+    )
+    from arcana_loop.knowledge import KnowledgeBase, KnowledgeBaseRetriever
 
-try:
-    __version__ = version("arcana-loop")
-except PackageNotFoundError:  # a checkout that was never installed
-    __version__ = "0.0.0"
+    __version__: str
+
+_FROM_KNOWLEDGE = ("KnowledgeBase", "KnowledgeBaseRetriever")
+"""The names the knowledge base gives; every other one of `__all__` is the graph's."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use, and keep it here for the next."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("arcana-loop")
+        except PackageNotFoundError:  # a checkout that was never installed
+            value = "0.0.0"
+    elif name in __all__:
+        home = "arcana_loop.knowledge" if name in _FROM_KNOWLEDGE else "arcana_loop.graph"
+        value = getattr(importlib.import_module(home), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "DEFAULT_TOOLS",

@@ -1,19 +1,62 @@
-"""The arcana-loop graph: an LLM controller searches a knowledge base until it can answer."""
+"""The arcana-loop graph: an LLM controller searches a knowledge base until it can answer.
 
-from arcana_loop.graph.build import build_graph, make_deps
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.replay import (
-    Record,
-    fork,
-    record_of,
-    replay,
-    replay_record,
-    resume,
-    verify_record,
-)
-from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, arun, ground, run
-from arcana_loop.graph.trace import TraceStep, trace
-from arcana_loop.tools.schemas import DEFAULT_TOOLS, default_tools
+The names below are imported on first use (PEP 562), so importing one module of the
+graph (`arcana_loop.graph.channels`, say, from a tool) does not import the whole loop
+first, and a module of `tools/` or `nodes/` can be imported on its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports them
+    from arcana_loop.graph.build import build_graph, make_deps
+    from arcana_loop.graph.context import LoopContext
+    from arcana_loop.graph.replay import (
+        Record,
+        fork,
+        record_of,
+        replay,
+        replay_record,
+        resume,
+        verify_record,
+    )
+    from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, arun, ground, run
+    from arcana_loop.graph.trace import TraceStep, trace
+    from arcana_loop.tools.schemas import DEFAULT_TOOLS, default_tools
+
+_HOMES = {
+    "build_graph": "arcana_loop.graph.build",
+    "make_deps": "arcana_loop.graph.build",
+    "LoopContext": "arcana_loop.graph.context",
+    **dict.fromkeys(
+        ["Record", "fork", "record_of", "replay", "replay_record", "resume", "verify_record"],
+        "arcana_loop.graph.replay",
+    ),
+    **dict.fromkeys(
+        ["RUN_OPTIONS", "LoopResult", "arun", "ground", "run"], "arcana_loop.graph.run"
+    ),
+    "TraceStep": "arcana_loop.graph.trace",
+    "trace": "arcana_loop.graph.trace",
+    "DEFAULT_TOOLS": "arcana_loop.tools.schemas",
+    "default_tools": "arcana_loop.tools.schemas",
+}
+"""Each public name and the module it comes from."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use, and keep it here for the next."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "DEFAULT_TOOLS",
