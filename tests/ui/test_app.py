@@ -1,0 +1,80 @@
+"""The page's routes (`ui.app`), in process: the files it serves, the collections, the evidence route."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from starlette.testclient import TestClient
+
+from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.ui.app import ASSETS, create_app
+
+
+def _client(kb: KnowledgeBase | None = None) -> TestClient:
+    return TestClient(create_app(lambda: kb) if kb is not None else create_app())
+
+
+def test_the_page_and_its_two_files_are_served_with_a_strict_policy() -> None:
+    client = _client()
+    page = client.get("/ui")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    linked = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert linked == ["/ui/static/app.css", "/ui/static/app.js"]
+    for path in linked:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-type"] == ASSETS[path.rsplit("/", 1)[1]]
+        assert not re.search(r"https?://", response.text), f"{path} reaches another host"
+    assert client.get("/ui/").text == page.text
+
+
+@pytest.mark.parametrize("path", ["/ui/static/app.py", "/ui/static/..%2Fapp.py", "/ui/static/x.js"])
+def test_nothing_but_the_page_files_is_served(path: str) -> None:
+    assert _client().get(path).status_code == 404
+
+
+@pytest.mark.postgres
+def test_collections_lists_the_knowledge_base_and_says_when_it_is_empty(kb: KnowledgeBase) -> None:
+    client = _client(kb)
+    assert client.get("/ui/api/collections").json() == {"collections": []}
+    kb.ingest("Ships unload grain at 800 tonnes an hour.", collection="harbor")
+    assert client.get("/ui/api/collections").json() == {
+        "collections": [{"name": "harbor", "documents": 1, "chunks": 1}]
+    }
+
+
+@pytest.mark.postgres
+def test_collections_of_a_database_that_is_down_is_a_503_saying_so() -> None:
+    down = KnowledgeBase("postgresql://nobody:secret@127.0.0.1:9/none")
+    response = _client(down).get("/ui/api/collections")
+    assert response.status_code == 503
+    message = response.json()["error"]
+    assert message.startswith("cannot read the knowledge base:") and "secret" not in message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"values": 3}',
+        b'{"values": {"chunks": 5, "terminated_by": "answered"}}',
+    ],
+)
+def test_evidence_refuses_what_is_not_a_thread_state_with_a_400(body: bytes) -> None:
+    response = _client().post("/ui/api/evidence", content=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]
+
+
+def test_evidence_of_an_empty_thread_is_an_empty_view() -> None:
+    view = _client().post("/ui/api/evidence", json={"values": {}}).json()
+    assert (view["question"], view["answer"], view["citations"], view["earlier"]) == (
+        None,
+        [],
+        [],
+        [],
+    )
