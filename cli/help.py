@@ -1,9 +1,13 @@
-"""The root command: flags shown as flags in help, and usage errors on one line.
+"""The root command: readable placeholders in help, and usage errors on one line.
 
-Typer's help prints every option's type, a flag's too (``<bool>``, even for
-``--help``), which reads as if the flag took a value. The root command clears the
-type shown for every flag of the command tree, sub-apps included, when it first
-reads its parameters (before any help is printed).
+Typer's help prints every parameter's Python type (``<str>``, ``<list[str]>``),
+a flag's too (``<bool>``, even for ``--help``), which reads as if the flag took a
+value. The root command gives every parameter of the command tree, sub-apps
+included, a placeholder when it first reads its parameters (before any help is
+printed): none for a flag; for an option ``N`` for a number, ``PATH`` for a path,
+else its name in capitals (``--model MODEL``); for an argument its name in
+capitals (``QUESTION``, shown without its type). A parameter that names its own
+placeholder keeps it.
 
 A usage error (an unknown option, a missing argument, a bad value) is one line on
 stderr and exit status 1, like every other error of the CLI, with a hint naming the
@@ -20,15 +24,15 @@ from typer.core import TyperGroup
 
 
 class FlagHelpGroup(TyperGroup):
-    """The root command group: its help and every subcommand's show flags without a type."""
+    """The root command group: its help and every subcommand's show readable placeholders."""
 
-    _flags_cleared = False
+    _placeholders_set = False
 
     def get_params(self, ctx: Any) -> Any:
-        """Return the parameters, clearing the type shown for each flag of the tree first."""
-        if not self._flags_cleared:
-            _clear_flag_types(self, ctx)
-            self._flags_cleared = True
+        """Return the parameters, giving each parameter of the tree its placeholder first."""
+        if not self._placeholders_set:
+            _set_placeholders(self, ctx)
+            self._placeholders_set = True
         return super().get_params(ctx)
 
     def main(  # type: ignore[override]  # the same parameters, by keyword
@@ -82,12 +86,32 @@ def _command_path(root: Any, args: list[str], prog_name: str) -> str:
     return " ".join(names)
 
 
-def _clear_flag_types(command: Any, ctx: Any) -> None:
-    """Give every flag of `command` and its subcommands an empty metavar (what help shows as its type)."""
+TYPE_PLACEHOLDERS = {"int": "N", "float": "N", "path": "PATH"}
+"""The placeholder of a parameter by its type; any other type shows the parameter's name."""
+
+
+def placeholder(param: Any) -> str:
+    """What help shows for the value a parameter takes (empty for a flag)."""
+    if getattr(param, "is_flag", False):
+        return ""
+    if param.param_type_name == "argument":  # its name is all it has in help
+        return str(param.name or "value").upper()
+    # Typer's own label of the type (``int``, ``list[Path]``), from which it prints ``<int>``
+    kind = param.bare_type().removeprefix("list[").removesuffix("]").lower()
+    longest = max(param.opts, key=len)
+    return TYPE_PLACEHOLDERS.get(kind) or longest.lstrip("-").replace("-", "_").upper()
+
+
+def _set_placeholders(command: Any, ctx: Any) -> None:
+    """Give every parameter of `command` and its subcommands that has none its placeholder."""
     # the help option is built lazily and then cached: build it now, so it is cleared too
     params = [*command.params, command.get_help_option(ctx)]
     for param in params:
-        if getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
+        if param is not None and param.metavar is None:
+            param.metavar = placeholder(param)
+        if param is not None and param.param_type_name == "argument":
+            # Typer prints an argument's Python type beside its name (``QUESTION <str>``)
+            # whatever its placeholder, and has no setting for it: the name says enough
+            param.display_type_rich = lambda ctx: None
     for sub in getattr(command, "commands", {}).values():
-        _clear_flag_types(sub, ctx)
+        _set_placeholders(sub, ctx)

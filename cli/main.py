@@ -206,6 +206,7 @@ def ask(
         list[str] | None,
         typer.Option(
             "--where",
+            metavar="KEY=VALUE",
             help="Search only chunks whose metadata has KEY=VALUE (repeatable; all must hold). "
             "A VALUE that reads as a JSON number, true, false or null is one; quote it for a string.",
         ),
@@ -343,7 +344,7 @@ def delete(
     collection_argument: Annotated[
         str | None,
         typer.Argument(
-            metavar="[COLLECTION]", help="Collection to delete (or the collection of --source)."
+            metavar="COLLECTION", help="Collection to delete (or the collection of --source)."
         ),
     ] = None,
     collection_option: Annotated[
