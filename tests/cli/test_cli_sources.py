@@ -248,7 +248,7 @@ def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
     ("args", "message", "hint"),
     [
         (["ask", "--bogus", "x"], "Error: No such option: --bogus", "arcana-loop ask --help"),
-        (["ask"], "Error: Missing argument 'question'", "arcana-loop ask --help"),
+        (["ask"], "Error: Missing argument 'QUESTION'", "arcana-loop ask --help"),
         (["nosuchcmd"], "Error: No such command 'nosuchcmd'", "arcana-loop --help"),
         (
             ["ask", "--max-iterations", "many", "q"],
