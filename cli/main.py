@@ -42,6 +42,7 @@ from arcana_loop.cli.common import (
     where_filter,
 )
 from arcana_loop.cli.doctor import doctor
+from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.help import FlagHelpGroup
@@ -288,44 +289,6 @@ def collections() -> None:
         out.print("[dim]List a collection's documents with arcana-loop documents -c NAME[/]")
 
 
-@app.command()
-def documents(
-    collection: Annotated[
-        str | None, typer.Option("--collection", "-c", help="Only this collection's documents.")
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print every field of every document as JSON.")
-    ] = False,
-) -> None:
-    """List stored documents: source, chunks, size and when each was last written."""
-    kb = knowledge_base()
-    with collection_errors(kb, collection, "cannot list the documents"):
-        infos = kb.documents(collection)
-    if as_json:
-        print(
-            json.dumps([i.to_dict() for i in infos], ensure_ascii=False, indent=2)
-        )  # machine output
-        return
-    table = Table(box=box.SIMPLE_HEAD)
-    if collection is None:
-        table.add_column("collection", overflow="fold", max_width=16)
-    table.add_column("source", overflow="fold", ratio=1)
-    table.add_column("chunks", justify="right", no_wrap=True)
-    table.add_column("KB", justify="right", no_wrap=True)
-    table.add_column("updated", no_wrap=True)
-    for info in infos:
-        table.add_row(
-            *([cell(info.collection)] if collection is None else []),
-            cell(shown_path(info.source)),
-            str(info.chunks),
-            f"{info.bytes / 1024:,.1f}",
-            info.updated_at.strftime("%Y-%m-%d %H:%M"),
-        )
-    out.print(table)
-    if not infos:
-        out.print("[dim](no documents)[/]")
-
-
 @app.command("merge-pending")
 def merge_pending(
     collection: Annotated[
@@ -430,6 +393,7 @@ app.command("chat")(chat)
 app.command("doctor")(doctor)
 
 
+app.add_typer(documents_app, name="documents")
 app.add_typer(entities_app, name="entities")
 app.add_typer(server_app, name="server")
 
