@@ -26,6 +26,7 @@ from pgvector.psycopg import (  # type: ignore[import-untyped]  # pgvector ships
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from arcana_loop.knowledge import queries as q
+from arcana_loop.knowledge import whole
 from arcana_loop.knowledge.embeddings import embedding_model_name, resolve_embeddings
 from arcana_loop.knowledge.entities import hooks as entity_hooks
 from arcana_loop.knowledge.entities import search as es
@@ -865,6 +866,8 @@ class KnowledgeBase:
         entities: bool | None = None,
         entity_depth: int | None = None,
         filter: Mapping[str, Any] | None = None,
+        whole_sections: bool = True,
+        section_chars: int | None = None,
     ) -> list[Chunk]:
         """Search chunks.
 
@@ -886,21 +889,43 @@ class KnowledgeBase:
                 langchain-postgres; see `knowledge.filters`). It narrows the scope,
                 never widens it; a filtered search does not fuse in the knowledge
                 graph (its entities' chunks would bypass the filter).
+            whole_sections: Read each hit as the section it belongs to (its
+                document's chunks under the same section path, `knowledge.whole`):
+                one result per section, at its best hit's rank, keeping that hit's
+                id, score and position; `False`: each hit is its chunk alone.
+            section_chars: Most characters of a whole-section result (default
+                `whole.DEFAULT_SECTION_CHARS`); a longer section keeps its hits,
+                its first chunk and the chunks nearest the hit.
 
         Returns:
-            Chunks, best first. Entity-fused results carry an RRF score and, in
+            Chunks, best first. A whole-section result's metadata also holds
+            `hit_start` and `hit_end` (the hit's span in its text),
+            `section_chunks`, `merged_hits` and `section_complete`
+            (`knowledge.whole`). Entity-fused results carry an RRF score and, in
             their metadata, `entity_enhanced`, `entity_names`,
             `matched_entities` and `found_by` (`"text"`, `"entities"`).
 
         Raises:
             ValueError: for a blank query, an unknown mode, a limit outside
-                1..`MAX_SEARCH_LIMIT`, a non-finite threshold, or a filter that cannot
+                1..`MAX_SEARCH_LIMIT`, a non-finite threshold, a `section_chars`
+                outside 1..`whole.MAX_SECTION_CHARS`, or a filter that cannot
                 be read (`FilterError`, naming the operator or key).
-            TypeError: for a threshold that is not a number (`bool` included).
+            TypeError: for a threshold that is not a number (`bool` included), or a
+                `whole_sections` that is not a bool.
             EmbeddingMismatch: if a named collection uses another embedder.
             DatabaseUnavailable: if the server is down or went away mid-search.
         """
-        req = _search_request(query, collection, limit, mode, threshold, ef_search, filter)
+        req = _search_request(
+            query,
+            collection,
+            limit,
+            mode,
+            threshold,
+            ef_search,
+            filter,
+            whole_sections=whole_sections,
+            section_chars=section_chars,
+        )
         if req is None:
             return []
         vector = self._query_vector(req)
@@ -920,9 +945,21 @@ class KnowledgeBase:
         entities: bool | None = None,
         entity_depth: int | None = None,
         filter: Mapping[str, Any] | None = None,
+        whole_sections: bool = True,
+        section_chars: int | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
-        req = _search_request(query, collection, limit, mode, threshold, ef_search, filter)
+        req = _search_request(
+            query,
+            collection,
+            limit,
+            mode,
+            threshold,
+            ef_search,
+            filter,
+            whole_sections=whole_sections,
+            section_chars=section_chars,
+        )
         if req is None:
             return []
         vector = await self._aquery_vector(req)
@@ -953,13 +990,16 @@ class KnowledgeBase:
         exact, settings = False, None
         if req.mode != "fulltext":
             exact, settings = self._scan(req, resolved.vectors)
+        # a whole-section search ranks more chunks than it returns: several may share a section
+        ranked = req.limit if req.section_chars is None else whole.rows_to_fetch(req.limit)
+        text_rows = entity_hooks.text_limit(req.limit, plan, opts)
         statement = q.search_statement(
             req,
             resolved,
             vector=vector,
             exact=exact,
             ranking=self.ranking,
-            rows_limit=entity_hooks.text_limit(req.limit, plan, opts),
+            rows_limit=max(ranked, text_rows or 0) if ranked > req.limit else text_rows,
         )
         # transaction-local settings share the search's transaction
         rows = yield (statement if settings is None else Guarded(together(settings, statement)))
@@ -967,7 +1007,13 @@ class KnowledgeBase:
         extra: list[Chunk] = []
         if plan is not None and (missing := es.entity_only_ids(text, plan)):
             extra = q.to_chunks((yield es.chunks_statement(resolved.ids, missing)))
-        return entity_hooks.fuse_rows(text, plan, extra, limit=req.limit, opts=opts)
+        hits = entity_hooks.fuse_rows(text, plan, extra, limit=ranked, opts=opts)
+        if req.section_chars is None:
+            return hits
+        sections = q.sections_of(rows)
+        if unread := whole.unread(hits, sections, req.limit):
+            sections |= q.sections_of((yield q.sections_statement(req, unread)))
+        return whole.read_whole(hits, sections, limit=req.limit, budget=req.section_chars)
 
     def as_retriever(
         self,
@@ -1082,6 +1128,9 @@ def _search_request(
     threshold: float | None,
     ef_search: int | None,
     filter: Any = None,
+    *,
+    whole_sections: bool = False,
+    section_chars: int | None = None,
 ) -> q.SearchRequest | None:
     """Check a search's arguments; `None` when it matches nothing (an empty list of collections).
 
@@ -1097,6 +1146,8 @@ def _search_request(
         threshold=threshold,
         ef_search=ef_search,
         filter=filter,
+        whole_sections=whole_sections,
+        section_chars=section_chars,
     )
 
 

@@ -7,8 +7,13 @@ from psycopg import sql
 MOVED_KEY = "start_index"
 """The one metadata key a move changes (with the chunk's position, which is a column)."""
 
+PLACED_POSITION_SQL = "coalesce((d.moved -> c.id ->> 'position')::integer, c.position)"
+"""A chunk's position as a reader sees it (``c`` a `kb_chunks` row, ``d`` its `kb_documents` row)."""
+PLACED_START_SQL = "coalesce(d.moved -> c.id -> 'start_index', c.metadata -> 'start_index')"
+"""A chunk's ``start_index`` as a reader sees it, as jsonb (``c`` and ``d`` as above)."""
+
 PLACED_CHUNK_SQL = sql.SQL(
-    "coalesce((d.moved -> c.id ->> 'position')::integer, c.position),"
+    PLACED_POSITION_SQL + ","
     " CASE WHEN d.moved ? c.id THEN (c.metadata - 'start_index') || ((d.moved -> c.id) - 'position')"
     " ELSE c.metadata END"
 )

@@ -32,10 +32,10 @@ from typing import Any
 
 from psycopg import sql
 
-from arcana_loop.knowledge import lexical
+from arcana_loop.knowledge import lexical, whole
 from arcana_loop.knowledge.errors import EmbeddingMismatch
 from arcana_loop.knowledge.filters import check_filter, filter_sql
-from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
+from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL, PLACED_POSITION_SQL, PLACED_START_SQL
 from arcana_loop.knowledge.schema import embeddings_table
 from arcana_loop.knowledge.types import SEARCH_MODES, Chunk, SearchMode
 
@@ -85,6 +85,9 @@ class SearchRequest:
     ef_search: int
     filter: dict[str, Any] | None = None
     """A checked metadata filter (`knowledge.filters`), or ``None``."""
+    section_chars: int | None = None
+    """Each hit is read as its whole section up to this many characters (`knowledge.whole`);
+    ``None``: each hit is its chunk alone."""
 
 
 @dataclass(frozen=True)
@@ -114,12 +117,15 @@ def make_request(
     threshold: float | None,
     ef_search: int | None,
     filter: Any = None,
+    whole_sections: bool = False,
+    section_chars: int | None = None,
 ) -> SearchRequest | None:
     """Validate arguments; return `None` when the scope is an empty list (match nothing).
 
     Raises:
-        ValueError: for a blank query, a bad mode, limit or ef_search.
-        TypeError: for a query or collection of the wrong type.
+        ValueError: for a blank query, a bad mode, limit, ef_search or section budget.
+        TypeError: for a query or collection of the wrong type, or a `whole_sections`
+            that is not a bool.
     """
     value: object = query  # the loop passes model-written arguments
     if not isinstance(value, str):
@@ -134,6 +140,10 @@ def make_request(
     if not _is_int(ef) or not 1 <= ef <= MAX_EF_SEARCH:
         raise ValueError(f"ef_search must be an int in 1..{MAX_EF_SEARCH}, got {ef_search!r}")
     checked = check_filter(filter)  # a bad filter fails before anything runs
+    if not isinstance(whole_sections, bool):
+        raise TypeError(f"whole_sections must be a bool, got {whole_sections!r}")
+    budget = whole.DEFAULT_SECTION_CHARS if section_chars is None else section_chars
+    budget = whole.check_budget(budget)
     names = scope_names(collection)
     if names == []:
         return None
@@ -145,6 +155,7 @@ def make_request(
         threshold=None if threshold is None else float(threshold),
         ef_search=ef,
         filter=checked,
+        section_chars=budget if whole_sections else None,
     )
 
 
@@ -316,6 +327,36 @@ WHERE (%(threshold)s::float8 IS NULL OR r.score >= %(threshold)s::float8)
 ORDER BY r.score DESC, c.id
 LIMIT %(limit)s
 """
+
+_SECTION = """
+(SELECT json_agg(json_build_array(s.id, s.text, s.pos, s.start, s.n) ORDER BY s.pos)
+ FROM (SELECT c.id, c.text, {pos} AS pos, {start} AS start,
+              count(*) OVER () AS n, row_number() OVER (ORDER BY {pos}) AS nth
+       FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id
+       WHERE c.document_id = h.document_id
+         AND coalesce(c.metadata ->> 'section', '') = coalesce(h.metadata ->> 'section', '')
+         {where}) s
+ WHERE s.nth = 1 OR s.pos BETWEEN h.position - %(window)s AND h.position + %(window)s)
+"""
+"""The section of hit ``h`` (`knowledge.whole`): its document's chunks under the same section
+path (and the search's metadata filter), read as ``[id, text, position, start_index, total]``:
+the section's first chunk and those within `whole.SIBLING_WINDOW` of the hit; found through
+the chunks' document index."""
+_WHOLE_SELECT = """,
+hits (id, text, score, collection, document_id, position, metadata) AS ({select})
+SELECT h.*, CASE WHEN row_number() OVER (
+    PARTITION BY h.document_id, coalesce(h.metadata ->> 'section', '') ORDER BY h.score DESC, h.id) = 1
+  THEN {section} END
+FROM hits h ORDER BY h.score DESC, h.id
+"""
+"""The ranked rows, each section's best one with its section (`_SECTION`) in one more column."""
+_SECTIONS_OF = """
+SELECT h.id, '', 0::float8, '', h.document_id, h.position, h.metadata, {section}
+FROM (SELECT c.id, c.document_id, {placed}
+      FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id
+      WHERE c.id = ANY(%(hit_ids)s)) h (id, document_id, position, metadata)
+"""
+"""The sections of chunks found another way (by the knowledge graph alone), as `_WHOLE_SELECT` rows."""
 
 _SEMANTIC = """
 SELECT e.chunk_id, 1 - (e.embedding <=> %(q)s) AS sim
@@ -586,11 +627,48 @@ def search_statement(
         head = sql.SQL(_HYBRID).format(
             semantic=semantic, fulltext=lexical_statement(req, ranking.lexical, lexical_where)
         )
-    return sql.Composed([head, sql.SQL(_SELECT).format(placed=PLACED_CHUNK_SQL)]), params
+    select = sql.SQL(_SELECT).format(placed=PLACED_CHUNK_SQL)
+    if req.section_chars is None:
+        return sql.Composed([head, select]), params
+    tail = sql.SQL(_WHOLE_SELECT).format(select=select, section=_section_sql(req, params))
+    return sql.Composed([head, tail]), params
+
+
+def _section_sql(req: SearchRequest, params: dict[str, Any]) -> sql.Composable:
+    """`_SECTION` for `req`: under its metadata filter too, so a filter still bounds what is read."""
+    params["window"] = whole.SIBLING_WINDOW
+    where: sql.Composable = sql.SQL("")
+    if req.filter:
+        where = sql.SQL("AND ") + filter_sql(
+            req.filter,
+            sql.SQL("c.metadata"),
+            params,
+            sql.SQL("kb_chunk_metadata(c.id, c.document_id, c.metadata)"),
+        )
+    return sql.SQL(_SECTION).format(
+        pos=sql.SQL(PLACED_POSITION_SQL), start=sql.SQL(PLACED_START_SQL), where=where
+    )
+
+
+def sections_statement(req: SearchRequest, hit_ids: Sequence[str]) -> Statement:
+    """Return the statement reading the sections of chunks a search found outside its text ranking."""
+    params: dict[str, Any] = {"hit_ids": list(hit_ids)}
+    query = sql.SQL(_SECTIONS_OF).format(section=_section_sql(req, params), placed=PLACED_CHUNK_SQL)
+    return query, params
+
+
+def sections_of(rows: Sequence[tuple[Any, ...]]) -> dict[tuple[str, str], whole.Section]:
+    """The sections a whole-section search read, by `whole.section_key` (rows of `search_statement`)."""
+    found = {}
+    for r in rows:
+        section = whole.section_of(r[7]) if len(r) > 7 else None
+        if section is not None:
+            found[whole.section_key({"id": r[0], "document_id": r[4], "metadata": r[6]})] = section
+    return found
 
 
 def to_chunks(rows: Sequence[tuple[Any, ...]]) -> list[Chunk]:
-    """Map result rows to `Chunk` dicts."""
+    """Map result rows to `Chunk` dicts (a whole-section row's section column is left out)."""
     return [
         Chunk(
             id=r[0],

@@ -48,7 +48,7 @@ def test_each_mode_finds_the_relevant_topic(loaded: KnowledgeBase, mode: str, to
 
 def test_semantic_scores_are_cosine(loaded: KnowledgeBase) -> None:
     total = sum(c.chunks for c in loaded.collections())
-    hits = loaded.search(QUESTIONS["tcp"], mode="semantic", limit=100)
+    hits = loaded.search(QUESTIONS["tcp"], mode="semantic", limit=100, whole_sections=False)
     assert len(hits) == total  # semantic always ranks every chunk in scope
     assert all(-1.0 <= h["score"] <= 1.0 for h in hits)
     assert hits[0]["score"] > hits[-1]["score"]
@@ -132,7 +132,12 @@ def test_filtered_hnsw_returns_limit_rows(loaded: KnowledgeBase) -> None:
     loaded.exact_max_rows = 0  # force the HNSW path with a collection filter
     loaded.merge_pending()  # every vector in the graph: the walk itself is under test
     hits = loaded.search(
-        QUESTIONS["bread"], collection="games", mode="semantic", limit=3, ef_search=1
+        QUESTIONS["bread"],
+        collection="games",
+        mode="semantic",
+        limit=3,
+        ef_search=1,
+        whole_sections=False,  # the chunks the walk found, not the sections they share
     )
     assert len(hits) == 3 and {h["collection"] for h in hits} == {"games"}
     exact = KnowledgeBase(loaded.url, schema=loaded.schema)
