@@ -1,14 +1,16 @@
 """The offline controller: a deterministic, tool-calling chat model that needs no network or key.
 
-It follows the loop's protocol with plain text rules, as a baseline and for demos:
-the first turn searches the question with filler words dropped (one search per
-part of a multi-part question); when nothing relevant came back it tries once
-more with only the key terms; then it answers extractively, per question part,
-with the chunk sentences that score best (see `sentence_score`: meaning by
-WordLlama similarity, shared content words, and the rank the search gave the
-chunk), each led by the object its chunk documents and followed by its chunk
-id; or it gives up when no sentence reaches `MIN_SCORE`. Without tools
-(synthesis, answer rewrite) it replies with the same extractive text.
+It follows the loop's protocol with plain text rules, as a baseline and for demos.
+Its first turn searches each part of the question (filler words dropped) and the
+question's key terms. Its second turn answers or gives up, and it writes nothing of
+its own: the answer is passages quoted from what the searches returned, per question
+part the passages that best match it (see `passage_score`: meaning by similarity of
+their best sentence, the share of the part's words they hold, and the rank the search
+gave them), each its best sentences, led by what it documents and citing its chunk
+id. When no passage scores `MIN_SCORE` it gives up. Without tools (synthesis, answer
+rewrite) it replies with the same quotes. Every reply says so in its
+``response_metadata`` (`ANSWER_KIND_KEY`), which is how a result tells an extracted
+answer from a written one (`graph.sources.answer_kind`).
 
 In a conversation it answers the last question, reading only that question's search
 results. A follow-up that only makes sense with the question before it (it starts
@@ -17,8 +19,8 @@ searched and answered with the earlier question's subject added: after "How do I
 a coroutine with a timeout?", "what about its exceptions?" searches "run a coroutine
 with a timeout its exceptions".
 
-`MIN_SCORE` and the weights were calibrated on the tuning half of the realistic
-evaluation set (`evaluation/README.md`).
+`MIN_SCORE`, the weights and how much is quoted were measured on the tune half of the
+realistic evaluation set (`evaluation/README.md`, "The offline answer").
 """
 
 from __future__ import annotations
@@ -30,21 +32,36 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
+from arcana_loop.knowledge.sections import document_title
 from arcana_loop.tools.chunks import entry_text, is_search_artifact
 
-MIN_SCORE = 0.4
-"""A sentence scoring below this (see `sentence_score`) does not answer a part."""
-MEANING_WEIGHT = 0.7
-WORDS_WEIGHT = 0.2
+MIN_SCORE = 0.395
+"""A passage scoring below this (`passage_score`) does not answer a part; none above it, and the controller gives up."""
+MEANING_WEIGHT = 0.6
+WORDS_WEIGHT = 0.3
 RANK_WEIGHT = 0.1
-MAX_ANSWER_SENTENCES = 3
-"""Sentences quoted per question part."""
+PASSAGES_PER_PART = 3
+"""Most passages quoted per question part: the best, and the next ones that score nearly as well."""
+NEXT_PASSAGE_MARGIN = 0.2
+"""How far below the best passage another may score and still be quoted."""
+SENTENCES_PER_PASSAGE = 3
+"""Sentences quoted from one passage, in its own order (and a member's signature line before them)."""
+MIN_SENTENCE_CHARS = 16
+ANSWER_KIND_KEY = "answer_kind"
+"""The ``response_metadata`` key saying how a reply's answer was made: ``"extracted"`` here."""
+EXTRACTED = "extracted"
+NOTHING_MATCHES = (
+    "nothing the searches found matches the question closely enough to quote "
+    "(best passage {score:.2f}, below {threshold:.2f})"
+)
+NOTHING_FOUND = "the searches found nothing to quote"
+NO_ANSWER_TEXT = "The gathered information does not answer the question."
 
 _FILLER = re.compile(
     r"\b(how (do|can|should) i|what (is|are|does)|can you|could you|please|tell me|explain|i want to|is there a way to)\b",
@@ -70,21 +87,31 @@ def question_parts(question: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Found:
-    """A chunk as the controller read it in a search result."""
+    """A passage as the controller read it in a search result."""
 
     id: str
-    label: str
-    """Where it comes from (source > section), as the result line showed it."""
+    subject: str
+    """What it documents: the last step of its section path, else its document's title."""
     text: str
     rank: int
-    """Its 0-based position in its result."""
+    """Its best 0-based position in a result."""
+
+
+def subject_of(source: str | None, section: str | None) -> str:
+    """What a passage documents, as a person names it: its section's last step, else its document's title.
+
+    Never a path: ``guides/deploy.md`` gives ``deploy``, ``pydoc:asyncio`` ``asyncio``.
+    """
+    if section and section.strip():
+        return section.rsplit(" > ", 1)[-1].strip()
+    return document_title(source or "", {}) if source else ""
 
 
 def _results(messages: Sequence[BaseMessage]) -> list[Found]:
-    """The chunks of every search result so far: text from where it was shown, best rank seen.
+    """The passages of every search result so far: text from where it was shown, best rank seen.
 
     Read from each result's artifact (what the loop rendered it from), never from its
-    text: a document line shaped like a result entry is only text of its chunk.
+    text: a document line shaped like a result entry is only text of its passage.
     """
     texts: dict[str, tuple[str, str]] = {}
     ranks: dict[str, int] = {}
@@ -97,9 +124,14 @@ def _results(messages: Sequence[BaseMessage]) -> list[Found]:
             ranks[chunk_id] = min(rank, ranks.get(chunk_id, rank))
             text = entry_text(content, entry)
             if text is not None and text.strip():  # a later result points back instead
-                label = " > ".join(p for p in (entry["source"], entry["section"]) if p)
-                texts[chunk_id] = (label, text)
-    return [Found(i, label, text, ranks[i]) for i, (label, text) in texts.items()]
+                texts[chunk_id] = (subject_of(entry["source"], entry["section"]), text)
+    return [Found(i, subject, text, ranks[i]) for i, (subject, text) in texts.items()]
+
+
+def search_queries(question: str) -> list[str]:
+    """What the first turn searches: each part of the question, then its key terms (what the wording may hide)."""
+    terms = " ".join(sorted(content_terms(question)))
+    return [q for q in dict.fromkeys([*question_parts(question), terms]) if q]
 
 
 def _overlap(part: str, text: str) -> float:
@@ -107,30 +139,46 @@ def _overlap(part: str, text: str) -> float:
     return len(terms & content_terms(text)) / len(terms) if terms else 0.0
 
 
-def _subject(label: str) -> str:
-    """The object a chunk documents: the last step of its section path, else its source."""
-    return label.rsplit(" > ", 1)[-1].split(":", 1)[-1].strip() if label else ""
-
-
-def sentence_score(meaning: float, words: float, rank: int) -> float:
-    """How well a sentence answers a question part: meaning, shared words and chunk rank, 0..1."""
-    return MEANING_WEIGHT * max(0.0, meaning) + WORDS_WEIGHT * words + RANK_WEIGHT / (1 + rank)
-
-
+_HEADING = re.compile(r"^\s{0,3}#{1,6}(?:\s|$)|^\s*(?:=+|-+)\s*$")
+_FENCE = re.compile(r"^\s*(?:```|~~~)")
+_PROMPT = re.compile(r"^\s*(?:>>>|\.\.\.)(?:\s|$)")
 _CITATION_SHAPED = re.compile(r"\s*\[[^\]\s]+\]")
 
 
-def _cited(sentence: str, chunk_id: str, subject: str) -> str:
-    """Lead with the subject unless the sentence names it; put the chunk id inside the sentence.
+def _prose(text: str) -> str:
+    """A passage's text without what reads badly on one line: headings, code blocks and interpreter sessions."""
+    kept, fenced = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not (fenced or _HEADING.match(line) or _PROMPT.match(line)):
+            kept.append(line)
+    return "\n".join(kept)
 
-    A bracketed token quoted from the chunk (``[deadbeef]``) would read as a citation
-    of a chunk no search returned: it is left out, so the only citation is the real one.
+
+def quotable_sentences(text: str) -> list[str]:
+    """A passage's sentences as an answer may quote them, in order: one line each, no markup of their own.
+
+    Headings go (the subject names the section), and so do code blocks, interpreter
+    sessions, the marks a search leaves for text it left out (``[...]``) and bracketed
+    tokens shaped like a citation (``[deadbeef]`` would read as a citation of a
+    passage no search returned).
     """
-    sentence = _CITATION_SHAPED.sub("", sentence).strip()
-    lead = f"{subject}: " if subject and subject.rsplit(".", 1)[-1] not in sentence else ""
-    if sentence[-1:] in ".!?":
-        return f"{lead}{sentence[:-1]} [{chunk_id}]{sentence[-1]}"
-    return f"{lead}{sentence} [{chunk_id}]"
+    sentences = []
+    for sentence, _, _ in split_sentences(_prose(text)):
+        quoted = _CITATION_SHAPED.sub("", " ".join(sentence.split())).strip()
+        if len(quoted) >= MIN_SENTENCE_CHARS:
+            sentences.append(quoted)
+    return sentences
+
+
+def passage_score(meaning: float, words: float, rank: int) -> float:
+    """How well a passage answers a question part: meaning, shared words and search rank, 0..1.
+
+    ``meaning`` is the passage's best sentence's similarity to the part; ``words`` the
+    share of the part's content words the passage (subject included) holds.
+    """
+    return MEANING_WEIGHT * max(0.0, meaning) + WORDS_WEIGHT * words + RANK_WEIGHT / (1 + rank)
 
 
 def _similarities(parts: Sequence[str], sentences: Sequence[str]) -> Any:
@@ -144,40 +192,112 @@ def _similarities(parts: Sequence[str], sentences: Sequence[str]) -> Any:
     return q @ m.T
 
 
-def extractive_answer(question: str, chunks: Sequence[Found]) -> str | None:
-    """Return the best chunk sentences per question part with their chunk ids, or ``None``."""
-    candidates = [
-        (chunk, sentence, f"{_subject(chunk.label)} {sentence}")
-        for chunk in chunks
-        for sentence, _, _ in split_sentences(chunk.text)
-        if len(sentence) > 15
-    ]
-    parts = question_parts(question)
-    if not candidates:
-        return None
-    meaning = _similarities(parts, [c[2] for c in candidates])
-    lines: list[str] = []
-    for p, part in enumerate(parts):
-        scored = sorted(
-            (
-                (
-                    sentence_score(float(meaning[p][i]), _overlap(part, full), chunk.rank),
-                    sentence,
-                    chunk,
-                )
-                for i, (chunk, sentence, full) in enumerate(candidates)
-            ),
-            key=lambda s: s[0],
-            reverse=True,
+def _is_signature(sentence: str, subject: str) -> bool:
+    """Whether a passage's first sentence is the signature of the callable it documents."""
+    return _named_by(sentence, subject) and "(" in sentence and not sentence.endswith(".")
+
+
+def _named_by(sentence: str, subject: str) -> bool:
+    """Whether a sentence starts with the name of what its passage documents (a signature: ``json.dumps(obj, ...)``)."""
+    name = subject.rsplit(".", 1)[-1]
+    return bool(name) and re.match(rf"[\w.]*\b{re.escape(name)}\b", sentence) is not None
+
+
+@dataclass(frozen=True)
+class Quote:
+    """Sentences of one passage that answer a part, with how well the passage does."""
+
+    found: Found
+    sentences: tuple[str, ...]
+    score: float
+    signature: str | None = None
+    """The passage's signature line (``json.dumps(obj, *, ...)``), when it documents a callable."""
+
+    def line(self) -> str:
+        """The quote as an answer line: its subject (or signature), its sentences, its passage id cited."""
+        text = " ".join(self.sentences)
+        subject = self.found.subject
+        if self.signature is not None:
+            lead = f"{self.signature}: "
+        else:
+            lead = f"{subject}: " if subject and not _named_by(text, subject) else ""
+        if text[-1:] in ".!?":
+            return f"{lead}{text[:-1]} [{self.found.id}]{text[-1]}"
+        return f"{lead}{text} [{self.found.id}]"
+
+
+def _quotes(
+    part: str,
+    index: int,
+    passages: Sequence[tuple[Found, list[str]]],
+    meaning: Any,
+    offsets: Sequence[int],
+) -> list[Quote]:
+    """Every passage's best sentences for one part, best passage first."""
+    quotes = []
+    for (found, sentences), offset in zip(passages, offsets, strict=True):
+        if not sentences:
+            continue
+        scored = [
+            (float(meaning[index][offset + i]) + WORDS_WEIGHT * _overlap(part, s), i)
+            for i, s in enumerate(sentences)
+        ]
+        # a member's signature says how to call it and names its parameters: it leads the quote
+        signature = sentences[0] if _is_signature(sentences[0], found.subject) else None
+        ranked = sorted((s for s in scored if signature is None or s[1] > 0), reverse=True)
+        chosen = tuple(
+            sentences[i] for _, i in sorted(ranked[:SENTENCES_PER_PASSAGE], key=lambda s: s[1])
         )
-        seen: set[str] = set()
-        for score, sentence, chunk in scored:
-            if score < MIN_SCORE or len(seen) >= MAX_ANSWER_SENTENCES:
+        if not chosen:  # the signature is all the passage says
+            chosen, signature = (sentences[0],), None
+        top = max(float(meaning[index][offset + i]) for i in range(len(sentences)))
+        words = _overlap(part, f"{found.subject} {found.text}")
+        quotes.append(Quote(found, chosen, passage_score(top, words, found.rank), signature))
+    return sorted(quotes, key=lambda q: q.score, reverse=True)
+
+
+@dataclass(frozen=True)
+class Extract:
+    """What the passages found give a question: the quotes as an answer, and the best passage's score."""
+
+    text: str | None
+    """The answer, one quote a line, each citing its chunk id; ``None`` when no passage scores `MIN_SCORE`."""
+    best: float | None
+    """The best passage's score over the question's parts; ``None`` when there was nothing to quote."""
+
+
+def extract(question: str, chunks: Sequence[Found]) -> Extract:
+    """Quote, for each part of the question, the passages that answer it best (`PASSAGES_PER_PART`)."""
+    passages = [(found, quotable_sentences(found.text)) for found in chunks]
+    offsets, total = [], 0
+    for _, sentences in passages:
+        offsets.append(total)
+        total += len(sentences)
+    if not total:
+        return Extract(None, None)
+    parts = question_parts(question)
+    meaning = _similarities(
+        parts, [f"{found.subject} {s}" for found, sentences in passages for s in sentences]
+    )
+    ranked = [_quotes(part, index, passages, meaning, offsets) for index, part in enumerate(parts)]
+    best = max((quotes[0].score for quotes in ranked if quotes), default=0.0)
+    if best < MIN_SCORE:
+        return Extract(None, best)
+    lines: list[str] = []
+    quoted: set[str] = set()
+    for quotes in ranked:  # each part its best passages, even a part none answers well
+        for quote in quotes[:PASSAGES_PER_PART]:
+            if quote.score < quotes[0].score - NEXT_PASSAGE_MARGIN:
                 break
-            if sentence not in seen:
-                seen.add(sentence)
-                lines.append(_cited(sentence, chunk.id, _subject(chunk.label)))
-    return "\n".join(dict.fromkeys(lines)) or None
+            if quote.found.id not in quoted:
+                quoted.add(quote.found.id)
+                lines.append(quote.line())
+    return Extract("\n".join(lines), best)
+
+
+def extractive_answer(question: str, chunks: Sequence[Found]) -> str | None:
+    """The quotes that answer a question (`extract`), or ``None``."""
+    return extract(question, chunks).text
 
 
 def is_follow_up(question: str) -> bool:
@@ -213,12 +333,19 @@ def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
     return question, position
 
 
-def _call(name: str, index: int, **args: Any) -> dict[str, Any]:
+def _call(name: str, index: int, **args: Any) -> ToolCall:
     return {"name": name, "args": args, "id": f"offline_{index}_{name}", "type": "tool_call"}
 
 
+def _reply(text: str, calls: Sequence[ToolCall] = ()) -> AIMessage:
+    """A reply that says it writes nothing of its own: what it answers is extracted."""
+    return AIMessage(
+        content=text, tool_calls=list(calls), response_metadata={ANSWER_KIND_KEY: EXTRACTED}
+    )
+
+
 class OfflineController(BaseChatModel):
-    """Deterministic controller following the search, refine, answer or give up protocol."""
+    """Deterministic controller: one turn of searches, then an extracted answer or a give-up."""
 
     tools_offered: bool = False
 
@@ -233,43 +360,26 @@ class OfflineController(BaseChatModel):
     def _decide(self, messages: list[BaseMessage]) -> AIMessage:
         question, asked = current_question(messages)
         messages = messages[asked:]  # this question's turns only
-        searches = sum(
-            1
+        searched = any(
+            c["name"] == "search"
             for m in messages
             if isinstance(m, AIMessage)
             for c in m.tool_calls
-            if c["name"] == "search"
         )
-        found = _results(messages)
-        text = extractive_answer(question, found)
+        if self.tools_offered and not searched:
+            calls = [_call("search", i, query=q) for i, q in enumerate(search_queries(question))]
+            return _reply("", calls)
+        found = extract(question, _results(messages))
         if not self.tools_offered:
-            return AIMessage(
-                content=text or "The gathered information does not answer the question."
+            return _reply(found.text or NO_ANSWER_TEXT)
+        if found.text is None:
+            reason = (
+                NOTHING_FOUND
+                if found.best is None
+                else NOTHING_MATCHES.format(score=found.best, threshold=MIN_SCORE)
             )
-        if searches == 0:
-            return AIMessage(
-                content="",
-                tool_calls=[
-                    _call("search", i, query=p) for i, p in enumerate(question_parts(question))
-                ],
-            )
-        if text is None and searches <= len(question_parts(question)):
-            terms = " ".join(sorted(content_terms(question)))
-            return AIMessage(
-                content="", tool_calls=[_call("search", searches, query=terms or question)]
-            )
-        if text is None:
-            return AIMessage(
-                content="",
-                tool_calls=[
-                    _call(
-                        "give_up",
-                        searches,
-                        reason="no retrieved chunk matches the question's key terms",
-                    )
-                ],
-            )
-        return AIMessage(content="", tool_calls=[_call("answer", searches, text=text)])
+            return _reply("", [_call("give_up", 1, reason=reason)])
+        return _reply("", [_call("answer", 1, text=found.text)])
 
     def _generate(
         self,

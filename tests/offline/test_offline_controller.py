@@ -24,14 +24,18 @@ def memory_search(query, collection=None, limit=5, **_):
     ]
 
 
-def test_single_part_question_searches_once_and_answers_with_chunk_ids():
+def test_one_turn_searches_the_question_and_its_key_terms_then_answers_with_chunk_ids():
     result = run(
         "How do I run a coroutine with a timeout?",
         controller_llm="offline",
         search_fn=memory_search,
     )
-    assert [e["tool"] for e in result.tool_history] == ["search", "answer"]
-    assert result.tool_history[0]["args"]["query"] == "run a coroutine with a timeout"
+    assert [e["tool"] for e in result.tool_history] == ["search", "search", "answer"]
+    assert {e["iteration"] for e in result.tool_history if e["tool"] == "search"} == {0}
+    assert [e["args"]["query"] for e in result.tool_history[:2]] == [
+        "run a coroutine with a timeout",
+        "coroutine run timeout",
+    ]
     assert "asyncio.wait_for" in result.answer and "[wait]" in result.answer
 
 
@@ -42,14 +46,16 @@ def test_multi_part_question_gets_one_search_per_part():
         search_fn=memory_search,
     )
     queries = [e["args"]["query"] for e in result.tool_history if e["tool"] == "search"]
-    assert len(queries) == 2
+    assert queries[:2] == ["parse a JSON string", "and check a filesystem path exists"]
+    assert len(queries) == 3  # and the key terms of the whole question
     assert "[json]" in result.answer and "[path]" in result.answer
 
 
-def test_unanswerable_question_refines_once_then_gives_up():
+def test_unanswerable_question_gives_up_saying_why():
     result = run("What is the capital of Peru?", controller_llm="offline", search_fn=memory_search)
     assert [e["tool"] for e in result.tool_history] == ["search", "search", "give_up"]
     assert result.terminated_by == "gave_up"
+    assert "closely enough" in result.tool_history[-1]["args"]["reason"]
 
 
 def test_filler_is_dropped_from_queries():
@@ -108,3 +114,62 @@ def test_a_new_result_layout_changes_nothing_the_controller_reads(monkeypatch):
     assert result.tool_history[0]["summary"].startswith("Results: 3 of 3")
     assert "<passage " in result.tool_history[0]["summary"]
     assert result.terminated_by == "answered" and "[wait]" in result.answer
+
+
+def _finds(chunk_id: str, text: str, source: str, section: str | None = None):
+    """A search function that always finds one passage of a document."""
+    metadata = {"source": source, **({"section": section} if section else {})}
+    found = {**chunk(chunk_id, text, score=0.9), "metadata": metadata}
+    return lambda query, collection=None, limit=5, **_: [found]
+
+
+def test_a_document_found_is_quoted_under_its_title_never_its_path():
+    docs = _finds(
+        "d1",
+        "# Deploy\n\nRun make release from the main branch, then tag the commit.",
+        "/home/someone/project/docs/deploy.md",
+    )
+
+    result = run("How do I deploy?", controller_llm="offline", search_fn=docs)
+    assert result.terminated_by == "answered"
+    assert result.answer.startswith("deploy: Run make release from the main branch")
+    assert "/home" not in result.answer and "#" not in result.answer
+
+
+def test_a_heading_in_a_passage_is_never_quoted_as_markup():
+    docs = _finds(
+        "p1",
+        "## Port allocation\n\nEach service gets a port from 9000 upwards, in order of start.",
+        "ops.md",
+        "Operations > Port allocation",
+    )
+
+    result = run("How are service ports allocated?", controller_llm="offline", search_fn=docs)
+    assert result.answer.startswith("Port allocation: Each service gets a port from 9000")
+    assert "##" not in result.answer
+
+
+def test_a_callable_is_quoted_with_its_signature():
+    docs = _finds(
+        "j1",
+        "json.dumps(obj, *, indent=None, sort_keys=False)\n\nSerialize obj to a JSON formatted str. "
+        "If sort_keys is true, the output of dictionaries is sorted by key.",
+        "pydoc:json",
+        "json > json.dumps",
+    )
+
+    result = run("How do I get JSON with sorted keys?", controller_llm="offline", search_fn=docs)
+    assert result.answer.startswith("json.dumps(obj, *, indent=None, sort_keys=False): ")
+    assert "sorted by key [j1]." in result.answer
+
+
+def test_every_offline_reply_says_its_answer_is_extracted():
+    from arcana_loop.graph.offline import ANSWER_KIND_KEY, EXTRACTED
+
+    result = run(
+        "How do I run a coroutine with a timeout?",
+        controller_llm="offline",
+        search_fn=memory_search,
+    )
+    replies = [m for m in result.messages if m.type == "ai" and m.tool_calls]
+    assert replies and all(m.response_metadata[ANSWER_KIND_KEY] == EXTRACTED for m in replies)
