@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import difflib
+import functools
 import logging
 import math
 import numbers
@@ -12,9 +14,9 @@ import os
 import re
 import stat
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec
 
 import psycopg
 from langchain_core.documents import Document
@@ -27,7 +29,14 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from arcana_loop.knowledge import queries as q
 from arcana_loop.knowledge import whole
-from arcana_loop.knowledge.embeddings import embedding_model_name, resolve_embeddings
+from arcana_loop.knowledge.embeddings import (
+    default_embedder_name,
+    embedding_model_name,
+    embeddings_for_record,
+    known_record,
+    resolve_embeddings,
+)
+from arcana_loop.knowledge.embeddings_scope import RECORDS_SQL, Record, choose_record
 from arcana_loop.knowledge.entities import hooks as entity_hooks
 from arcana_loop.knowledge.entities import search as es
 from arcana_loop.knowledge.entities import store as entity_store
@@ -94,6 +103,7 @@ if TYPE_CHECKING:
     from arcana_loop.knowledge.retriever import KnowledgeBaseRetriever
 
 logger = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -115,14 +125,64 @@ Source = str | os.PathLike[str]
 CollectionScope = str | Sequence[str] | None
 
 
+def _scope_embedder(
+    search: Callable[Concatenate[KnowledgeBase, P], list[Chunk]],
+) -> Callable[Concatenate[KnowledgeBase, P], list[Chunk]]:
+    """Run `search`, for a knowledge base opened without an embedder, on a view with its scope's.
+
+    The scope's collections are read once more if one was re-embedded between that
+    read and the search (which then finds another embedder recorded).
+    """
+
+    def run(kb: KnowledgeBase, /, *args: P.args, **kwargs: P.kwargs) -> list[Chunk]:
+        if not kb._per_collection:
+            return search(kb, *args, **kwargs)
+        names, mode = _scope_of(kwargs)
+        try:
+            return search(kb._scope_view(kb._scope_rows(names), names, mode), *args, **kwargs)
+        except EmbeddingMismatch:
+            return search(kb._scope_view(kb._scope_rows(names), names, mode), *args, **kwargs)
+
+    functools.update_wrapper(run, search)
+    return run
+
+
+def _ascope_embedder(
+    search: Callable[Concatenate[KnowledgeBase, P], Awaitable[list[Chunk]]],
+) -> Callable[Concatenate[KnowledgeBase, P], Awaitable[list[Chunk]]]:
+    """`_scope_embedder` for `asearch`."""
+
+    async def run(kb: KnowledgeBase, /, *args: P.args, **kwargs: P.kwargs) -> list[Chunk]:
+        if not kb._per_collection:
+            return await search(kb, *args, **kwargs)
+        names, mode = _scope_of(kwargs)
+        try:
+            view = kb._scope_view(await kb._ascope_rows(names), names, mode)
+            return await search(view, *args, **kwargs)
+        except EmbeddingMismatch:
+            view = kb._scope_view(await kb._ascope_rows(names), names, mode)
+            return await search(view, *args, **kwargs)
+
+    functools.update_wrapper(run, search)
+    return run
+
+
+def _scope_of(options: Mapping[str, Any]) -> tuple[list[str] | None, str]:
+    """The collection names (`None`: all) and the mode of a search's keyword arguments."""
+    return q.scope_names(options.get("collection")), str(options.get("mode", "hybrid"))
+
+
 class KnowledgeBase:
     """A knowledge base stored in one PostgreSQL schema.
 
     Args:
         url: A PostgreSQL URL (`postgresql://`, also `postgresql+psycopg://`) or libpq
             keyword string. Default: `DATABASE_URL`, else the embedded server.
-        embeddings: An `Embeddings` instance or spec (see `resolve_embeddings`);
-            default WordLlama.
+        embeddings: An `Embeddings` instance or spec (see `resolve_embeddings`).
+            Default: each collection uses the embedder it records, and a new one the
+            default (`default_embedder_name`: MiniLM with the ``onnx`` extra, else
+            WordLlama). Given one, a collection recording another is an
+            `EmbeddingMismatch`.
         schema: The PostgreSQL schema holding the tables (created if missing).
         pool_size: Maximum connections in each pool (sync and async).
         exact_max_rows: Searches whose scope holds at most this many vectors (planner
@@ -159,8 +219,14 @@ class KnowledgeBase:
         if not _SCHEMA_NAME.match(schema):
             raise ValueError(f"schema must match {_SCHEMA_NAME.pattern}, got {schema!r}")
         self.url = normalize_url(url) if url else database_url()
-        self.embeddings = resolve_embeddings(embeddings)
-        self.model_name = embedding_model_name(self.embeddings)
+        self._per_collection = embeddings is None
+        self._embeddings = None if embeddings is None else resolve_embeddings(embeddings)
+        self._default_spec = default_embedder_name()
+        """The embedder new collections get when none is given, read once when opened."""
+        self._record: Record | None = None
+        """A view's collection record (model, dimension): known before its embedder loads."""
+        self._parent: KnowledgeBase | None = None
+        """The knowledge base a view (`_view`) shares its pools with."""
         self.schema = schema
         self.exact_max_rows = exact_max_rows
         self.ranking = ranking or q.Ranking(
@@ -180,8 +246,32 @@ class KnowledgeBase:
     # -- connections ---------------------------------------------------------------
 
     @property
+    def embeddings(self) -> Embeddings:
+        """The embedder: the one given, else the one new collections use (loaded on first use)."""
+        if self._embeddings is None:
+            self._embeddings = (
+                resolve_embeddings(self._default_spec)
+                if self._record is None
+                else embeddings_for_record(self._record[0])
+            )
+        return self._embeddings
+
+    @property
+    def model_name(self) -> str:
+        """The name collections record for `embeddings` (known without loading it when it ships here)."""
+        known = self._known_record()
+        return known[0] if known is not None else embedding_model_name(self.embeddings)
+
+    def _known_record(self) -> Record | None:
+        if self._record is not None or self._embeddings is not None:
+            return self._record
+        return known_record(self._default_spec)
+
+    @property
     def dimension(self) -> int:
         """Return the embedder's dimension (probed once if the embedder does not say)."""
+        if self._dimension is None and (known := self._known_record()) is not None:
+            self._dimension = known[1]
         if self._dimension is None:
             declared = getattr(self.embeddings, "dimension", None)
             self._dimension = (
@@ -195,6 +285,8 @@ class KnowledgeBase:
         Raises:
             DatabaseUnavailable: if the server cannot be reached or lacks pgvector.
         """
+        if self._parent is not None:
+            return self._parent.pool()
         with self._lock:
             if self._pool is None:
                 self._prepare_database()
@@ -225,6 +317,8 @@ class KnowledgeBase:
 
     async def apool(self) -> AsyncConnectionPool[Any]:
         """Return the async pool bound to the running event loop."""
+        if self._parent is not None:
+            return await self._parent.apool()
         loop = asyncio.get_running_loop()
         if self._apool is None or self._apool_loop is not loop:
             await asyncio.to_thread(self.pool)  # schema and extension, once
@@ -259,6 +353,8 @@ class KnowledgeBase:
 
     def close(self) -> None:
         """Close the sync pool (the async pool is closed by `aclose`)."""
+        if self._parent is not None:
+            return  # a view's pools are its parent's
         with self._lock:
             if self._pool is not None:
                 self._pool.close()
@@ -266,10 +362,66 @@ class KnowledgeBase:
 
     async def aclose(self) -> None:
         """Close both pools."""
+        if self._parent is not None:
+            return
         if self._apool is not None:
             await self._apool.close()
             self._apool = None
         self.close()
+
+    # -- the embedder of each collection (`knowledge.embeddings_scope`) ----------------
+
+    def _view(self, record: Record) -> KnowledgeBase:
+        """This knowledge base with the embedder `record` names: the same pools, schema and options.
+
+        Made for each call (a shallow copy), so it sees the options as they are now.
+        """
+        root = self._parent or self
+        view = copy.copy(root)
+        view._per_collection, view._parent = False, root
+        view._record, view._dimension = record, record[1]
+        if root._embeddings is not None and root.model_name != record[0]:
+            view._embeddings = None  # loaded when it embeds (`embeddings_for_record`)
+        return view
+
+    def _for_collection(self, name: str) -> KnowledgeBase:
+        """Who reads and writes collection `name` (an existing one with the embedder it records).
+
+        This knowledge base if it was given an embedder; else a view with the one
+        the collection records, or for a new collection the default.
+        """
+        if not self._per_collection:
+            return self
+        names = [normalize_collection_name(name)]
+        return self._view(
+            choose_record(self._records(names), names, "hybrid", default=self._default())
+        )
+
+    def _default(self) -> Record:
+        return self.model_name, self.dimension
+
+    def _scope_view(
+        self, rows: list[tuple[str, str, int]], names: list[str] | None, mode: str
+    ) -> KnowledgeBase:
+        return self._view(choose_record(rows, names, mode, default=self._default()))
+
+    def _scope_rows(self, names: list[str] | None) -> list[tuple[str, str, int]]:
+        return [] if names == [] else self._records(names)  # [] matches nothing: no statement
+
+    async def _ascope_rows(self, names: list[str] | None) -> list[tuple[str, str, int]]:
+        return [] if names == [] else await self._arecords(names)
+
+    def _records(self, names: list[str] | None) -> list[tuple[str, str, int]]:
+        with self._server_errors(), self.pool().connection() as conn:
+            rows = conn.execute(RECORDS_SQL, {"n": names}).fetchall()
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+    async def _arecords(self, names: list[str] | None) -> list[tuple[str, str, int]]:
+        pool = await self.apool()
+        async with self._aserver_errors(), pool.connection() as conn:
+            cur = await conn.execute(RECORDS_SQL, {"n": names})
+            rows = await cur.fetchall()
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     # -- collections ---------------------------------------------------------------
 
@@ -617,11 +769,12 @@ class KnowledgeBase:
             if root is not None:
                 self._prune(collection, root, set(), result)
             return result
-        coll, created = self._resolve_collection(collection, create=True)
+        kb = self._for_collection(collection)
+        coll, created = kb._resolve_collection(collection, create=True)
         try:
             write_documents(
                 self.pool(),
-                self.embeddings,
+                kb.embeddings,
                 coll,
                 docs,
                 chunk_size=chunk_size,
@@ -637,7 +790,7 @@ class KnowledgeBase:
             raise
         if root is not None:
             self._prune(collection, root, {d.source for d in docs}, result)
-        self._ingest_entities(coll, result, entities, entity_extractor)
+        kb._ingest_entities(coll, result, entities, entity_extractor)
         return result
 
     def _prune(self, collection: str, root: Path, read: set[str], result: IngestResult) -> None:
@@ -699,13 +852,18 @@ class KnowledgeBase:
         """
         with self._server_errors():
             if collection is not None:
-                colls = [self._collection(collection, create=False)]
+                colls = [self._for_collection(collection)._collection(collection, create=False)]
             else:
+                # opened without an embedder, every collection is read with its own
                 with self.pool().connection() as conn:
                     rows = conn.execute(
                         "SELECT id, name, dimension FROM kb_collections"
-                        " WHERE embedding_model = %s AND dimension = %s ORDER BY name",
-                        (self.model_name, self.dimension),
+                        " WHERE %s OR (embedding_model = %s AND dimension = %s) ORDER BY name",
+                        (
+                            self._per_collection,
+                            None if self._per_collection else self.model_name,
+                            None if self._per_collection else self.dimension,
+                        ),
                     ).fetchall()
                 colls = [CollectionRef(id=r[0], name=r[1], dimension=r[2]) for r in rows]
             return sum(merge_pending(self.pool(), coll) for coll in colls)
@@ -734,8 +892,9 @@ class KnowledgeBase:
             CollectionNotFound: if there is no such collection.
             EntityBuildError: if extraction failed (what was written stays consistent).
         """
-        coll = self._collection(collection, create=False)
-        return self._build_entities(coll, extractor, rebuild=rebuild, summary_model=summary_model)
+        kb = self._for_collection(collection)
+        coll = kb._collection(collection, create=False)
+        return kb._build_entities(coll, extractor, rebuild=rebuild, summary_model=summary_model)
 
     def _build_entities(
         self,
@@ -798,7 +957,11 @@ class KnowledgeBase:
         from arcana_loop.knowledge.entities.build import llm_summarizer
         from arcana_loop.knowledge.entities.communities import update_dirty
 
-        ids = None if collection is None else [self._collection(collection, create=False).id]
+        ids = (
+            None
+            if collection is None
+            else [self._for_collection(collection)._collection(collection, create=False).id]
+        )
         summarizer = None if summary_model is None else llm_summarizer(summary_model)
         with self.pool().connection() as conn:
             done = update_dirty(conn, ids, summarizer=summarizer)
@@ -854,6 +1017,7 @@ class KnowledgeBase:
 
     # -- search --------------------------------------------------------------------
 
+    @_scope_embedder
     def search(
         self,
         query: str,
@@ -933,6 +1097,7 @@ class KnowledgeBase:
         with self._server_errors(), self.pool().connection() as conn:
             return read_sync(conn, steps, lambda: self._embed(req.query))
 
+    @_ascope_embedder
     async def asearch(
         self,
         query: str,

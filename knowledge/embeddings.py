@@ -1,17 +1,28 @@
 """Embedding models for the knowledge base, behind LangChain's `Embeddings` interface.
 
-The default is WordLlama (256 dimensions), whose weights ship inside its wheel, so
-nothing is ever downloaded. Any ``"provider:model"`` spec goes through LangChain's
-`init_embeddings` (``"openai:text-embedding-3-small"``, ``"huggingface:..."``,
-``"ollama:..."``; the provider's LangChain package must be installed); any
-`Embeddings` instance is used as it is. WordLlama is a static embedder: fast and
-offline, but it ranks evidence markedly worse than a contextual model (see
-`evaluation/README.md`); use a real embedder in production.
+Two ship with the project, and nothing is ever downloaded at run time:
+
+* ``minilm``: all-MiniLM-L6-v2 on onnxruntime (384 dimensions, the ``onnx`` extra;
+  `knowledge.embeddings_minilm`): a contextual model, the default for new
+  collections when its extra is installed;
+* ``wordllama``: WordLlama (256 dimensions), whose weights ship inside its wheel: a
+  static embedder, about 50x as fast, that ranks evidence markedly worse (see
+  knowledge/README.md). The loop's own similarity checks use it (`default_embeddings`).
+
+Any ``"provider:model"`` spec goes through LangChain's `init_embeddings`
+(``"openai:text-embedding-3-small"``, ``"ollama:..."``; the provider's LangChain
+package must be installed); any `Embeddings` instance is used as it is. Each
+collection records the name of the embedder it was built with
+(`embedding_model_name`), and `embeddings_for_record` turns that name back into
+the embedder.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import logging
+import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -20,10 +31,21 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from arcana_loop.knowledge.errors import EmbeddingMismatch
+from arcana_loop.knowledge.embeddings_minilm import (
+    MINILM_DIMENSION,
+    MINILM_MODEL,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    MiniLMEmbeddings,
+)
+from arcana_loop.knowledge.errors import EmbedderUnavailable, EmbeddingMismatch
 
 DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
-"""Name recorded per collection for the default embedder."""
+"""Name recorded per collection for WordLlama."""
+EMBEDDER_NAMES = ("minilm", "wordllama")
+"""The embedders that ship with the project, by the name the CLI's ``--embeddings`` takes."""
+EMBEDDINGS_ENV = "ARCANA_LOOP_EMBEDDINGS"
+"""The embedder new collections use, by name or spec (default: `default_embedder_name`)."""
 
 WORDLLAMA_DIMENSION = 256
 _WORDLLAMA_BATCH = 1000
@@ -105,15 +127,53 @@ def _import_wordllama() -> Any:
 
 @lru_cache(maxsize=1)
 def default_embeddings() -> WordLlamaEmbeddings:
-    """Return the process-wide default embedder (loaded once, about 0.5 s)."""
+    """Return the process-wide WordLlama embedder (loaded once, about 0.5 s).
+
+    The loop's similarity checks (duplicate queries, the offline controller, local
+    grounding) use it; which embedder a new collection uses is `default_embedder_name`.
+    """
     return WordLlamaEmbeddings()
+
+
+@lru_cache(maxsize=1)
+def minilm_embeddings() -> Embeddings:
+    """Return the process-wide MiniLM embedder (loaded once; the first load on a machine quantizes it).
+
+    Raises:
+        EmbedderUnavailable: if the ``onnx`` extra is missing, or a file fails its digest.
+    """
+    return MiniLMEmbeddings()
+
+
+def minilm_installed() -> bool:
+    """Whether the ``onnx`` extra is installed (its files are checked only when loaded)."""
+    modules = ("onnxruntime", "tokenizers", "onnx")
+    if not all(importlib.util.find_spec(name) is not None for name in modules):
+        return False
+    try:
+        for pinned in (MODEL_FILE, TOKENIZER_FILE):
+            importlib.metadata.distribution(pinned.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def default_embedder_name() -> str:
+    """The embedder new collections use: `ARCANA_LOOP_EMBEDDINGS`, else minilm when its extra is installed, else wordllama.
+
+    A collection keeps the embedder it was created with; this only picks one for new ones.
+    """
+    chosen = os.environ.get(EMBEDDINGS_ENV, "").strip()
+    if chosen:
+        return chosen
+    return "minilm" if minilm_installed() else "wordllama"
 
 
 def embedding_model_name(embeddings: Embeddings) -> str:
     """Return the name recorded per collection for an embedder."""
     name = getattr(embeddings, "model_name", None) or getattr(embeddings, "model", None)
     if isinstance(name, str) and name:
-        if isinstance(embeddings, WordLlamaEmbeddings):
+        if isinstance(embeddings, WordLlamaEmbeddings) or name == MINILM_MODEL:
             return name
         prefix = "openai:" if type(embeddings).__name__ == "OpenAIEmbeddings" else ""
         return f"{prefix}{name}"
@@ -124,24 +184,72 @@ def resolve_embeddings(spec: Embeddings | str | None) -> Embeddings:
     """Turn an embedder spec into an `Embeddings` instance.
 
     Args:
-        spec: `None` or `"wordllama"` for the default, `"provider:model"` for
-            LangChain's `init_embeddings`, or an `Embeddings` instance.
+        spec: `None` for the default of new collections (`default_embedder_name`),
+            `"minilm"` or `"wordllama"` (or the name either records), `"provider:model"`
+            for LangChain's `init_embeddings`, or an `Embeddings` instance.
 
     Raises:
+        EmbedderUnavailable: for ``minilm`` without its extra, or with a file that
+            fails its digest (a `ValueError`).
         ValueError: for an unknown spec or provider, or a provider whose package
             is not installed.
     """
-    if spec is None or spec in ("wordllama", DEFAULT_EMBEDDING_MODEL):
-        return default_embeddings()
+    if spec is None:
+        spec = default_embedder_name()
     if isinstance(spec, Embeddings):
         return spec
+    if spec in ("wordllama", DEFAULT_EMBEDDING_MODEL):
+        return default_embeddings()
+    if spec in ("minilm", MINILM_MODEL):
+        return minilm_embeddings()
     value: object = spec
     if not isinstance(value, str) or ":" not in spec or not all(spec.split(":", 1)):
         raise ValueError(
-            f"unknown embedding model {spec!r}: expected 'wordllama', 'provider:model' "
-            "(LangChain init_embeddings) or a langchain_core.embeddings.Embeddings instance"
+            f"unknown embedding model {spec!r}: expected {' or '.join(map(repr, EMBEDDER_NAMES))},"
+            " 'provider:model' (LangChain init_embeddings) or a"
+            " langchain_core.embeddings.Embeddings instance"
         )
     return _provider_embeddings(spec)
+
+
+_KNOWN_RECORDS = {
+    "wordllama": (DEFAULT_EMBEDDING_MODEL, WORDLLAMA_DIMENSION),
+    DEFAULT_EMBEDDING_MODEL: (DEFAULT_EMBEDDING_MODEL, WORDLLAMA_DIMENSION),
+    "minilm": (MINILM_MODEL, MINILM_DIMENSION),
+    MINILM_MODEL: (MINILM_MODEL, MINILM_DIMENSION),
+}
+
+
+def known_record(spec: str) -> tuple[str, int] | None:
+    """The (name, dimension) a collection records for an embedder that ships here, without loading it."""
+    return _KNOWN_RECORDS.get(spec)
+
+
+def cli_name(model_name: str) -> str:
+    """What ``--embeddings`` takes for the embedder a collection records (``minilm``, ``wordllama``, a spec)."""
+    return next(
+        (name for name in EMBEDDER_NAMES if _KNOWN_RECORDS[name][0] == model_name), model_name
+    )
+
+
+def embeddings_for_record(model_name: str) -> Embeddings:
+    """The embedder a collection records by `model_name` (what `embedding_model_name` gave it).
+
+    Raises:
+        EmbedderUnavailable: if that embedder cannot be loaded here (its extra is
+            missing, or it was an instance of a class that records no spec).
+    """
+    if ":" not in model_name:  # a class name: an instance the caller built
+        raise EmbedderUnavailable(
+            f"the collection was embedded with {model_name!r}, an embedder given as an"
+            " instance: open the knowledge base with it (KnowledgeBase(embeddings=...))"
+        )
+    return _cached_record(model_name)
+
+
+@lru_cache(maxsize=8)
+def _cached_record(model_name: str) -> Embeddings:
+    return resolve_embeddings(model_name)
 
 
 def _provider_embeddings(spec: str) -> Embeddings:

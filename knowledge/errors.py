@@ -49,3 +49,14 @@ class DataDirectoryFull(DatabaseUnavailable, StorageFull):
     The message names the data directory and the filesystem it is on; the stored
     data is kept, and the server starts once space is freed.
     """
+
+
+class EmbedderUnavailable(KnowledgeBaseError, ValueError):
+    """An embedder that cannot be loaded here: its extra is not installed, or it is unknown.
+
+    The message names what is missing and the command that installs it.
+    """
+
+
+class ModelFileMismatch(EmbedderUnavailable):
+    """A model or tokenizer file differs from the sha256 it is pinned to (or is missing)."""

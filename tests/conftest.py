@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,11 +15,23 @@ pytest_plugins = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's own cache directory (the per-machine MiniLM model), never the user's."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ARCANA_LOOP_CACHE_DIR", str(cache))
+        yield cache
+
+
 @pytest.fixture(autouse=True)
 def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep real provider keys and run defaults out of tests (tests set what they need)."""
     for name in list(os.environ):
-        if name.startswith("ARCANA_LOOP_") and name not in ("ARCANA_LOOP_PGDATA",):
+        if name.startswith("ARCANA_LOOP_") and name not in (
+            "ARCANA_LOOP_PGDATA",
+            "ARCANA_LOOP_CACHE_DIR",
+        ):
             monkeypatch.delenv(name, raising=False)
     for name in (
         "OPENAI_API_KEY",
@@ -30,3 +44,6 @@ def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     # Scripted models answer at once whatever they are asked; the search-first policy has its
     # own tests (tests/unit/test_design_points.py), which delete this to run with the default.
     monkeypatch.setenv("ARCANA_LOOP_REQUIRE_SEARCH", "off")
+    # New collections are embedded with WordLlama (thousands of chunks a second); the tests of
+    # MiniLM, the default with the onnx extra, choose it (tests/knowledge/test_minilm.py).
+    monkeypatch.setenv("ARCANA_LOOP_EMBEDDINGS", "wordllama")
