@@ -12,6 +12,8 @@ navigation, banners, footers, sidebars and cookie notices are dropped (by elemen
 ARIA role, or a class or id naming them), as are scripts and styles. `h1`..`h6`
 become `#` headings, `<pre>` a fenced code block, a `<table>` a pipe table, so the
 structure parser (`knowledge.structure`) reads the page as it reads Markdown.
+Each element is visited once, however deep, so the reading time grows with
+the page's size, not its shape (`read_html`).
 Why not a general extractor: on real documentation pages (mdBook, rustdoc,
 texinfo) trafilatura dropped most code blocks of an API page (202 of 552 fences
 kept) and the blank lines inside code, and readability-lxml emptied every heading
@@ -24,13 +26,14 @@ chunk records its first and last page.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from arcana_loop.knowledge.errors import IngestError
 
@@ -58,7 +61,6 @@ _BOILERPLATE_WORDS = frozenset(
 _CLASS_WORD = re.compile(r"[a-z]+")
 _DIGITS = re.compile(r"\d+")
 _PAGE_NUMBER = re.compile(r"(?:page\s*)?\d{1,4}(?:\s*(?:/|of)\s*\d{1,4})?", re.IGNORECASE)
-_GENERICS = re.compile(r"\s*<[^<>]*>")
 _SIGNATURE_KEYWORDS = frozenset(
     {"pub", "pub(crate)", "const", "async", "unsafe", "extern", '"C"', "fn", "def", "static"}
 )
@@ -197,52 +199,283 @@ def _pdf_title(info: Any) -> str | None:
 def read_html(raw: bytes, path: Path) -> Extracted:
     """Extract the main content of an HTML page as Markdown.
 
+    The parsed page is read in passes that visit each element once, with a stack in
+    place of recursion and without editing the tree, so the work grows with the
+    page's size whatever its shape: there is no depth limit, and a page nested
+    40,000 elements deep is read whole, with its structure, in about a second of CPU.
+    (Editing the tree cost a walk over an element's ancestors or siblings at each
+    edit: such a page, or one of 40,000 paragraphs side by side, took minutes.)
+
     Raises:
         MissingExtra: if beautifulsoup4 is not installed.
         IngestError: for a page without text.
     """
     try:
-        from bs4 import BeautifulSoup
+        soup = _parse(raw)
     except ImportError:
         raise _missing(path, "HTML", "html") from None
-    # bytes in: BeautifulSoup finds the encoding from the BOM, the <meta> charset or the content
-    soup = BeautifulSoup(raw, "html.parser")
     title = soup.title.get_text(" ", strip=True) if soup.title is not None else ""
-    for tag in soup.find_all(_DROPPED_TAGS):
-        tag.decompose()
     root = _main_content(soup)
-    _drop_boilerplate(root)
-    _collapse_whitespace(root)
-    for tag in root.find_all("table"):
-        tag.replace_with(f"\n\n{_pipe_table(tag)}\n\n")
-    for tag in root.find_all(["h1", "h2", "h3", "h4", "h5", "h6"]):
-        heading = " ".join(tag.get_text(" ").split())
-        if _is_code_heading(tag):
-            heading = _code_heading_name(heading)
-        tag.replace_with(f"\n\n{'#' * int(tag.name[1])} {heading}\n\n" if heading else "\n")
-    for tag in root.find_all("br"):
-        tag.replace_with("\n")
-    for tag in root.find_all("pre"):
-        # fenced, so the structure parser keeps code whole and the tidy-up keeps its indentation
-        tag.replace_with(f"\n\n{_FENCE}\n{tag.get_text().strip(chr(10))}\n{_FENCE}\n\n")
-    for tag in root.find_all(_BLOCK_TAGS):
-        if tag.name == "li":
-            tag.insert(0, "- ")
-        else:  # list items end a line each, without a blank line between them
-            tag.insert_after("\n")
-        tag.insert_before("\n")
-    text = _tidy(root.get_text())
+    document = _Document(collapse=root.find_parent("pre") is None)
+    _walk(root, root.find_parent(_MAIN_TAGS) is not None, document)
+    text = _tidy("".join(document.pieces))
     if not text.strip():
         raise IngestError(f"{path}: the HTML page has no text")
     return Extracted(text=text, markdown=True, title=_clean(title).strip() or None)
 
 
-def _is_code_heading(tag: Any) -> bool:
-    """An API generator's signature heading (rustdoc's `code-header`, a heading that is all `<code>`)."""
-    if any("code" in name for name in tag.get("class", [])):
+_HEADING_LEVELS = {f"h{level}": level for level in range(1, 7)}
+_MAIN_TAGS = ("main", "article")
+_VOID_BREAKS = {"br": "\n", "hr": "\n\n"}
+"""What a void element is in the content (a rule is a block of its own)."""
+
+
+def _parse(raw: bytes) -> Any:
+    """The page's tree: the standard library's HTML parser through BeautifulSoup.
+
+    A void element (``<br>``, ``<img>``, ``<wbr>``...) is parsed as holding what follows
+    it, up to its parent's end. As void elements, bs4's html.parser builder keeps
+    each one in a list that every end tag searches: void elements times end tags, 11 s
+    of a rustdoc index page of 1.9 MB with 4,241 ``<wbr>``. `_walk` reads such an
+    element as itself followed by what it holds, so the text is the same.
+
+    Raises:
+        ImportError: if beautifulsoup4 is not installed.
+    """
+    from bs4 import BeautifulSoup
+
+    builder = _html_parser_builder()()
+    builder.empty_element_tags = set()
+    # bytes in: BeautifulSoup finds the encoding from the BOM, the <meta> charset or the content
+    return BeautifulSoup(raw, builder=builder)
+
+
+def _html_parser_builder() -> type[Any]:
+    """bs4's tree builder over the standard library's parser, as ``BeautifulSoup(raw, "html.parser")`` finds it."""
+    from bs4.builder import builder_registry
+
+    found = builder_registry.lookup("html.parser")
+    if found is None:  # bs4 registers it on import, the one builder with no other dependency
+        raise ImportError("beautifulsoup4 has no html.parser tree builder")
+    return found
+
+
+@functools.cache
+def _void_tags() -> frozenset[str]:
+    """The elements bs4 would parse as void (see `_parse`)."""
+    return frozenset(_html_parser_builder()().empty_element_tags or ())
+
+
+@functools.cache
+def _node_types() -> tuple[type[Any], type[Any], type[Any]]:
+    """bs4's element, text and CDATA classes (imported once: an import in a loop cost a tenth of a read)."""
+    from bs4.element import CData, NavigableString, Tag
+
+    return Tag, NavigableString, CData
+
+
+class _Visitor(Protocol):
+    """What one pass of `_walk` does with the elements and strings it meets."""
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        """Meet an element; return whether to go into it (`False`: the visitor read it whole)."""
+
+    def close(self, tag: Any) -> None:
+        """Leave an element that `open` went into."""
+
+    def text(self, string: str) -> None:
+        """Meet a string of text (comments, doctypes and the like are never met)."""
+
+
+def _walk(tag: Any, in_main: bool, visitor: _Visitor, *, content: bool = True) -> None:
+    """Visit what `tag` holds in document order: each element once, with a stack, not recursion.
+
+    Scripts, styles and the other `_DROPPED_TAGS` are never visited, nor, in the page's
+    content (`content`), its furniture (`_is_furniture`). `in_main`: whether `tag` is
+    inside a `<main>` or an `<article>`.
+    """
+    tag_type, text_type, cdata_type = _node_types()
+    voids = _void_tags()
+    stack: list[tuple[Iterator[Any], Any, bool]] = [
+        (iter(tag.contents), None, in_main or tag.name in _MAIN_TAGS)
+    ]
+    while stack:
+        children, parent, inside = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if parent is not None:
+                visitor.close(parent)
+        elif isinstance(child, tag_type):
+            if child.name in voids:
+                # it holds what follows it (`_parse`): its own part, then that, never dropped
+                if not (content and _is_furniture(child, inside)):
+                    visitor.open(child, inside)
+                stack.append((iter(child.contents), None, inside))
+                continue
+            if child.name in _DROPPED_TAGS or (content and _is_furniture(child, inside)):
+                continue
+            if visitor.open(child, inside):
+                stack.append((iter(child.contents), child, inside or child.name in _MAIN_TAGS))
+        elif type(child) is text_type or type(child) is cdata_type:  # what get_text reads
+            visitor.text(child)
+
+
+class _Candidates:
+    """The elements that may hold a page's content (`_main_content`)."""
+
+    def __init__(self) -> None:
+        self.main: list[Any] = []
+        self.article: list[Any] = []
+        self.body: Any = None
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        if tag.name == "main" or tag.get("role") == "main":
+            self.main.append(tag)
+        elif tag.name == "article":
+            self.article.append(tag)
+        if tag.name == "body" and self.body is None:
+            self.body = tag
         return True
-    code = tag.find("code")
-    return code is not None and code.get_text(strip=True) == tag.get_text(strip=True)
+
+    def close(self, tag: Any) -> None:
+        pass
+
+    def text(self, string: str) -> None:
+        pass
+
+
+def _main_content(soup: Any) -> Any:
+    """The element holding the page's content: its one `<main>`, else its one `<article>`, else the body."""
+    found = _Candidates()
+    _walk(soup, False, found, content=False)
+    for candidates in (found.main, found.article):
+        if len(candidates) == 1:
+            return candidates[0]
+    return found.body or soup
+
+
+def _is_furniture(tag: Any, in_main: bool) -> bool:
+    """Whether an element is navigation, a footer, a sidebar or a notice: by element, ARIA role or class/id words."""
+    if tag.name in _BOILERPLATE_TAGS:
+        return True
+    role = str(tag.get("role") or "").lower()
+    names = " ".join([*tag.get("class", []), str(tag.get("id") or "")]).lower()
+    if role in _BOILERPLATE_ROLES or _BOILERPLATE_WORDS & set(_CLASS_WORD.findall(names)):
+        return True
+    # a site header; an article's own header holds its title
+    return tag.name == "header" and not in_main
+
+
+class _Document:
+    """The content as Markdown: headings as ``#`` lines, `<pre>` fenced, tables as pipe tables."""
+
+    def __init__(self, *, collapse: bool) -> None:
+        self.pieces: list[str] = []
+        self.collapse = collapse
+        """Whether runs of whitespace are one space, as a browser shows text outside `<pre>`."""
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        name = tag.name
+        if name in _VOID_BREAKS:
+            self.pieces.append(_VOID_BREAKS[name])
+        elif name == "table":
+            self.pieces.append(f"\n\n{_table_markdown(tag, in_main)}\n\n")
+        elif name in _HEADING_LEVELS:
+            self.pieces.append(_heading_markdown(tag, in_main))
+        elif name == "pre":
+            # fenced, so the structure parser keeps code whole and the tidy-up keeps its indentation
+            code = _PreText()
+            _walk(tag, in_main, code)
+            self.pieces.append(f"\n\n{_FENCE}\n{''.join(code.pieces).strip(chr(10))}\n{_FENCE}\n\n")
+        else:
+            if name == "li":
+                self.pieces.append("\n- ")
+            elif name in _BLOCK_TAGS:
+                self.pieces.append("\n")
+            return True
+        return False
+
+    def close(self, tag: Any) -> None:
+        # list items end a line each, without a blank line between them
+        if tag.name in _BLOCK_TAGS and tag.name != "li":
+            self.pieces.append("\n")
+
+    def text(self, string: str) -> None:
+        # Source line breaks inside a paragraph are layout, not content: left in, they
+        # would cut sentences across lines. (CDATA is kept as written.)
+        if self.collapse and type(string) is _node_types()[1]:
+            string = _WHITESPACE.sub(" ", string)
+        self.pieces.append(string)
+
+
+class _PreText:
+    """The text of a `<pre>`: its strings as written, a line break for `<br>`; tables and headings as in the content."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        if tag.name == "table":
+            self.pieces.append(f"\n\n{_table_markdown(tag, in_main)}\n\n")
+        elif tag.name in _HEADING_LEVELS:
+            self.pieces.append(_heading_markdown(tag, in_main))
+        elif tag.name == "br":
+            self.pieces.append("\n")
+        else:
+            return True  # a <pre> inside this one is more of its text
+        return False
+
+    def close(self, tag: Any) -> None:
+        pass
+
+    def text(self, string: str) -> None:
+        self.pieces.append(string)
+
+
+class _HeadingText:
+    """The strings of a heading (a table in it as a pipe table), and of the first `<code>` in it."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.code: Any = None
+        self.code_span = (0, 0)
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        if tag.name == "table":
+            self.pieces.append(f"\n\n{_table_markdown(tag, in_main)}\n\n")
+            return False
+        if tag.name == "code" and self.code is None:
+            self.code, self.code_span = tag, (len(self.pieces), len(self.pieces))
+        return True
+
+    def close(self, tag: Any) -> None:
+        if tag is self.code:
+            self.code_span = (self.code_span[0], len(self.pieces))
+
+    def text(self, string: str) -> None:
+        self.pieces.append(string)
+
+    def is_code(self, tag: Any) -> bool:
+        """An API generator's signature heading (rustdoc's `code-header`, a heading that is all `<code>`)."""
+        if any("code" in name for name in tag.get("class", [])):
+            return True
+        start, end = self.code_span
+        return self.code is not None and _stripped(self.pieces[start:end]) == _stripped(self.pieces)
+
+
+def _stripped(pieces: list[str]) -> str:
+    return "".join(piece.strip() for piece in pieces)
+
+
+def _heading_markdown(tag: Any, in_main: bool) -> str:
+    """A heading element as a Markdown heading line (a signature heading as the name it declares)."""
+    words = _HeadingText()
+    _walk(tag, in_main, words)
+    heading = " ".join(" ".join(words.pieces).split())
+    if words.is_code(tag):
+        heading = _code_heading_name(heading)
+    return f"\n\n{'#' * _HEADING_LEVELS[tag.name]} {heading}\n\n" if heading else "\n"
 
 
 def _code_heading_name(signature: str) -> str:
@@ -251,72 +484,88 @@ def _code_heading_name(signature: str) -> str:
     A section path holds headings, not code: generic parameters, the argument
     list, `where` clauses and leading keywords are dropped.
     """
-    text = signature.split(" where ")[0]
-    while (stripped := _GENERICS.sub("", text)) != text:
-        text = stripped
+    text = _without_generics(signature.split(" where ")[0])
     text = text.split("(")[0]
     words = [w for w in text.replace("::", " ").split() if w not in _SIGNATURE_KEYWORDS]
     name = " ".join(words).strip(" :;,=&*")
     return name or signature
 
 
-def _main_content(soup: Any) -> Any:
-    """The element holding the page's content: its one `<main>`, else its one `<article>`, else the body."""
-    for candidates in (
-        soup.find_all("main") + soup.find_all(attrs={"role": "main"}),
-        soup.find_all("article"),
-    ):
-        unique = {id(tag): tag for tag in candidates}
-        if len(unique) == 1:
-            return next(iter(unique.values()))
-    return soup.body or soup
+def _without_generics(text: str) -> str:
+    """The text without its ``<...>`` groups (nested ones included) and the whitespace before each.
+
+    One pass, pairing each ``>`` with the nearest open ``<``: removing the innermost
+    groups again until none was left took a pass per level of nesting. A ``<`` never
+    closed, or a ``>`` never opened, stays.
+    """
+    cut = [0] * (len(text) + 1)  # +1 where a removed stretch starts, -1 after it ends
+    opened: list[int] = []  # where each open group's stretch starts (its leading whitespace)
+    for index, char in enumerate(text):
+        if char == "<":
+            start = index
+            while start > 0 and text[start - 1].isspace():
+                start -= 1
+            opened.append(start)
+        elif char == ">" and opened:
+            cut[opened.pop()] += 1
+            cut[index + 1] -= 1
+    kept, depth = [], 0
+    for char, change in zip(text, cut, strict=False):
+        depth += change
+        if depth == 0:
+            kept.append(char)
+    return "".join(kept)
 
 
-def _drop_boilerplate(root: Any) -> None:
-    """Remove navigation, footers, sidebars and notices: by element, ARIA role or class/id words."""
-    doomed = list(root.find_all(_BOILERPLATE_TAGS))
-    for tag in root.find_all(True):
-        role = str(tag.get("role") or "").lower()
-        names = " ".join([*tag.get("class", []), str(tag.get("id") or "")]).lower()
-        if role in _BOILERPLATE_ROLES or _BOILERPLATE_WORDS & set(_CLASS_WORD.findall(names)):
-            doomed.append(tag)
-        elif tag.name == "header" and tag.find_parent(["main", "article"]) is None:
-            doomed.append(tag)  # a site header; an article's own header holds its title
-    for tag in doomed:
-        if not tag.decomposed:
-            tag.decompose()
+class _TableRows:
+    """The rows of a table, each a list of its cells' words.
+
+    A row is a `<tr>` of this table and a cell a `<td>` or `<th>` in one. A row or cell
+    opened inside another (their end tags are optional, and the parser nests what is
+    left open) starts the next one; a table inside a cell is more text of that cell.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[list[list[str]]] = []
+        self.nested = 0
+        """Tables open inside this one."""
+        self.open_cells: set[int] = set()
+        self.words: list[str] = []
+        """The words of the cell opened last."""
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        if tag.name == "table":
+            self.nested += 1
+        elif self.nested == 0 and tag.name == "tr":
+            self.rows.append([])
+        elif self.nested == 0 and tag.name in _CELL_TAGS and self.rows:
+            self.words = []
+            self.rows[-1].append(self.words)
+            self.open_cells.add(id(tag))
+        return True
+
+    def close(self, tag: Any) -> None:
+        if tag.name == "table":
+            self.nested -= 1
+        else:
+            self.open_cells.discard(id(tag))
+
+    def text(self, string: str) -> None:
+        if self.open_cells:
+            self.words.extend(string.split())
 
 
-def _pipe_table(table: Any) -> str:
+def _table_markdown(table: Any, in_main: bool) -> str:
     """A `<table>` as a Markdown pipe table: the first row is the header."""
-    rows = []
-    for row in table.find_all("tr"):
-        cells = [
-            " ".join(c.get_text(" ").split()).replace("|", "\\|") for c in row.find_all(_CELL_TAGS)
-        ]
-        if any(cells):
-            rows.append(cells)
+    found = _TableRows()
+    _walk(table, in_main, found)
+    rows = [[" ".join(words).replace("|", "\\|") for words in row] for row in found.rows]
+    rows = [row for row in rows if any(row)]
     if not rows:
         return ""
     width = max(len(r) for r in rows)
     lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
     return "\n".join([lines[0], "|" + "---|" * width, *lines[1:]])
-
-
-def _collapse_whitespace(soup: Any) -> None:
-    """Make each run of whitespace in text outside `<pre>` one space, as a browser shows it.
-
-    Source line breaks inside a paragraph are layout, not content: left in, they
-    would cut sentences across lines.
-    """
-    from bs4.element import NavigableString
-
-    for string in soup.find_all(string=True):
-        # only plain text: a comment or doctype rewritten as a string would become content
-        if type(string) is NavigableString and string.find_parent("pre") is None:
-            collapsed = _WHITESPACE.sub(" ", str(string))
-            if collapsed != string:
-                string.replace_with(collapsed)
 
 
 def _tidy(text: str) -> str:
