@@ -9,7 +9,7 @@ their best sentence, the share of the part's words they hold, and the rank the s
 gave them), each its best sentences, led by what it documents and citing its chunk
 id. When no passage scores `MIN_SCORE` it gives up. Without tools (synthesis, answer
 rewrite) it replies with the same quotes. Every reply says so in its
-``response_metadata`` (`ANSWER_KIND_KEY`), which is how a result tells an extracted
+``response_metadata`` (`graph.sources.ANSWER_KIND_KEY`), which is how a result tells an extracted
 answer from a written one (`graph.sources.answer_kind`).
 
 In a conversation it answers the last question, reading only that question's search
@@ -36,6 +36,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessag
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
+from arcana_loop.graph.sources import ANSWER_KIND_KEY, EXTRACTED
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title
@@ -53,9 +54,6 @@ NEXT_PASSAGE_MARGIN = 0.2
 SENTENCES_PER_PASSAGE = 3
 """Sentences quoted from one passage, in its own order (and a member's signature line before them)."""
 MIN_SENTENCE_CHARS = 16
-ANSWER_KIND_KEY = "answer_kind"
-"""The ``response_metadata`` key saying how a reply's answer was made: ``"extracted"`` here."""
-EXTRACTED = "extracted"
 NOTHING_MATCHES = (
     "nothing the searches found matches the question closely enough to quote "
     "(best passage {score:.2f}, below {threshold:.2f})"

@@ -26,9 +26,10 @@ from arcana_loop.graph.checkpoints import (
 )
 from arcana_loop.graph.context import CONTEXT_FIELDS, ENV_PREFIX, LoopContext
 from arcana_loop.graph.deps import ConfigurationError
-from arcana_loop.graph.sources import Source, cited_sources
+from arcana_loop.graph.sources import Source, cited_sources, readable_answer
 from arcana_loop.graph.state import (
     RESULT_KEYS,
+    AnswerKind,
     BudgetStop,
     CollectionSpec,
     Coverage,
@@ -75,7 +76,10 @@ class LoopResult:
     thread_usage: dict[str, Any] = field(default_factory=dict)
     """``usage`` summed over every question of the thread (``usage`` is this question's)."""
     sources: list[Source] = field(default_factory=list)
-    """The chunks the answer cites, in the order it first cites them (`graph.sources`)."""
+    """The chunks the answer cites, in the order it first cites them (`graph.sources`): ``sources[i]`` is ``[i + 1]`` in `readable_answer`."""
+    answer_kind: AnswerKind | None = None
+    """``extracted``: passages quoted as the searches found them, no model wrote them (the offline
+    controller); ``written``: a model wrote the answer; ``None`` without an answer."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
@@ -99,7 +103,13 @@ class LoopResult:
             question_index=int(state.get("question_index") or 0),
             thread_usage=dict(state.get("thread_usage") or state.get("usage") or {}),
             sources=cited_sources(state.get("answer"), state.get("chunks") or []),
+            answer_kind=state.get("answer_kind"),
         )
+
+    @property
+    def readable_answer(self) -> str | None:
+        """The answer as a person reads it: citations as ``[1]``, ``[2]``, then the sources they number."""
+        return None if self.answer is None else readable_answer(self.answer, self.sources)
 
     def to_dict(self, *, messages: bool = False) -> dict[str, Any]:
         """Return the result as plain JSON-serialisable data (messages only when asked)."""

@@ -1,37 +1,57 @@
-"""Where an answer comes from, as data: the chunks it cites, and citations in its message.
+"""Where an answer comes from, as data, and as people read it.
 
-An answer cites a chunk by writing its id (``[f0bd...]``). From the answer's text and
-the chunks the run gathered, `cited_sources` lists each cited chunk once, in the
-order the answer first cites it, with its document's title, source, section and
-pages. The closing message carries the same list as LangChain standard content: one
-text block whose ``annotations`` hold a ``citation`` per mention (its ``start_index``
-and ``end_index`` locate the id in the text), so a chat front end that reads standard
-content can show them; `LoopResult.sources` holds the list itself. For clients that
-show text only (most chat front ends join the text blocks and drop the rest), a
-second text block lists the sources in words (`sources_footer`); it is on for served
-runs (the ``sources_footer`` run option) and off for `run()`, whose caller has
-`LoopResult.sources`.
+An answer cites a chunk by writing its id (``[f0bd...]``): that is what a model (or the
+offline controller) writes and what grounding and `cited_sources` read. From the answer
+and the chunks the run gathered, `cited_sources` lists each cited chunk once, in the
+order the answer first cites it, with its document's title, its path (relative to the
+folder it was ingested from, `relative_sources`), section and pages; `LoopResult.sources`
+holds that list, and the ids stay there.
+
+People read numbers instead (`render_citations`): the source first cited is ``[1]``,
+the next ``[2]``, and each id in the answer is written as its number, with the numbered
+list under it (`sources_list`). The closing message carries the answer that way as
+LangChain standard content: one text block whose ``annotations`` hold a ``citation``
+per number (``start_index``/``end_index`` locate the number; its ``extras`` keep the
+chunk id), so a chat front end that reads standard content can link them. For clients
+that show text only (most join the text blocks and drop the rest), a second text block
+lists the sources in words (`sources_footer`); it is on for served runs (the
+``sources_footer`` run option) and off for `run()`, whose caller has `LoopResult`.
+
+How an answer was made (`answer_kind`): ``"extracted"`` when the reply that holds it says
+so in its ``response_metadata`` (the offline controller's quotes: passages, no model
+wrote them), ``"written"`` otherwise.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
+from langchain_core.messages import AIMessage, BaseMessage
 from typing_extensions import TypedDict
 
+from arcana_loop.graph.state import AnswerKind
 from arcana_loop.knowledge.sections import document_title, page_label
 
 CITED_TEXT_CHARS = 300
 """How much of a cited chunk's text a source carries (enough to show, not the whole chunk)."""
 
+ANSWER_KIND_KEY = "answer_kind"
+"""The ``response_metadata`` key by which a reply says how its answer was made (`AnswerKind`)."""
+EXTRACTED: AnswerKind = "extracted"
+WRITTEN: AnswerKind = "written"
+
 
 class Source(TypedDict):
-    """One chunk an answer cites."""
+    """One chunk an answer cites; ``sources[i]`` is cited as ``[i + 1]`` where people read the answer."""
 
     chunk_id: str
     title: str
     source: str | None
+    """A file's path relative to the folder it was ingested from (`relative_sources`), else the name it was stored under."""
     section: str | None
     pages: str | None
     """``"3"`` or ``"2–3"`` for a paged document, else ``None``."""
@@ -39,24 +59,77 @@ class Source(TypedDict):
     cited_text: str
 
 
+def _absolute_path(source: object) -> PurePosixPath | PureWindowsPath | None:
+    if not isinstance(source, str):
+        return None
+    if source.startswith("/"):
+        return PurePosixPath(source)
+    if re.match(r"[A-Za-z]:[\\/]", source):
+        return PureWindowsPath(source)
+    return None
+
+
+def _common_folder(
+    paths: Sequence[PurePosixPath | PureWindowsPath],
+) -> PurePosixPath | PureWindowsPath | None:
+    """The deepest folder holding every path (``None`` for paths of two kinds of machine)."""
+    if len({type(p) for p in paths}) != 1:
+        return None
+    common = os.path.commonprefix([list(p.parent.parts) for p in paths])  # element-wise on lists
+    return type(paths[0])(*common) if common else None
+
+
+def relative_sources(chunks: Sequence[Any]) -> list[Any]:
+    """Chunks whose ``source`` is a machine's absolute path, with that path made relative.
+
+    The knowledge base stores a file under its absolute path, which says nothing a
+    reader needs and shows a server's layout to every client. Each such path is made
+    relative to the deepest folder holding every file of its collection among
+    ``chunks``: the folder that was ingested, or one inside it (a lone file is its
+    name). Other sources (names, URLs, relative paths) are kept as they are. The
+    chunks are copied, never changed.
+    """
+    paths: dict[object, list[PurePosixPath | PureWindowsPath]] = {}
+    for chunk in chunks:
+        path = _absolute_path((chunk.get("metadata") or {}).get("source"))
+        if path is not None:
+            paths.setdefault(chunk.get("collection"), []).append(path)
+    roots = {collection: _common_folder(found) for collection, found in paths.items()}
+    out = []
+    for chunk in chunks:
+        metadata = chunk.get("metadata") or {}
+        path = _absolute_path(metadata.get("source"))
+        if path is None:
+            out.append(chunk)
+            continue
+        root = roots.get(chunk.get("collection"))
+        inside = root is not None and path.is_relative_to(root)
+        shown = path.relative_to(root).as_posix() if root is not None and inside else path.name
+        out.append({**chunk, "metadata": {**metadata, "source": shown}})
+    return out
+
+
+def _id_pattern(ids: Sequence[str]) -> str:
+    """A chunk id written in an answer: whole, not the start or end of a longer word (``wait`` in ``wait_for``)."""
+    alternatives = "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True))
+    return rf"(?<!\w)(?:{alternatives})(?!\w)"
+
+
 def cited_chunks(
     answer: str | None, chunks: Sequence[Mapping[str, Any]]
 ) -> list[Mapping[str, Any]]:
     """The chunks whose id the answer mentions, each once, in the order it first mentions them."""
-    if not answer:
+    by_id = {str(c["id"]): c for c in chunks if c.get("id")}
+    if not answer or not by_id:
         return []
-    first_mention = {
-        str(c["id"]): (answer.find(str(c["id"])), c)
-        for c in chunks
-        if c.get("id") and str(c["id"]) in answer
-    }
-    return [c for _, c in sorted(first_mention.values(), key=lambda item: item[0])]
+    order = dict.fromkeys(m.group() for m in re.finditer(_id_pattern(list(by_id)), answer))
+    return [by_id[chunk_id] for chunk_id in order]
 
 
 def cited_sources(answer: str | None, chunks: Sequence[Mapping[str, Any]]) -> list[Source]:
     """Each chunk the answer cites, as a source a person can follow."""
     sources: list[Source] = []
-    for chunk in cited_chunks(answer, chunks):
+    for chunk in relative_sources(cited_chunks(answer, chunks)):
         metadata = chunk.get("metadata") or {}
         source = metadata.get("source")
         section = metadata.get("section")
@@ -74,14 +147,55 @@ def cited_sources(answer: str | None, chunks: Sequence[Mapping[str, Any]]) -> li
     return sources
 
 
-SHOWN_ID_CHARS = 8
-"""How much of a chunk id the plain-text list shows: enough to find it in the answer."""
+def render_citations(
+    text: str, sources: Sequence[Source]
+) -> tuple[str, list[tuple[int, int, int]]]:
+    """The answer as people read it: each cited id written as its source's number.
+
+    An id in brackets keeps them (``[f0bd...]`` is ``[1]``, ``[f0bd..., 9a3c...]`` is
+    ``[1, 2]``); an id elsewhere is bracketed (``see f0bd...`` is ``see [1]``).
+
+    Returns:
+        The text, and ``(start, end, i)`` for each number written: where it is in the
+        text and the index of its source in ``sources``.
+    """
+    numbers = {s["chunk_id"]: i for i, s in enumerate(sources)}
+    if not numbers:
+        return text, []
+    one = _id_pattern(list(numbers))
+    pattern = re.compile(rf"\[\s*({one}(?:\s*[,;]\s*{one})*)\s*\]|({one})")
+    out: list[str] = []
+    spans: list[tuple[int, int, int]] = []
+    size = cursor = 0
+
+    def write(piece: str) -> None:
+        nonlocal size
+        out.append(piece)
+        size += len(piece)
+
+    for match in pattern.finditer(text):
+        write(text[cursor : match.start()])
+        ids = re.findall(one, match.group(1) or match.group(2))
+        write("[")
+        for k, chunk_id in enumerate(ids):
+            if k:
+                write(", ")
+            number = str(numbers[chunk_id] + 1)
+            spans.append((size, size + len(number), numbers[chunk_id]))
+            write(number)
+        write("]")
+        cursor = match.end()
+    write(text[cursor:])
+    return "".join(out), spans
+
+
 FOOTER_HEADING = "Sources:"
+UNNAMED = "(a passage its search named no source for)"
 
 
 def source_place(source: Source) -> str:
-    """Where a source is, in words: its title (and file, when the title is not the file's name), section and pages."""
-    place = source["source"] or source["collection"] or "?"
+    """Where a source is, in words: its title (and path, when the title is not the file's name), section and pages."""
+    place = source["source"] or source["collection"] or UNNAMED
     name = place.rsplit("/", 1)[-1]
     stem = name.rsplit(".", 1)[0] if "." in name else name
     title = source["title"]
@@ -94,37 +208,45 @@ def source_place(source: Source) -> str:
     return where
 
 
+def sources_list(sources: Sequence[Source]) -> str:
+    """The sources as plain text, one line each, numbered as the answer cites them."""
+    return "\n".join(f"[{n}] {source_place(s)}" for n, s in enumerate(sources, 1))
+
+
 def sources_footer(sources: Sequence[Source]) -> str:
-    """The sources as plain text, one line each, keyed by the start of the id the answer cites."""
-    lines = [f"[{s['chunk_id'][:SHOWN_ID_CHARS]}] {source_place(s)}" for s in sources]
-    return "\n\n" + "\n".join([FOOTER_HEADING, *lines])
+    """The text block that follows an answer for clients that show text only: the numbered sources."""
+    return f"\n\n{FOOTER_HEADING}\n{sources_list(sources)}"
+
+
+def readable_answer(answer: str, sources: Sequence[Source]) -> str:
+    """An answer as a person reads it: numbered citations, then the sources they number."""
+    text, _ = render_citations(answer, sources)
+    return text + sources_footer(sources) if sources else text
 
 
 def answer_content(
     text: str, sources: Sequence[Source], *, footer: bool = False
 ) -> list[dict[str, Any]]:
-    """The closing message's content: the answer as one text block with a citation per id it mentions.
+    """The closing message's content: the answer with numbered citations, each annotated with its chunk.
 
     With ``footer``, a second text block lists the sources for clients that show text only.
     """
+    shown, spans = render_citations(text, sources)
     annotations: list[dict[str, Any]] = []
-    for source in sources:
-        start = text.find(source["chunk_id"])
-        while start != -1:
-            citation: dict[str, Any] = {
-                "type": "citation",
-                "title": source["title"],
-                "start_index": start,
-                "end_index": start + len(source["chunk_id"]),
-                "cited_text": source["cited_text"],
-                "extras": {k: source[k] for k in ("chunk_id", "source", "section", "pages")},
-            }
-            if source["source"] and source["source"].startswith(("http://", "https://")):
-                citation["url"] = source["source"]
-            annotations.append(citation)
-            start = text.find(source["chunk_id"], start + 1)
-    annotations.sort(key=lambda a: a["start_index"])
-    content: list[dict[str, Any]] = [{"type": "text", "text": text, "annotations": annotations}]
+    for start, end, index in spans:
+        source = sources[index]
+        citation: dict[str, Any] = {
+            "type": "citation",
+            "title": source["title"],
+            "start_index": start,
+            "end_index": end,
+            "cited_text": source["cited_text"],
+            "extras": {k: source[k] for k in ("chunk_id", "source", "section", "pages")},
+        }
+        if source["source"] and source["source"].startswith(("http://", "https://")):
+            citation["url"] = source["source"]
+        annotations.append(citation)
+    content: list[dict[str, Any]] = [{"type": "text", "text": shown, "annotations": annotations}]
     if footer:
         content.append({"type": "text", "text": sources_footer(sources)})
     return content
@@ -140,3 +262,21 @@ def answer_text(content: str | Sequence[Any]) -> str:
         if isinstance(block, Mapping) and block.get("type") == "text":
             return str(block.get("text") or "")
     return ""
+
+
+def _holds(message: AIMessage, answer: str) -> bool:
+    """Whether a reply holds the answer: as its text, or as an ``answer`` call's."""
+    calls = [c for c in message.tool_calls if c["name"] == "answer"]
+    texts = [str(c["args"].get("text") or "") for c in calls] or [answer_text(message.content)]
+    return any(t.strip() == answer.strip() for t in texts)
+
+
+def answer_kind(messages: Sequence[BaseMessage], answer: str | None) -> AnswerKind | None:
+    """How the answer was made, from the last reply that holds it; ``None`` without an answer."""
+    if not answer:
+        return None
+    for message in reversed(messages):
+        if isinstance(message, AIMessage) and _holds(message, answer):
+            kind = message.response_metadata.get(ANSWER_KIND_KEY)
+            return EXTRACTED if kind == EXTRACTED else WRITTEN
+    return WRITTEN

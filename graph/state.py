@@ -85,6 +85,13 @@ Coverage = Literal["supported", "partially_supported", "unsupported"]
 BudgetStop = Literal["iterations", "tokens", "seconds"]
 """Which budget ended a ``max_iterations`` run."""
 
+AnswerKind = Literal["written", "extracted"]
+"""How an answer was made (``graph.sources.answer_kind``).
+
+- ``written``: a model wrote it.
+- ``extracted``: passages quoted as the searches found them (the offline controller); no model wrote it.
+"""
+
 
 class LoopInput(TypedDict):
     """What a run starts from: a ``question``, or ``messages`` whose last human message is the question.
@@ -120,6 +127,7 @@ class LoopOutput(TypedDict):
 
     answer: str | None
     terminated_by: TerminatedBy | None
+    answer_kind: AnswerKind | None
     error: str | None
     coverage: Coverage | None
     question: str
@@ -145,6 +153,8 @@ class AnswerOutput(TypedDict):
 
     answer: str | None
     terminated_by: TerminatedBy | None
+    answer_kind: AnswerKind | None
+    """``extracted`` for passages quoted as found (no model wrote them), ``written`` for a model's answer."""
     error: str | None
     sources: list[dict[str, Any]]
     """The chunks the answer cites (`graph.sources.Source`: title, source, section, pages, chunk id, cited text)."""
@@ -178,6 +188,8 @@ class LoopState(LoopInput):
     terminated_by: NotRequired[TerminatedBy | None]
     sources: NotRequired[list[dict[str, Any]]]
     """The chunks the question's answer cites (`graph.sources`), written when it ends."""
+    answer_kind: NotRequired[AnswerKind | None]
+    """How the question's answer was made (`AnswerKind`), written when it ends; ``None`` without one."""
     answer: NotRequired[str | None]
     error: NotRequired[str | None]
     grounding: NotRequired[dict[str, Any] | None]

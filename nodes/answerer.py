@@ -68,7 +68,10 @@ def _rewritten(instruction: HumanMessage, reply: AIMessage | BaseException) -> A
         logger.warning("answer model returned no text, keeping the draft")
         return {}
     # the reply's id: a streaming client has its tokens under it
-    written = AIMessage(content=text, id=reply.id, name=ANSWER_NAME)
+    # the reply's metadata says how it was made (an extracted answer: `graph.sources.answer_kind`)
+    written = AIMessage(
+        content=text, id=reply.id, name=ANSWER_NAME, response_metadata=reply.response_metadata
+    )
     return {
         "messages": [instruction, written],
         "answer": text,

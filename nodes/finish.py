@@ -1,7 +1,8 @@
 """The ``finish`` node: where every ending of a question routes, and the one place it ends.
 
 It adds the question's closing message (its answer, or why it has none) to the
-conversation, records the sources the answer cites, adds the question's usage to the thread's, and sends the run's stop event.
+conversation, records the sources the answer cites and how the answer was made (written
+or extracted), adds the question's usage to the thread's, and sends the run's stop event.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import closing_message
+from arcana_loop.graph.conversation import closing_message, opening_index
 from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.sources import cited_sources
-from arcana_loop.graph.state import LoopState
+from arcana_loop.graph.sources import answer_kind, cited_sources
+from arcana_loop.graph.state import AnswerKind, LoopState
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
 from arcana_loop.nodes.lifecycle import stop_event
 
@@ -27,6 +28,7 @@ class FinishUpdate(TypedDict, total=False):
     messages: list[BaseMessage]
     thread_usage: dict[str, Any]
     sources: list[dict[str, Any]]
+    answer_kind: AnswerKind | None
 
 
 def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> FinishUpdate:
@@ -36,9 +38,14 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     # once per question, not a write per step: a question that never finishes (its process
     # killed, and a new question asked) is left out of the thread's usage
     sources = cited_sources(state.get("answer"), state.get("chunks") or [])
+    messages = state.get("messages") or []
+    opening = opening_index(messages, state.get("question_message_id")) or 0
     update: FinishUpdate = {
         "thread_usage": dict(state.get("usage") or {}),
         "sources": [dict(s) for s in sources],
+        "answer_kind": answer_kind(messages[opening:], state.get("answer"))
+        if state.get("terminated_by") in ("answered", "max_iterations")
+        else None,  # a give-up's "answer" is why there is none
     }
     closing = closing_message(state, sources, sources_footer=runtime.context.sources_footer)
     if closing is not None:

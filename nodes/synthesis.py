@@ -95,8 +95,11 @@ def _written(
     emit(runtime, tool_call_event(entry, len(state.get("tool_history") or []) + 1))
     # the reply's id: a streaming client has its tokens under it
     reply_id = text.id if isinstance(text, AIMessage) else None
+    # and its metadata, which says how it was made (an extracted answer: `graph.sources.answer_kind`)
+    metadata = text.response_metadata if isinstance(text, AIMessage) else {}
+    closing = AIMessage(content=written, id=reply_id, name=ANSWER_NAME, response_metadata=metadata)
     return {
-        "messages": [instruction, AIMessage(content=written, id=reply_id, name=ANSWER_NAME)],
+        "messages": [instruction, closing],
         "answer": written,
         "tool_history": [entry],
         "usage": usage_of("synthesis", text),

@@ -17,6 +17,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from arcana_loop.graph import bridge
+from arcana_loop.graph.sources import relative_sources
 from arcana_loop.graph.state import TerminatedBy
 from arcana_loop.graph.text import describe_error, scrub
 from arcana_loop.knowledge.types import Chunk
@@ -330,9 +331,8 @@ def _search_outcome(call: SearchCall, results: Any) -> CallOutcome:
         return _failed_search(
             call, f"the search returned {type(results).__name__}, not a list of chunks"
         )
-    found = to_chunks(
-        results, call.limit
-    )  # bounded: a search may return far more than it was asked for
+    # bounded: a search may return far more than it was asked for; no machine path is kept
+    found = relative_sources(to_chunks(results, call.limit))
     ids = [c["id"] for c in found]
     return CallOutcome(
         call.call_id,

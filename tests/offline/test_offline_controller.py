@@ -164,7 +164,7 @@ def test_a_callable_is_quoted_with_its_signature():
 
 
 def test_every_offline_reply_says_its_answer_is_extracted():
-    from arcana_loop.graph.offline import ANSWER_KIND_KEY, EXTRACTED
+    from arcana_loop.graph.sources import ANSWER_KIND_KEY, EXTRACTED
 
     result = run(
         "How do I run a coroutine with a timeout?",

@@ -67,9 +67,8 @@ def test_a_follow_up_on_a_thread_answers_the_new_question_with_fresh_per_questio
 
     sent = model.calls[2]["messages"]
     assert isinstance(sent[-1], HumanMessage) and sent[-1].content == "And what happens to it then?"
-    assert ("ai", "Use wait_for [t1].") in _texts(
-        sent
-    )  # the earlier answer is part of the conversation
+    # the earlier answer is part of the conversation, as its reader saw it (the ids are in its call)
+    assert ("ai", "Use wait_for [1].") in _texts(sent)
     assert second.question == "And what happens to it then?"
     assert (second.answer, second.terminated_by, second.iterations) == (
         "It is cancelled [t2].",
@@ -307,7 +306,7 @@ def test_chat_clients_start_a_run_with_messages_and_read_the_answer_from_them(me
     last = out["messages"][-1]
     assert (
         isinstance(last, AIMessage)
-        and last.text.startswith("A is a letter [c1].\n\nSources:\n[c1] ")
+        and last.text.startswith("A is a letter [1].\n\nSources:\n[1] ")
         and not last.tool_calls
     )
     assert any(

@@ -205,6 +205,7 @@ def test_served_graph_reads_models_from_the_context(monkeypatch):
     assert set(out) <= {
         "question",
         "answer",
+        "answer_kind",
         "terminated_by",
         "iterations",
         "tool_history",

@@ -72,8 +72,10 @@ def test_answer_model_tokens_stream_tagged_as_the_answer_and_the_controller_tagg
     # the streamed answer's id is the final message's: a client merges them, and gets no second copy
     final = values["messages"][-1]
     assert {m.id for m in answer_chunks} == {final.id}
-    assert answer_text(final.content) == values["answer"] and final.name == "answer"
-    assert final.text.startswith(values["answer"] + "\n\nSources:\n")
+    # the same message, its citations numbered for people (the answer keeps the id)
+    assert values["answer"] == "Use asyncio.wait_for with a timeout [c1]." and final.name == "answer"
+    assert answer_text(final.content) == "Use asyncio.wait_for with a timeout [1]."
+    assert final.text.startswith("Use asyncio.wait_for with a timeout [1].\n\nSources:\n[1] ")
     assert [m for m, _ in events if not isinstance(m, AIMessageChunk) and m.id == final.id] == []
 
 
@@ -86,7 +88,7 @@ def test_the_answer_tools_text_arrives_as_one_final_assistant_message() -> None:
     answers = [
         (m, meta)
         for m, meta in events
-        if m.type == "ai" and answer_text(m.content) == "Use wait_for [c1]."
+        if m.type == "ai" and answer_text(m.content) == "Use wait_for [1]."
     ]
     assert len(answers) == 1
     message, meta = answers[0]
