@@ -74,3 +74,15 @@ def test_deeply_nested_headings_tables_and_code_are_each_read_once(tmp_path: Pat
     # a table inside a table is text in its cell, not more rows and cells of the outer one
     head = "### Tides\n\n| cell |\n|---|\n\n```\ncode\n```\n\n"
     assert text == head + "-\n" * (levels - 1) + "- item\n"
+
+
+@pytest.mark.timeout(60)
+def test_a_signature_heading_with_generics_nested_fifty_thousand_deep_reads_as_its_name(
+    tmp_path: Path,
+) -> None:
+    # removing the innermost <...> again and again took a pass over the heading per level
+    levels = 50_000
+    signature = f"pub fn dock{'&lt;' * levels}T{'&gt;' * levels}(berth: u8)"
+    page = f'<main><h3 class="code-header">{signature}</h3><p>Docks a ship.</p></main>'.encode()
+    assert len(page) < DEFAULT_MAX_BYTES
+    assert read_html(page, tmp_path / "api.html").text == "### dock\n\nDocks a ship.\n"
