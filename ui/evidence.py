@@ -13,8 +13,9 @@ returns plain JSON for the page to render as text:
   the span of that text to highlight (the chunk sentence sharing most content words
   with the answer sentence that cites it), and the search (turn and query) that first
   returned the chunk (`grounding.attribution.search_index`).
-* ``claims``: per claim of the grounding (when it ran), its verdict, the citations
-  inside it, and the search that first found its evidence.
+* ``claims``: per claim of the grounding (when it ran), its verdict, the cited passages
+  that back it (each with the sentence closest to the claim highlighted), and the search
+  that first found its evidence.
 * ``steps`` and ``totals``: the question's tool history (searches, chunks found) and
   its usage (tokens, seconds).
 * ``earlier``: the thread's earlier questions, each answer with its citations numbered
@@ -26,6 +27,7 @@ Nothing here renders HTML: every string is chunk or answer text, for ``textConte
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,8 +41,8 @@ from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title, page_label
 
-_BRACKETED = re.compile(r"\s*\[[^\]\s]+\]")
-"""A citation as an answer writes it (``[f0bd...]``): left out of a sentence before its words are compared."""
+_BRACKETED = re.compile(r"\s*\[[^\]\s,;]+(?:\s*[,;]\s*[^\]\s,;]+)*\]")
+"""A citation as an answer writes it (``[f0bd...]``, ``[1, 2]``): left out of a sentence before its words are compared."""
 
 
 def _found_by(chunk_id: str, index: Mapping[str, tuple[int, str | None]]) -> dict[str, Any] | None:
@@ -111,23 +113,51 @@ def _from_annotation(note: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _widened(text: str, start: int, end: int) -> tuple[int, int]:
-    """A mention with the brackets around it, so ``[id]`` is replaced whole by its number."""
-    if text[start - 1 : start] == "[" and text[end : end + 1] == "]":
-        return start - 1, end + 1
-    return start, end
+_SEPARATOR = re.compile(r"\s*[,;]\s*")
+
+
+def _spans(
+    text: str, mentions: Sequence[tuple[int, int, str]]
+) -> list[tuple[int, int, list[tuple[int, int, str]]]]:
+    """The stretches of text a citation replaces, each with its mentions.
+
+    Mentions side by side in one pair of brackets (``[1, 2]``, ``[id]``) are one stretch,
+    brackets and separators included, so each number shows once as itself; a mention
+    outside brackets is its own stretch, and the text around it stays.
+    """
+    groups: list[list[tuple[int, int, str]]] = []
+    for mention in mentions:
+        if groups and mention[0] < groups[-1][-1][1]:
+            continue  # overlapping annotations: the first one wins
+        if groups and _SEPARATOR.fullmatch(text[groups[-1][-1][1] : mention[0]]):
+            groups[-1].append(mention)
+        else:
+            groups.append([mention])
+    spans = []
+    for group in groups:
+        start, end = group[0][0], group[-1][1]
+        if text[start - 1 : start] == "[" and text[end : end + 1] == "]":
+            spans.append((start - 1, end + 1, group))
+        else:
+            spans += [(s, e, [(s, e, c)]) for s, e, c in group]
+    return spans
+
+
+_HEADING_BREAK = re.compile(r"(?<![,;:(\-])\n(?=\s*[A-Z0-9\-*•])")
+"""A line break that ends a line of its own (a PDF page's heading, a list item), not a wrapped sentence."""
 
 
 def _pieces(passage: str) -> list[tuple[str, int, int]]:
-    """The passage's sentences, each cut again at its line breaks (a PDF page's heading line, a list item)."""
+    """The passage's sentences, each cut again where a line ends on its own (`_HEADING_BREAK`)."""
     pieces = []
     for sentence, start, _ in split_sentences(passage):
-        offset = start
-        for line in sentence.split("\n"):
+        cuts = [0, *(m.end() for m in _HEADING_BREAK.finditer(sentence)), len(sentence) + 1]
+        for left, right in itertools.pairwise(cuts):
+            line = sentence[left : right - 1] if right > len(sentence) else sentence[left:right]
             if line.strip():
                 lead = len(line) - len(line.lstrip())
-                pieces.append((line.strip(), offset + lead, offset + lead + len(line.strip())))
-            offset += len(line) + 1
+                first = start + left + lead
+                pieces.append((line.strip(), first, first + len(line.strip())))
     return pieces
 
 
@@ -163,28 +193,26 @@ def _citations(
     citations: list[dict[str, Any]] = []
     pieces: list[dict[str, Any]] = []
     cursor = 0
-    for start, end, chunk_id in mentions:
-        start, end = _widened(text, start, end)
-        if start < cursor:
-            continue  # overlapping annotations: the first one wins
-        if chunk_id not in numbers:
-            numbers[chunk_id] = len(numbers) + 1
-            where = shown.get(chunk_id) or _from_chunk({})
-            claim = _sentence_at(text, start)
-            passage = where["text"]
-            citations.append(
-                {
-                    "n": numbers[chunk_id],
-                    "chunk_id": chunk_id,
-                    **where,
-                    "highlight": highlight(claim, passage) if passage else None,
-                    "claim": _BRACKETED.sub("", claim).strip(),
-                    "found_by": _found_by(chunk_id, index),
-                }
-            )
+    for start, end, group in _spans(text, mentions):
         if start > cursor:
             pieces.append({"text": text[cursor:start]})
-        pieces.append({"cite": numbers[chunk_id], "chunk_id": chunk_id})
+        for _, _, chunk_id in group:
+            if chunk_id not in numbers:
+                numbers[chunk_id] = len(numbers) + 1
+                where = shown.get(chunk_id) or _from_chunk({})
+                claim = _sentence_at(text, start)
+                passage = where["text"]
+                citations.append(
+                    {
+                        "n": numbers[chunk_id],
+                        "chunk_id": chunk_id,
+                        **where,
+                        "highlight": highlight(claim, passage) if passage else None,
+                        "claim": _BRACKETED.sub("", claim).strip(),
+                        "found_by": _found_by(chunk_id, index),
+                    }
+                )
+            pieces.append({"cite": numbers[chunk_id], "chunk_id": chunk_id})
         cursor = end
     if cursor < len(text):
         pieces.append({"text": text[cursor:]})
@@ -194,24 +222,36 @@ def _citations(
 def _claims(
     grounding: Mapping[str, Any] | None,
     mentions: Sequence[tuple[int, int, str]],
-    numbers: Mapping[str, int],
+    citations: Sequence[Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Each grounded claim with its verdict, the citations inside it and the search that first found its evidence."""
+    """Each grounded claim: its verdict, the cited passages that back it, the search that first found its evidence.
+
+    A claim's evidence is each citation inside it and each cited chunk the grounder
+    named as its source, with the passage's sentence closest to this claim highlighted.
+    """
+    cited = {c["chunk_id"]: c for c in citations}
     claims = []
     for claim in (grounding or {}).get("claims") or []:
         sources = [s for s in claim.get("sources") or [] if s.get("search_iteration") is not None]
         first = min(sources, key=lambda s: s["search_iteration"], default=None)
         start, end = claim.get("start"), claim.get("end")
         inside = (
-            [numbers[c] for s, _, c in mentions if start <= s < end and c in numbers]
+            [c for s, _, c in mentions if start <= s < end]
             if isinstance(start, int) and isinstance(end, int)
             else []
         )
+        named = [str(s.get("chunk_id")) for s in claim.get("sources") or []]
+        text = _BRACKETED.sub("", str(claim.get("text") or "")).strip()
+        evidence = [
+            {"n": cited[c]["n"], "highlight": highlight(text, cited[c]["text"])}
+            for c in dict.fromkeys([*inside, *named])
+            if c in cited
+        ]
         claims.append(
             {
-                "text": _BRACKETED.sub("", str(claim.get("text") or "")).strip(),
+                "text": text,
                 "verdict": claim.get("verdict"),
-                "citations": list(dict.fromkeys(inside)),
+                "evidence": sorted(evidence, key=lambda e: e["n"]),
                 "found_by": None
                 if first is None
                 else {"turn": first["search_iteration"] + 1, "query": first.get("search_query")},
@@ -278,7 +318,6 @@ def evidence_view(values: Mapping[str, Any]) -> dict[str, Any]:
     index = search_index(values.get("tool_history") or [])
     pieces, citations = _citations(text, mentions, shown, index)
     grounding = values.get("grounding")
-    numbers = {c["chunk_id"]: c["n"] for c in citations}
     question = values.get("question") or (asked[-1][0] if asked else None)
     return {
         "question": question,
@@ -289,8 +328,9 @@ def evidence_view(values: Mapping[str, Any]) -> dict[str, Any]:
         "score": grounding.get("score") if isinstance(grounding, Mapping) else None,
         "answer": pieces,
         "citations": citations,
-        "claims": _claims(grounding, mentions, numbers),
+        "claims": _claims(grounding, mentions, citations),
         "steps": _steps(values.get("tool_history") or []),
         "totals": _totals(values),
+        "answer_kind": values.get("answer_kind"),
         "earlier": [_earlier(q, c) for q, c in asked[:-1]],
     }

@@ -74,9 +74,15 @@ def test_claims_carry_their_verdict_citations_and_first_search() -> None:
     claims = evidence_view(_values(result))["claims"]
     assert [c["verdict"] for c in claims] == ["supported", "unsupported"]
     assert claims[0]["text"] == "The silos store 60,000 tonnes of grain."
-    assert claims[0]["citations"] == [1]
+    (evidence,) = claims[0]["evidence"]
+    start, end = evidence["highlight"]
+    assert evidence["n"] == 1
+    assert GRAIN["text"][start:end] == "The bulk terminal's silos store 60,000 tonnes of grain."
     assert claims[0]["found_by"] == {"turn": 1, "query": "grain silos"}
-    assert claims[1]["citations"] == []
+    # an unsupported claim shows the closest sentence of the passage the grounder compared it with
+    (compared,) = claims[1]["evidence"]
+    start, end = compared["highlight"]
+    assert GRAIN["text"][start:end] == "Ships unload grain at 800 tonnes an hour."
 
 
 def test_earlier_questions_keep_their_numbered_citations_on_a_thread() -> None:
@@ -138,5 +144,28 @@ def test_an_answer_without_annotations_is_cited_by_the_ids_in_its_text() -> None
 def test_highlight_picks_the_sentence_or_line_sharing_most_words() -> None:
     passage = "Container terminal\nThe terminal handled 412,000 TEU.\nIts yard holds 9,800 TEU."
     start, end = highlight("The terminal handled 412,000 TEU [x].", passage) or (0, 0)
-    assert passage[start:end] == "The terminal handled 412,000 TEU."
+    assert passage[start:end] == "The terminal handled 412,000 TEU."  # not its heading line
     assert highlight("Unrelated words entirely", passage) is None
+    wrapped = (
+        "Returns the result. When a timeout occurs,\nit cancels the task and raises TimeoutError."
+    )
+    start, end = highlight("It cancels the task and raises TimeoutError.", wrapped) or (0, 0)
+    assert wrapped[start:end].startswith(
+        "When a timeout occurs,\nit cancels"
+    )  # one sentence, wrapped
+
+
+def test_ids_in_one_bracket_become_numbers_side_by_side() -> None:
+    result = run(
+        "How much grain and how many containers?",
+        controller_llm=scripted(search("terminals"), answer("Both terminals [c-grain, c-yard].")),
+        search_fn=ScriptedSearch([[GRAIN, YARD]]),
+    )
+    view = evidence_view(_values(result))
+    assert view["answer"] == [
+        {"text": "Both terminals "},
+        {"cite": 1, "chunk_id": "c-grain"},
+        {"cite": 2, "chunk_id": "c-yard"},
+        {"text": "."},
+    ]
+    assert [c["claim"] for c in view["citations"]] == ["Both terminals."] * 2

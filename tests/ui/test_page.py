@@ -101,6 +101,9 @@ def test_the_answer_streams_and_a_citation_opens_its_passage_highlighted(
     claim = page.locator("#claims .claim").first
     expect(claim.locator(".verdict")).to_have_text("supported")
     expect(claim).to_contain_text('Evidence first found by turn 1, search "container terminal')
+    claim.locator(".cite").first.click()  # the claim's own passage, highlighted for it
+    expect(page.locator("#passage-meta dd.backs")).to_have_text(PDF_SENTENCE)
+    expect(page.locator("#passage mark")).to_have_text(PDF_SENTENCE)
     page.locator("#steps-section summary").click()
     expect(page.locator("#steps li").first).to_have_text(
         'Turn 1: search "container terminal capacity" → 1 chunk'

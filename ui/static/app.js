@@ -402,9 +402,10 @@ function answerNode(pieces, citations, earlier = false) {
   return node;
 }
 
-function citeButton(citations, n, kind, text) {
+// `focus` shows the passage for one claim: its own highlight, and the claim it backs.
+function citeButton(citations, n, kind, text, focus = null) {
   const button = el("button", { type: "button", class: kind, "data-n": String(n), title: "Show the passage", text });
-  button.addEventListener("click", () => showPassage(citations, n, button.closest(".turn, #claims")));
+  button.addEventListener("click", () => showPassage(citations, n, button.closest(".turn, .claim"), focus));
   return button;
 }
 
@@ -438,9 +439,13 @@ function renderConversation(view, timing) {
     );
   }
   if (!view.question) return;
+  const extracted = view.answer_kind === "extracted" && view.terminated_by !== "gave_up"
+    ? el("p", { class: "muted small", text: "Extracted: passages quoted as found; no model wrote this answer." })
+    : null;
   const current = el("article", { class: "turn current" },
     el("p", { class: "question", text: view.question }),
     stateLine(view),
+    extracted,
     answerNode(view.answer, view.citations),
     sourcesList(view.citations));
   if (timing && timing.first_token_ms !== null) {
@@ -469,7 +474,13 @@ function renderEvidence(view) {
     const verdict = VERDICTS[claim.verdict] || "unsupported";
     const item = el("li", { class: `claim ${verdict}` },
       el("span", { class: `verdict ${verdict}`, text: verdict }), " ", claim.text);
-    for (const n of claim.citations) item.append(" ", citeButton(view.citations, n, "cite", `[${n}]`));
+    if (claim.evidence.length) {
+      const passages = el("div", { class: "muted small", text: verdict === "supported" ? "Backed by " : "Compared with " });
+      for (const e of claim.evidence) {
+        passages.append(citeButton(view.citations, e.n, "cite", `[${e.n}]`, { highlight: e.highlight, claim: claim.text }), " ");
+      }
+      item.append(passages);
+    }
     item.append(el("div", { class: "muted small", text: `Evidence first found by ${foundByText(claim.found_by)}` }));
     claims.append(item);
   }
@@ -494,9 +505,10 @@ function renderEvidence(view) {
     : "This answer cites no passage.";
 }
 
-function showPassage(citations, n, scope) {
-  const c = citations.find((x) => x.n === n);
-  if (!c) return;
+function showPassage(citations, n, scope, focus = null) {
+  const found = citations.find((x) => x.n === n);
+  if (!found) return;
+  const c = focus ? { ...found, ...focus } : found;
   for (const b of document.querySelectorAll(".cite.open, .source.open")) b.classList.remove("open");
   for (const b of (scope || document).querySelectorAll(`[data-n="${n}"]`)) b.classList.add("open");
   $("passage-title").textContent = `[${c.n}] ${c.title || c.chunk_id}`;
