@@ -143,12 +143,19 @@ def collection_errors(kb: Any, collection: str | None, doing: str) -> Iterator[N
         fail(f"no collection named {collection!r}.", f"known collections: {known}")
 
 
-def knowledge_base() -> Any:
-    """Open the knowledge base the CLI uses (`DATABASE_URL` or the embedded server), with one-line errors."""
+def knowledge_base(embeddings: str | None = None) -> Any:
+    """Open the knowledge base the CLI uses (`DATABASE_URL` or the embedded server), with one-line errors.
+
+    ``embeddings``: the embedder to use (``--embeddings``); by default each collection
+    uses the one it records, and a new one the default.
+    """
     from arcana_loop.knowledge import KnowledgeBase
 
     with database_errors("cannot open the knowledge base"):
-        kb = KnowledgeBase()
+        try:
+            kb = KnowledgeBase(embeddings=embeddings)
+        except ValueError as exc:  # an unknown spec, a missing extra, a file unlike its pin
+            fail(str(exc), "--embeddings takes minilm, wordllama or provider:model")
         kb.collections()
     return kb
 

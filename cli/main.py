@@ -46,6 +46,7 @@ from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.help import FlagHelpGroup
+from arcana_loop.cli.reembed import reembed
 from arcana_loop.cli.server import server_app
 
 app = typer.Typer(
@@ -112,12 +113,25 @@ def ingest(
         list[str] | None,
         typer.Option("--exclude", help="Glob of files to leave out of a directory (repeatable)."),
     ] = None,
+    embeddings: Annotated[
+        str | None,
+        typer.Option(
+            "--embeddings",
+            metavar="NAME",
+            help="Embedder of a new collection: minilm (the default with the onnx extra),"
+            " wordllama or provider:model; an existing collection keeps its own.",
+        ),
+    ] = None,
 ) -> None:
     """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection.
 
     Unchanged files are skipped; a changed file re-embeds only its changed chunks.
     """
-    from arcana_loop.knowledge.errors import DatabaseUnavailable, KnowledgeBaseError
+    from arcana_loop.knowledge.errors import (
+        DatabaseUnavailable,
+        EmbeddingMismatch,
+        KnowledgeBaseError,
+    )
     from arcana_loop.knowledge.names import new_collection_name
 
     try:
@@ -129,7 +143,7 @@ def ingest(
             fail(f"{path} does not exist.", "check the path")
         if sync and not path.is_dir():
             fail(f"--sync needs directories; {path} is not one.", "see arcana-loop ingest --help")
-    kb = knowledge_base()
+    kb = knowledge_base(embeddings)
     rows = []
     with progress_bar() as progress:
         for path in paths:
@@ -152,6 +166,12 @@ def ingest(
                     )
                 except DatabaseUnavailable:
                     raise  # database_errors words it
+                except EmbeddingMismatch as exc:  # --embeddings for a collection of another
+                    fail(
+                        f"could not ingest {path}: {exc}",
+                        f"leave out --embeddings, or re-embed the collection first:"
+                        f" arcana-loop reembed {collection} --embeddings {embeddings}",
+                    )
                 except (TypeError, ValueError) as exc:  # a bad glob, typically
                     fail(f"could not ingest {path}: {exc}", "see arcana-loop ingest --help")
                 except (KnowledgeBaseError, OSError) as exc:
@@ -391,6 +411,7 @@ threads.register(app)
 
 app.command("chat")(chat)
 app.command("doctor")(doctor)
+app.command("reembed")(reembed)
 
 
 app.add_typer(documents_app, name="documents")

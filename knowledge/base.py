@@ -72,6 +72,11 @@ from arcana_loop.knowledge.pools import (
     connection_lost,
     unavailable,
 )
+from arcana_loop.knowledge.reembed import (
+    DEFAULT_REEMBED_BATCH,
+    ReembedResult,
+    reembed_collection,
+)
 from arcana_loop.knowledge.schema import (
     drop_partition,
     ensure_dimension,
@@ -464,7 +469,7 @@ class KnowledgeBase:
             )
         with self.pool().connection() as conn:
             ensure_dimension(conn, row[2])
-        return CollectionRef(id=row[0], name=name, dimension=row[2]), created
+        return CollectionRef(id=row[0], name=name, dimension=row[2], model=row[1]), created
 
     def _drop_if_empty(self, coll: CollectionRef) -> None:
         """Delete a collection an ingest created, if that ingest failed before storing anything.
@@ -867,6 +872,52 @@ class KnowledgeBase:
                     ).fetchall()
                 colls = [CollectionRef(id=r[0], name=r[1], dimension=r[2]) for r in rows]
             return sum(merge_pending(self.pool(), coll) for coll in colls)
+
+    def reembed(
+        self,
+        collection: str,
+        embeddings: Embeddings | str,
+        *,
+        batch_size: int = DEFAULT_REEMBED_BATCH,
+        progress: ProgressFn | None = None,
+    ) -> ReembedResult:
+        """Re-embed a collection in place with another embedder, from its stored chunks.
+
+        Its chunks are not parsed again; its knowledge graph's entities are re-embedded
+        too. Interrupted, it loses nothing: the collection keeps its embedder until
+        every vector is ready, and the next call resumes (`knowledge.reembed`).
+
+        Args:
+            collection: The collection name.
+            embeddings: The embedder to use from now on (a spec or an instance, as the
+                constructor takes).
+            batch_size: Chunks embedded and committed per transaction.
+            progress: Called as `progress(done_chunks, total_chunks)`.
+
+        Raises:
+            CollectionNotFound: if there is no such collection.
+            EmbedderUnavailable: if that embedder cannot be loaded here.
+            KnowledgeBaseError: if another process is re-embedding it now.
+        """
+        target = resolve_embeddings(embeddings)
+        value: object = batch_size
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        dimension = self._using_embeddings(target).dimension
+        with self._server_errors():
+            return reembed_collection(
+                self.pool(),
+                normalize_collection_name(collection),
+                target,
+                dimension,
+                batch_size=batch_size,
+                progress=progress,
+            )
+
+    def _using_embeddings(self, embeddings: Embeddings) -> KnowledgeBase:
+        view = self._view((embedding_model_name(embeddings), 0))
+        view._embeddings, view._record, view._dimension = embeddings, None, None  # probed
+        return view
 
     # -- entities (the knowledge graph) -------------------------------------------
 

@@ -127,6 +127,15 @@ _BASE_DDL = (
     # where the chunks an edit moved now are: {chunk id: {"position": n, "start_index": n}}
     # for each kept chunk whose place differs from its row's (`knowledge.placed`)
     "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS moved jsonb",
+    # a re-embed under way (`knowledge.reembed`): the embedder its staging tables are for
+    """
+    CREATE TABLE IF NOT EXISTS kb_reembeds (
+        collection_id bigint PRIMARY KEY REFERENCES kb_collections (id) ON DELETE CASCADE,
+        embedding_model text NOT NULL,
+        dimension integer NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
     """
     CREATE OR REPLACE FUNCTION kb_chunk_metadata(chunk text, doc text, stored jsonb)
     RETURNS jsonb LANGUAGE sql STABLE PARALLEL SAFE AS $$
@@ -453,6 +462,11 @@ def _add_pending(conn: psycopg.Connection[Any], dimension: int) -> None:
                 i=sql.Identifier(index), t=sql.Identifier(name)
             )
         )
+
+
+def create_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
+    """Create a collection's partition of the `dimension` embeddings table, if missing (no index yet)."""
+    _create_partition(conn, dimension, collection_id)
 
 
 def _create_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:

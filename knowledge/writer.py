@@ -51,7 +51,12 @@ from psycopg_pool import ConnectionPool
 
 from arcana_loop.knowledge import lexical
 from arcana_loop.knowledge.embeddings import embed_matrix
-from arcana_loop.knowledge.errors import CollectionNotFound, IngestError, StorageFull
+from arcana_loop.knowledge.errors import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+    IngestError,
+    StorageFull,
+)
 from arcana_loop.knowledge.loading import (
     CHUNK_ID_CHARS,
     ChunkRow,
@@ -95,6 +100,8 @@ class CollectionRef:
     id: int
     name: str
     dimension: int
+    model: str | None = None
+    """The embedder the collection recorded when the write began (checked at each batch)."""
 
 
 @dataclass
@@ -554,11 +561,17 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None
         CollectionNotFound: if the collection was deleted since the ingest began.
     """
     row = conn.execute(
-        "SELECT 1 FROM kb_collections WHERE id = %s FOR KEY SHARE", (coll.id,)
+        "SELECT embedding_model, dimension FROM kb_collections WHERE id = %s FOR KEY SHARE",
+        (coll.id,),
     ).fetchone()
     if row is None:
         raise CollectionNotFound(
             f"collection {coll.name!r} was deleted while this ingest was writing to it"
+        )
+    if coll.model is not None and (row[0], row[1]) != (coll.model, coll.dimension):
+        raise EmbeddingMismatch(  # `knowledge.reembed` swapped its vectors meanwhile
+            f"collection {coll.name!r} was re-embedded with {row[0]!r} while this ingest was"
+            f" writing with {coll.model!r}; ingest again (what was written is kept)"
         )
     conn.execute("UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,))
 
