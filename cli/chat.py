@@ -30,11 +30,15 @@ from arcana_loop.cli.common import (
     database_errors,
     err,
     fail,
+    found_note,
     out,
     prepare_scope,
+    print_kind,
     print_sources,
+    readable_text,
     report,
     shown,
+    shown_again,
 )
 
 NEW = "/new"
@@ -54,9 +58,9 @@ def _step_line(event: dict[str, Any]) -> str | None:
         return None
     turn = f"[cyan]{event['iteration'] + 1}[/]"
     if event.get("tool") == "search":
-        ids = ", ".join(event.get("returned_chunk_ids") or []) or "nothing"
+        found = found_note(list(event.get("returned_chunk_ids") or []))
         note = " (duplicate)" if "duplicate_of" in event else ""
-        return f"  {turn} search{note} {shown(repr(event['args'].get('query')))} -> {shown(ids)}"
+        return f"  {turn} search{note} {shown(repr(event['args'].get('query')))} -> {found}"
     if event.get("tool") in ("answer", "synthesis"):
         return f"  {turn} {event['tool']}"
     return f"  {turn} {shown(event.get('tool'))}: {shown(str(event.get('summary'))[:120])}"
@@ -181,8 +185,10 @@ def _check_options(options: dict[str, Any]) -> None:
 
 def _show(result: Any, streamed: StreamedAnswer) -> None:
     """The answer (unless it streamed), its sources, and how the question ended unless answered."""
-    if not streamed.close(result.answer):
-        out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]", highlight=False)
+    print_kind(result)
+    if not shown_again(result, streamed.close(result.answer)):
+        text = readable_text(result)
+        out.print(shown(text) if text else "[dim](no answer)[/]", highlight=False)
     print_sources(result)
     if result.terminated_by != "answered":
         out.print(

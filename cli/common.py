@@ -328,22 +328,33 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
         )
 
 
+EXTRACTED_NOTE = "Extracted: the passages below are quoted from the sources as found; no model wrote this answer."
+
+
+def readable_text(result: Any) -> str | None:
+    """A run's answer as people read it: each cited chunk id written as its source's number."""
+    from arcana_loop.graph.sources import render_citations
+
+    return None if result.answer is None else render_citations(result.answer, result.sources)[0]
+
+
+def print_kind(result: Any) -> None:
+    """Say so when the answer was extracted (quoted passages), not written by a model."""
+    if getattr(result, "answer_kind", None) == "extracted":
+        out.print(f"[dim]{EXTRACTED_NOTE}[/]", highlight=False)
+
+
 def print_sources(result: Any) -> None:
-    """Where the answer comes from: each cited chunk's title, source file, section and pages."""
-    from arcana_loop.graph.sources import Source, source_place
+    """Where the answer comes from: each cited source, numbered as the answer cites it (title, path, section, pages)."""
+    from arcana_loop.graph.sources import source_place
 
     if not result.answer:
         return
     out.rule("Sources")
     if not result.sources:
-        out.print("[dim](the answer cites no chunk)[/]")
-    for source in result.sources:
-        # a path under the working directory is shown relative to it, as the user typed it
-        place: Source = source.copy()
-        place["source"] = shown_path(source["source"]) if source["source"] else None
-        out.print(
-            f"[cyan]\\[{source['chunk_id']}][/] {shown(source_place(place))}", highlight=False
-        )
+        out.print("[dim](the answer cites no source)[/]")
+    for n, source in enumerate(result.sources, 1):
+        out.print(f"[cyan]\\[{n}][/] {shown(source_place(source))}", highlight=False)
 
 
 class StreamedAnswer:
@@ -386,23 +397,36 @@ class StreamedAnswer:
         return False
 
 
+def shown_again(result: Any, streamed: bool) -> bool:
+    """Whether an answer that streamed as written needs no printing again: not when it cites ids, which people read as numbers."""
+    if streamed and readable_text(result) != result.answer:
+        out.print("[dim](the same answer, its citations numbered:)[/]")
+        return False
+    return streamed
+
+
 def print_answer(result: Any) -> None:
-    """Print a run's answer under its heading (escaped: an answer citing "[f0bd...]" is no Rich tag)."""
+    """Print a run's answer under its heading, its citations numbered (escaped: "[1]" is no Rich tag)."""
     out.rule("Answer")
-    out.print(shown(result.answer) if result.answer else "[dim](no answer)[/]")
+    print_kind(result)
+    text = readable_text(result)
+    out.print(shown(text) if text else "[dim](no answer)[/]", highlight=False)
 
 
 def print_result(result: Any, *, answer_shown: bool = False) -> None:
     """Print a run's answer (unless it streamed already), its sources, how it ended and its grounding."""
-    if not answer_shown:
+    if not shown_again(result, answer_shown):
         print_answer(result)
+    else:
+        print_kind(result)
     print_sources(result)
     out.rule("Steps")
+    numbers = {s["chunk_id"]: n for n, s in enumerate(result.sources, 1)}
     for entry in result.tool_history:  # turns from 1, as the live status and chat count them
         if entry["tool"] == "search":
             note = " (duplicate)" if "duplicate_of" in entry else ""
             out.print(
-                f"[cyan]{entry['iteration'] + 1}[/] search{note} {shown(repr(entry['args'].get('query')))} -> {shown(', '.join(entry['returned_chunk_ids']) or 'nothing')}"
+                f"[cyan]{entry['iteration'] + 1}[/] search{note} {shown(repr(entry['args'].get('query')))} -> {found_note(entry['returned_chunk_ids'], numbers)}"
             )
         elif entry["tool"] == "synthesis":
             out.print(f"[cyan]{entry['iteration'] + 1}[/] synthesis: {shown(entry['summary'])}")
@@ -418,6 +442,16 @@ def print_result(result: Any, *, answer_shown: bool = False) -> None:
         out.print(f"Grounding score: [bold]{result.grounding['score']:.2f}[/] ({result.coverage})")
         for span in result.grounding["hallucinated_spans"]:
             out.print(f"  [red]unsupported:[/] {shown(span['text'])}")
+
+
+def found_note(chunk_ids: list[str], numbers: dict[str, int] | None = None) -> str:
+    """What a search found, in words: how many passages, and which of them the answer cites by number."""
+    if not chunk_ids:
+        return "nothing"
+    found = f"{len(chunk_ids)} passage{'s' if len(chunk_ids) != 1 else ''}"
+    known = numbers or {}
+    cited = sorted({known[i] for i in chunk_ids if i in known})
+    return found + (f" (cited as {', '.join(f'[{n}]' for n in cited)})" if cited else "")
 
 
 def step_note(event: dict[str, Any]) -> str:

@@ -109,7 +109,11 @@ def test_ask_with_thread_id_continues_the_conversation(
         "answered",
     )
     assert "ZentrofyDeadlineError" in result["answer"]
-    assert [e["tool"] for e in result["tool_history"]] == ["search", "answer"]
+    assert [e["tool"] for e in result["tool_history"]] == [
+        "search",
+        "search",
+        "answer",
+    ]  # its parts and key terms, then the answer
 
 
 def test_trace_and_record_one_question_of_a_conversation(
@@ -124,7 +128,10 @@ def test_trace_and_record_one_question_of_a_conversation(
     )
     assert traced.exit_code == 0, traced.output
     queries = [s["query"] for row in json.loads(traced.stdout) for s in row["searches"]]
-    assert queries == ["run a zentrofy coroutine with a deadline"]
+    assert queries == [
+        "run a zentrofy coroutine with a deadline",
+        "coroutine deadline run zentrofy",
+    ]
     table = runner.invoke(app, ["trace", thread, "--checkpointer", store])
     assert "q1.1" in table.output  # each step says its question, and its turn from 1
     saved = tmp_path / "second.json"

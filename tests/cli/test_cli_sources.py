@@ -89,19 +89,21 @@ def test_ask_prints_each_cited_chunk_with_its_source_file_and_section(
         cwd=tmp_path,
     )
     assert asked.returncode == 0, asked.stderr
+    answer = asked.stdout.split("Answer", 1)[1].split("Sources", 1)[0]
     sources = asked.stdout.split("Sources", 1)[1].split("Steps", 1)[0]
-    steps = asked.stdout.split("Steps", 1)[1].splitlines()[1:3]
+    steps = asked.stdout.split("Steps", 1)[1].splitlines()[1:4]
     assert [line.split()[:2] for line in steps] == [
         ["1", "search"],
+        ["1", "search"],  # the question and its key terms, in one turn
         ["2", "answer:"],
     ]  # as chat counts
-    cited = re.findall(r"\[([0-9a-f]{32})\] (.+)", sources)
-    assert cited and all(
-        re.search(rf"\[{cid}\]", asked.stdout.split("Sources")[0]) for cid, _ in cited
-    )
-    assert (
-        cited[0][1].strip() == "docs/timeouts.md > asyncio > Timeouts"
-    )  # relative to where the user is
+    assert "Extracted: the passages below are quoted from the sources as found" in answer
+    assert not re.search(r"[0-9a-f]{32}", asked.stdout)  # ids are data, not what people read
+    assert "[1]" in answer
+    cited = re.findall(r"^\[(\d+)\] (.+)$", sources, re.MULTILINE)
+    assert cited[0] == ("1", "timeouts.md > asyncio > Timeouts")  # relative to the folder ingested
+    assert str(tmp_path) not in asked.stdout
+    assert "(cited as [1])" in steps[0] + steps[1]
 
 
 @pytest.mark.postgres
@@ -219,7 +221,7 @@ def test_ask_names_the_known_collections_and_an_empty_one(
     assert "Traceback" not in empty.stderr
 
 
-def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
+def test_an_answer_citing_an_id_prints_its_number_and_source_whole(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from types import SimpleNamespace
@@ -241,7 +243,8 @@ def test_an_answer_citing_an_id_that_looks_like_a_style_tag_prints_whole(
         coverage=None,
     )
     print_result(result)
-    assert f"Use wait_for [{cited}]." in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Use wait_for [1]." in printed and "[1] a.md" in printed and cited not in printed
 
 
 @pytest.mark.parametrize(
