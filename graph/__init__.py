@@ -3,11 +3,16 @@
 The names below are imported on first use (PEP 562), so importing one module of the
 graph (`arcana_loop.graph.channels`, say, from a tool) does not import the whole loop
 first, and a module of `tools/` or `nodes/` can be imported on its own.
+
+`run`, `trace` and `replay` each name a module and the function it defines; the
+package's attribute is the function, whichever of the two is imported first.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports them
@@ -43,6 +48,28 @@ _HOMES = {
     "default_tools": "arcana_loop.tools.schemas",
 }
 """Each public name and the module it comes from."""
+
+
+_SHADOWED = frozenset(name for name, home in _HOMES.items() if home == f"{__name__}.{name}")
+"""The public names that are also the names of their modules (`run`, `trace`, `replay`)."""
+
+
+class _GraphPackage(types.ModuleType):
+    """This package, whose `run`, `trace` and `replay` stay the functions when their modules load.
+
+    The import system binds each submodule to its package as it is imported
+    (``setattr(package, "run", <module>)``), which would hide the function
+    `__getattr__` gives; the data model's way to customise a module's attribute
+    setting is a `types.ModuleType` subclass as its ``__class__``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return  # the module stays in sys.modules; the attribute is the function
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _GraphPackage
 
 
 def __getattr__(name: str) -> Any:

@@ -78,3 +78,18 @@ def test_each_module_of_the_loop_imports_on_its_own() -> None:
             [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 0, done.stderr
+
+
+def test_run_trace_and_replay_are_the_functions_whichever_loads_first() -> None:
+    # each names a module of the graph too; importing the module first must not hide the function
+    code = (
+        "import sys, types\n"
+        "from arcana_loop.graph.run import check_run_options\n"
+        "import arcana_loop.graph.trace, arcana_loop.graph.replay\n"
+        "from arcana_loop.graph import run, trace, replay\n"
+        "from arcana_loop import run as top\n"
+        "assert all(callable(f) and not isinstance(f, types.ModuleType) for f in (run, trace, replay))\n"
+        "assert run is top is sys.modules['arcana_loop.graph.run'].run\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
