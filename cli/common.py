@@ -151,13 +151,42 @@ def knowledge_base(embeddings: str | None = None) -> Any:
     """
     from arcana_loop.knowledge import KnowledgeBase
 
-    with database_errors("cannot open the knowledge base"):
+    with database_errors("cannot open the knowledge base"), _server_start_shown():
         try:
             kb = KnowledgeBase(embeddings=embeddings)
         except ValueError as exc:  # an unknown spec, a missing extra, a file unlike its pin
             fail(str(exc), "--embeddings takes minilm, wordllama or provider:model")
         kb.collections()
     return kb
+
+
+def _server_start_shown() -> contextlib.AbstractContextManager[Any]:
+    """A spinner saying the embedded PostgreSQL starts, when it is about to (a first start takes seconds)."""
+    from arcana_loop.knowledge.server import DATABASE_URL_ENV, embedded_server_status
+
+    if os.environ.get(DATABASE_URL_ENV) or embedded_server_status().running:
+        return contextlib.nullcontext()
+    return err.status("Starting the embedded PostgreSQL...")
+
+
+def ensure_demo_corpus(kb: Any) -> None:
+    """Ingest the demo corpus (python-docs) if it is not stored yet, with a progress bar of its modules."""
+    from arcana_loop.knowledge.stdlib_docs import ensure_python_docs
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(),
+        TextColumn("modules"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("Embedding the Python standard library docs (first run only)")
+        ensure_python_docs(
+            kb, progress=lambda done, total: progress.update(task, completed=done, total=total)
+        )
 
 
 def check_question(question: str) -> None:
@@ -484,7 +513,7 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
 
 def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
     """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base."""
-    from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+    from arcana_loop.knowledge.stdlib_docs import COLLECTION
 
     kb = knowledge_base()
     scope: Any = (
@@ -492,8 +521,7 @@ def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
     )
     with database_errors("cannot read the collections"):
         if scope == COLLECTION:
-            with err.status("Ingesting the Python standard library docs (first run only)..."):
-                ensure_python_docs(kb)
+            ensure_demo_corpus(kb)
         infos = kb.collections()
     check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
     return scope, kb

@@ -355,10 +355,12 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp.name, path)
 
 
-def prepare() -> Path:
-    """Check the pinned files and make the per-machine model (the quick start's install step)."""
-    return MiniLMEmbeddings().model_path
+def prepare() -> None:
+    """Check the pinned files and make the per-machine model: the quick start's last install step.
 
-
-if __name__ == "__main__":
-    print(f"MiniLM embedder ready: {prepare()}")  # noqa: T201  # the install script shows it
+    Exits with one line saying what is wrong and how to fix it (a file unlike its pin).
+    """
+    try:
+        MiniLMEmbeddings()
+    except EmbedderUnavailable as exc:
+        raise SystemExit(f"arcana-loop: {exc}") from None

@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
 # The extras to install come from the calling script (ARCANA_LOOP_EXTRAS): the CLI needs
-# the runtime ones only (pdf,html), the test command the development tools (dev, which
+# the runtime ones only (pdf,html,onnx), the test command the development tools (dev, which
 # includes the runtime extras, so its install serves the CLI too).
 extras="${ARCANA_LOOP_EXTRAS:-dev}"
 # Keyed on pyproject.toml and the list of modules: the editable install links each module
@@ -21,11 +21,16 @@ extras="${ARCANA_LOOP_EXTRAS:-dev}"
 key=$( { cat pyproject.toml; git ls-files -co --exclude-standard -- arcana_loop graph nodes tools grounding knowledge cli evaluation ui 2>/dev/null | sort; } | sha1sum | cut -c1-12)
 stamp=".venv/.installed-${extras//,/+}-$key"
 if [ ! -f "$stamp" ] && [ ! -f ".venv/.installed-dev-$key" ]; then
-    echo "Installing arcana-loop[$extras] into .venv..." >&2
+    echo "Installing arcana-loop[$extras] into .venv (first run: about a minute)..." >&2
     rm -rf build/__editable__.*  # links to modules that may be gone
     # pip's own progress is left out; its errors still reach the terminal
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" \
         --config-settings editable_mode=strict >&2
+    if [[ ",$extras," == *,onnx,* ]]; then  # the quick start; the tests make their own
+        # the MiniLM files checked against their digests, and its per-machine model made (once,
+        # saying so): the first ingest then starts at once
+        .venv/bin/python -c 'from arcana_loop.knowledge.embeddings_minilm import prepare; prepare()'
+    fi
     find .venv -maxdepth 1 -name '.installed-*' ! -name ".installed-*-$key" -delete
     touch "$stamp"
 fi
