@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=["hybrid", "semantic", "fulltext"])
     args = parser.parse_args()
-    kb = KnowledgeBase(schema=SCHEMA)
+    kb = KnowledgeBase(embeddings="wordllama", schema=SCHEMA)
     started = time.perf_counter()
     ensure_python_docs(kb)
     ingest_s = time.perf_counter() - started

@@ -289,7 +289,8 @@ class Bench:
             conn.execute(
                 sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
             )
-        self.kb = KnowledgeBase(url, schema=self.schema)
+        # WordLlama: its figures are the knowledge base's, not an embedder's (knowledge/README.md)
+        self.kb = KnowledgeBase(url, "wordllama", schema=self.schema)
         self.out: dict[str, Any] = {"corpus": workload.label}
 
     def embed_rate(self, texts: list[str]) -> float:
@@ -380,8 +381,8 @@ class Bench:
         any mode from always following the same one. The forced exact scan runs in
         a pass of its own: its two parallel workers slowed whatever came next.
         """
-        hnsw = KnowledgeBase(self.kb.url, schema=self.schema, exact_max_rows=0)
-        exact = KnowledgeBase(self.kb.url, schema=self.schema, exact_max_rows=10**9)
+        hnsw = KnowledgeBase(self.kb.url, "wordllama", schema=self.schema, exact_max_rows=0)
+        exact = KnowledgeBase(self.kb.url, "wordllama", schema=self.schema, exact_max_rows=10**9)
         variants: list[tuple[str, KnowledgeBase, str]] = [
             (mode, self.kb, mode) for mode in ("semantic", "fulltext", "hybrid")
         ] + [("semantic_hnsw", hnsw, "semantic")]

@@ -46,7 +46,7 @@ from langchain_core.embeddings import Embeddings
 from psycopg import sql
 
 import arcana_loop.knowledge.writer as writer
-from arcana_loop.knowledge import KnowledgeBase, database_url
+from arcana_loop.knowledge import KnowledgeBase, database_url, default_embeddings
 from bench import corpus
 from bench.report import write_results
 
@@ -258,7 +258,7 @@ def edits(url: str, args: argparse.Namespace, embeddings: Embeddings | None) -> 
 def search_corpus(url: str, size: int, keep: bool) -> tuple[KnowledgeBase, Path]:
     """The corpus of `size` chunks ingested (or found from an earlier `keep` run)."""
     root = corpus.build(size)
-    kb = KnowledgeBase(url, schema=SEARCH_SCHEMA)
+    kb = KnowledgeBase(url, "wordllama", schema=SEARCH_SCHEMA)
     with kb.pool().connection() as conn:
         row = conn.execute("SELECT count(*) FROM kb_chunks").fetchone()
         stored = row[0] if row is not None else 0
@@ -268,7 +268,7 @@ def search_corpus(url: str, size: int, keep: bool) -> tuple[KnowledgeBase, Path]
         return kb, root
     kb.close()
     drop_schema(url, SEARCH_SCHEMA)
-    kb = KnowledgeBase(url, schema=SEARCH_SCHEMA)
+    kb = KnowledgeBase(url, "wordllama", schema=SEARCH_SCHEMA)
     start = time.perf_counter()
     for shelf in ("main", "small"):
         kb.ingest(
@@ -352,7 +352,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the search corpus")
     args = parser.parse_args()
     url = database_url()
-    embeddings = MiniLMEmbeddings() if args.embedder == "minilm" else None
+    embeddings = MiniLMEmbeddings() if args.embedder == "minilm" else default_embeddings()
     result: dict[str, Any] = {"embedder": args.embedder, **edits(url, args, embeddings)}
     if args.search_size:
         result["search"] = filters(url, args)
