@@ -204,7 +204,12 @@ def test_an_empty_knowledge_base_and_a_server_that_is_down(
     def down(route: Route) -> None:
         route.abort("connectionrefused")
 
-    page.route("**/threads**", down)
+    page.route("**/runs/stream", down)  # the server goes away as the question is sent
+    _ask(page, "How do I run a coroutine with a timeout?")
+    expect(page.locator(".turn.current .state")).to_contain_text(
+        "The run failed: the connection to the server broke off"
+    )
+    page.route("**/threads**", down)  # and is still away for the next one
     _ask(page, "How do I run a coroutine with a timeout?")
     expect(page.locator("#banner")).to_contain_text("does not answer: is it running?")
     expect(page.locator("#server-status")).to_have_text("server down")

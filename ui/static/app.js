@@ -328,28 +328,28 @@ async function ask(question) {
   });
   const input = { question };
   if (collection) input.collection = collection;
-  let response;
+  let values = null;
+  let failure = null;
   try {
-    response = await fetch(`/threads/${encodeURIComponent(page.threadId)}/runs/stream`, {
+    const response = await fetch(`/threads/${encodeURIComponent(page.threadId)}/runs/stream`, {
       method: "POST",
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ assistant_id: ASSISTANT, input, context: runContext(), stream_mode: STREAM_MODES }),
     });
-  } catch (err) {
-    throw new ServerDown(`The server at ${location.origin} does not answer: is it running?`);
-  }
-  if (!response.ok) throw new Error(`The run could not start: ${response.status} ${await response.text()}`);
-  let values = null;
-  let failure = null;
-  try {
-    for await (const { event, data } of events(response)) {
-      if (event === "messages") tokens.take(data[0], data[1]);
-      else if (event === "values") values = data;
-      else if (event === "custom") live.status.textContent = liveStatus(data) || live.status.textContent;
-      else if (event === "error") failure = data;
+    if (!response.ok) {
+      failure = { message: `the run could not start (${response.status} ${await response.text()})` };
+    } else {
+      for await (const { event, data } of events(response)) {
+        if (event === "messages") tokens.take(data[0], data[1]);
+        else if (event === "values") values = data;
+        else if (event === "custom") live.status.textContent = liveStatus(data) || live.status.textContent;
+        else if (event === "error") failure = data;
+      }
     }
   } catch (err) {
+    // no answer from the server, or a stream that broke off: said in the turn, not left blank
     failure = { message: `the connection to the server broke off (${err.message})` };
+    $("server-status").textContent = "";
   }
   timing.end_ms = performance.now() - started;
   page.timings.push(timing);
@@ -358,7 +358,12 @@ async function ask(question) {
     live.status.replaceWith(el("p", { class: "state error", text: `The run failed: ${failure.message || failure.error || "unknown error"}` }));
     return;
   }
-  await showValues(values || {}, timing);
+  if (values === null) {
+    live.answer.classList.remove("streaming");
+    live.status.replaceWith(el("p", { class: "state error", text: "The run ended without a state: the server sent nothing." }));
+    return;
+  }
+  await showValues(values, timing);
 }
 
 // ---- rendering a thread ------------------------------------------------------------
