@@ -150,11 +150,14 @@ def knowledge_base(embeddings: str | None = None) -> Any:
     uses the one it records, and a new one the default.
     """
     from arcana_loop.knowledge import KnowledgeBase
+    from arcana_loop.knowledge.errors import EmbedderUnavailable
 
     with database_errors("cannot open the knowledge base"), _server_start_shown():
         try:
             kb = KnowledgeBase(embeddings=embeddings)
-        except ValueError as exc:  # an unknown spec, a missing extra, a file unlike its pin
+        except EmbedderUnavailable as exc:  # a missing extra, a file unlike its pin: says the fix
+            fail(str(exc))
+        except ValueError as exc:  # an unknown spec
             fail(str(exc), "--embeddings takes minilm, wordllama or provider:model")
         kb.collections()
     return kb

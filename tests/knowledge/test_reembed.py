@@ -178,5 +178,10 @@ def test_reembed_on_the_command_line(pg_url: str) -> None:
 
         bad = runner.invoke(app, ["reembed", name, "--embeddings", "nosuch"])
         assert bad.exit_code == 1 and "unknown embedding model 'nosuch'" in bad.output
+        # ingest --embeddings picks a new collection's embedder, never another's
+        other = runner.invoke(app, ["ingest", __file__, "-c", name, "--embeddings", "wordllama"])
+        said = " ".join(other.output.split())
+        assert other.exit_code == 1 and MINILM_MODEL in said and DEFAULT_EMBEDDING_MODEL in said
+        assert f"arcana-loop reembed {name} --embeddings wordllama" in said
     gone = runner.invoke(app, ["reembed", name, "--embeddings", "wordllama"])
     assert gone.exit_code == 1 and f"no collection named {name!r}" in gone.output
