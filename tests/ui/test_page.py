@@ -112,6 +112,36 @@ def test_the_answer_streams_and_a_citation_opens_its_passage_highlighted(
     shot(page, "2-citation")
 
 
+def test_an_answer_tool_call_streams_its_text_as_its_arguments_arrive(
+    page: Page, server: LangGraphServer, ui_docs: str, pg_url: str, shot: Shot
+) -> None:
+    assert server.openai is not None
+    chunk_id = _chunk_id(pg_url, ui_docs, "silos grain tonnes", "60,000")
+    text = f"The silos store 60,000 tonnes \u2014 the port\u2019s grain [{chunk_id}].\nThat is all."
+    release = threading.Event()
+    server.openai.enqueue(
+        {"tool_calls": [{"name": "search", "arguments": {"query": "grain silos"}}]},
+        # arguments arrive six characters at a time, JSON-escaped; the last piece waits
+        {
+            "hold": release,
+            "then": {"tool_calls": [{"name": "answer", "arguments": {"text": text}}]},
+        },
+    )
+    _open(page, server, ui_docs)
+    _ask(page, "How much grain do the silos store?", model=SCRIPTED_MODEL)
+    try:
+        expect(page.locator(".answer.streaming")).to_contain_text(
+            "The silos store 60,000 tonnes \u2014 the port\u2019s grain"
+        )
+        assert page.evaluate("window.arcanaTimings.length") == 0
+    finally:
+        release.set()
+    _runs_done(page, 1)
+    expect(page.locator(".turn.current .answer")).to_have_text(
+        "The silos store 60,000 tonnes \u2014 the port\u2019s grain [1].\nThat is all."
+    )
+
+
 def test_a_follow_up_on_the_same_thread_then_a_new_thread_and_back(
     page: Page, server: LangGraphServer, ui_docs: str, shot: Shot
 ) -> None:
