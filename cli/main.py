@@ -183,6 +183,21 @@ def ingest(
     print_ingest_summary(collection, rows)
 
 
+# the loop's options as `ask` and `mcp` both take them
+ModelOption = Annotated[
+    str | None,
+    typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline."),
+]
+AnswerModelOption = Annotated[
+    str | None,
+    typer.Option("--answer-model", help="Optional model that rewrites the final answer."),
+]
+MaxIterationsOption = Annotated[
+    int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")
+]
+GroundOption = Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")]
+
+
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
@@ -192,20 +207,10 @@ def ask(
             "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
         ),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline."),
-    ] = None,
-    answer_model: Annotated[
-        str | None,
-        typer.Option("--answer-model", help="Optional model that rewrites the final answer."),
-    ] = None,
-    max_iterations: Annotated[
-        int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")
-    ] = None,
-    ground: Annotated[
-        str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")
-    ] = "local",
+    model: ModelOption = None,
+    answer_model: AnswerModelOption = None,
+    max_iterations: MaxIterationsOption = None,
+    ground: GroundOption = "local",
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the whole result as JSON.")
     ] = False,
@@ -404,6 +409,48 @@ def _delete_documents(kb: Any, collection: str, source: str, *, dry_run: bool, y
         out.print(f"Deleted document {shown(repr(names[0]))} of {shown(repr(collection))}.")
     else:
         out.print(f"Deleted {len(gone)} documents of {shown(repr(collection))}.")
+
+
+@app.command("mcp")
+def mcp_server(
+    collection: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--collection",
+            "-c",
+            help="Lock the server to this collection (repeatable): clients read only these.",
+        ),
+    ] = None,
+    model: ModelOption = None,
+    answer_model: AnswerModelOption = None,
+    max_iterations: MaxIterationsOption = None,
+    ground: GroundOption = "local",
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio.")
+    ] = False,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on with --http (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on with --http.")] = 8000,
+) -> None:
+    """Serve the knowledge base and the loop to MCP clients (desktop agents): stdio, or --http.
+
+    Tools: search, ask, list_collections, list_documents, read_document (JSON results).
+    """
+    try:
+        from arcana_loop.cli.mcp import serve
+    except ImportError as exc:
+        fail(f"the MCP server needs the mcp package ({exc}).", "pip install 'arcana-loop[mcp]'")
+    serve(
+        collections=collection,
+        http=http,
+        host=host,
+        port=port,
+        controller_llm=controller_spec(model, announce=False),
+        answer_llm=answer_model,
+        max_iterations=max_iterations,
+        grounder=ground,
+    )
 
 
 threads.register(app)

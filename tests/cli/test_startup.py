@@ -40,6 +40,8 @@ def imported_by(*args: str) -> tuple[str, list[str]]:
         ["--help"],
         ["ask", "--help"],
         ["documents", "--help"],
+        ["documents", "show", "--help"],
+        ["mcp", "--help"],
         ["doctor", "--help"],
     ],
 )
