@@ -36,7 +36,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessag
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
-from arcana_loop.graph.sources import ANSWER_KIND_KEY, EXTRACTED
+from arcana_loop.graph.sources import ANSWER_KIND_KEY, EXTRACTED, named
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title
@@ -102,7 +102,8 @@ def subject_of(source: str | None, section: str | None) -> str:
     """
     if section and section.strip():
         return section.rsplit(" > ", 1)[-1].strip()
-    return document_title(source or "", {}) if source else ""
+    name = named(source)  # a text stored under a hash of itself has no name to lead with
+    return document_title(name, {}) if name else ""
 
 
 def _results(messages: Sequence[BaseMessage]) -> list[Found]:

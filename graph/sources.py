@@ -193,13 +193,30 @@ FOOTER_HEADING = "Sources:"
 UNNAMED = "(a passage its search named no source for)"
 
 
+UNNAMED_TEXT = "text:"
+"""How the knowledge base names a text ingested without a name: ``text:`` and a hash of it."""
+
+
+def named(source: str | None) -> str | None:
+    """A source as people can name it: ``None`` for a text stored under a hash of itself."""
+    return None if not source or source.startswith(UNNAMED_TEXT) else source
+
+
 def source_place(source: Source) -> str:
-    """Where a source is, in words: its title (and path, when the title is not the file's name), section and pages."""
-    place = source["source"] or source["collection"] or UNNAMED
-    name = place.rsplit("/", 1)[-1]
-    stem = name.rsplit(".", 1)[0] if "." in name else name
-    title = source["title"]
-    where = place if title in ("", stem, name, place) else f"{title} ({place})"
+    """Where a source is, in words: its title (and path, when the title is not the file's name), section and pages.
+
+    A text ingested without a name is stored under a hash of itself, which names nothing
+    for a person: it is "a text in" its collection, under its title when it has one.
+    """
+    path, title = named(source["source"]), source["title"]
+    if path is None:
+        place = f"a text in {source['collection']!r}" if source["collection"] else UNNAMED
+        hashed = (source["source"] or "").removeprefix(UNNAMED_TEXT)
+        where = place if title in ("", hashed) else f"{title} ({place})"
+    else:
+        name = path.rsplit("/", 1)[-1]
+        stem = name.rsplit(".", 1)[0] if "." in name else name
+        where = path if title in ("", stem, name, path) else f"{title} ({path})"
     if source["section"]:
         where += f" > {source['section']}"
     pages = source["pages"]
@@ -262,6 +279,25 @@ def answer_text(content: str | Sequence[Any]) -> str:
         if isinstance(block, Mapping) and block.get("type") == "text":
             return str(block.get("text") or "")
     return ""
+
+
+EXTRACTED_NOTE = (
+    "Extracted: the passages above are quoted from the sources as the searches found them; "
+    "no model wrote this answer."
+)
+"""What a closing message says under an extracted answer, for people who read only its text."""
+
+
+def noting_extracted(message: AIMessage) -> AIMessage:
+    """A closing message with `EXTRACTED_NOTE` after its answer block (its first text block stays the answer)."""
+    content = message.content
+    blocks: list[Any] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    )
+    note = {"type": "text", "text": f"\n\n{EXTRACTED_NOTE}"}
+    if note in blocks:
+        return message
+    return message.model_copy(update={"content": [blocks[0], note, *blocks[1:]]})
 
 
 def _holds(message: AIMessage, answer: str) -> bool:

@@ -16,7 +16,7 @@ from typing_extensions import TypedDict
 from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.conversation import closing_message, opening_index
 from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.sources import answer_kind, cited_sources
+from arcana_loop.graph.sources import EXTRACTED, answer_kind, cited_sources, noting_extracted
 from arcana_loop.graph.state import AnswerKind, LoopState
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
 from arcana_loop.nodes.lifecycle import stop_event
@@ -48,6 +48,8 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
         else None,  # a give-up's "answer" is why there is none
     }
     closing = closing_message(state, sources, sources_footer=runtime.context.sources_footer)
+    if closing is not None and update["answer_kind"] == EXTRACTED:
+        closing = noting_extracted(closing)  # a chat client shows only the message's text
     if closing is not None:
         update["messages"] = [closing]
     return update

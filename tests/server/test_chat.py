@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from arcana_loop.graph.sources import render_citations
 from tests.fixtures.langgraph_server import LangGraphServer
 from tests.fixtures.postgres import temporary_collection
 
@@ -93,12 +94,17 @@ async def test_a_three_question_chat_on_one_thread(
         final = [m for m in streamed if m.get("name") == "answer" and not m.get("tool_calls")]
         assert len(final) == 1, streamed
         content = final[0]["content"]
-        # the answer as a text block citing each chunk it names, then the sources in words
+        # the answer as a text block citing its sources by number (the annotations keep the
+        # chunk ids), that it was extracted, then the sources in words, numbered
         assert isinstance(content, list) and content[0]["annotations"], content
+        numbers = [
+            content[0]["text"][a["start_index"] : a["end_index"]] for a in content[0]["annotations"]
+        ]
         cited = {a["extras"]["chunk_id"] for a in content[0]["annotations"]}
-        assert all(chunk_id in content[0]["text"] for chunk_id in cited)
-        assert content[1]["text"].startswith("\n\nSources:\n"), content
-        assert all(f"[{chunk_id[:8]}]" in content[1]["text"] for chunk_id in cited)
+        assert numbers and set(numbers) == {str(n) for n in range(1, len(cited) + 1)}
+        assert not any(chunk_id in content[0]["text"] for chunk_id in cited)
+        assert content[1]["text"].startswith("\n\nExtracted: "), content
+        assert content[2]["text"].startswith("\n\nSources:\n[1] a text in "), content
         answers.append(content[0]["text"])
         custom = [data for event, data in parts if event == "custom"]
         assert custom[0]["event"] == "loop_start" and custom[0]["question"] == question
@@ -109,11 +115,9 @@ async def test_a_three_question_chat_on_one_thread(
 
     state: Any = await client.threads.get_state(thread["thread_id"])
     values = state["values"]
-    assert (values["question"], values["question_index"], values["answer"]) == (
-        QUESTIONS[-1],
-        2,
-        answers[-1],
-    )
+    assert (values["question"], values["question_index"]) == (QUESTIONS[-1], 2)
+    # the answer cites chunk ids; what the client showed is the same answer, numbered
+    assert render_citations(values["answer"], values["sources"])[0] == answers[-1]
     messages = values["messages"]
     humans = [
         m
@@ -130,8 +134,9 @@ async def test_a_three_question_chat_on_one_thread(
     assert messages[-1]["type"] == "ai" and _shown(messages[-1]["content"]).startswith(answers[-1])
     assert [e["tool"] for e in values["tool_history"]] == [
         "search",
+        "search",
         "answer",
-    ]  # the last question's own steps
+    ]  # the last question's own steps: its parts and key terms searched, then the answer
     assert all(c["collection"] == quornix for c in values["chunks"][:1])
 
 
@@ -159,5 +164,5 @@ def test_a_follow_up_run_with_question_input_on_a_served_thread(
     )
     # on by default for a served run, for clients that show text only; a client can turn it off
     closing = [m for m in first["messages"] if m.get("name") == "answer"][-1]
-    assert _shown(closing["content"]).startswith(first["answer"] + "\n\nSources:\n")
-    assert _shown(second["messages"][-1]["content"]) == second["answer"]
+    assert "\n\nSources:\n[1] " in _shown(closing["content"])
+    assert "Sources:" not in _shown(second["messages"][-1]["content"])

@@ -65,7 +65,14 @@ def test_the_answer_tool_returns_the_answer_first_with_its_sources(
     assert not brief.get("isError") and text.startswith("{'answer': ")
     value = ast.literal_eval(text)  # the server's repr of the output, which is plain data
     assert list(value)[:2] == ["answer", "terminated_by"]  # answer first
-    assert set(value) <= {"answer", "terminated_by", "error", "sources"}  # nothing bulky
+    assert set(value) <= {
+        "answer",
+        "terminated_by",
+        "answer_kind",
+        "error",
+        "sources",
+    }  # nothing bulky
+    assert value["answer_kind"] == "extracted"  # passages quoted, no model wrote them
     assert "vartok.spool_file" in value["answer"] and value["terminated_by"] == "answered"
     cited = value["sources"][0]
     assert cited["chunk_id"] in value["answer"] and cited["collection"] == vartok

@@ -5,7 +5,12 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage
 
 from arcana_loop.graph import run
-from arcana_loop.graph.sources import cited_sources, render_citations
+from arcana_loop.graph.sources import (
+    EXTRACTED_NOTE,
+    answer_text,
+    cited_sources,
+    render_citations,
+)
 from tests.fakes import ScriptedSearch, answer, chunk, scripted, search
 
 
@@ -122,6 +127,9 @@ def test_how_the_answer_was_made_is_in_the_result():
     assert (
         extracted.answer_kind == "extracted" and extracted.to_dict()["answer_kind"] == "extracted"
     )
+    closing = extracted.messages[-1]  # what a chat client shows says so too
+    assert closing.text.endswith(EXTRACTED_NOTE) and answer_text(closing.content) != EXTRACTED_NOTE
+    assert EXTRACTED_NOTE not in written.messages[-1].text
     given_up = run(
         "Q?", controller_llm="offline", search_fn=lambda query, collection=None, limit=5, **_: []
     )
