@@ -191,9 +191,15 @@ def _trimmed(lines: list[str]) -> list[str]:
     return lines[start:end]
 
 
+_PLACEHOLDER_TITLE = re.compile(r"(?:untitled|no title)(?:[\s-]*(?:document|\d+))?", re.IGNORECASE)
+"""A title PDF writers fill in when the author gave none (reportlab's "untitled"): no title at all."""
+
+
 def _pdf_title(info: Any) -> str | None:
+    """A PDF's own title; ``None`` for an empty or placeholder one (the file's name titles it then)."""
     title = getattr(info, "title", None) if info is not None else None
-    return _clean(title).strip() or None if isinstance(title, str) else None
+    cleaned = _clean(title).strip() if isinstance(title, str) else ""
+    return cleaned if cleaned and not _PLACEHOLDER_TITLE.fullmatch(cleaned) else None
 
 
 def read_html(raw: bytes, path: Path) -> Extracted:

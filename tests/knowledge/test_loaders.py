@@ -86,6 +86,22 @@ def test_pdf_is_read_page_by_page_with_the_page_in_chunk_metadata(
     assert first["metadata"]["page"] == 1
 
 
+@pytest.mark.parametrize("title", [None, "", "   ", "untitled", "Untitled document", "untitled 2"])
+def test_a_pdf_without_a_real_title_is_titled_by_its_file_name(
+    kb: KnowledgeBase, tmp_path: Path, title: str | None
+) -> None:
+    from arcana_loop.graph.sources import cited_sources
+
+    pdf = tmp_path / "capacity-report.pdf"
+    pdf.write_bytes(make_pdf([PAGE_ONE], title=title))
+    kb.ingest(pdf, collection="pdf-untitled", sync=False)
+    (hit,) = _hits(kb, "archive installer", "pdf-untitled")
+    assert "title" not in hit["metadata"]
+    (source,) = cited_sources(f"[{hit['id']}]", [hit])
+    assert source["title"] == "capacity-report"  # as cited, never "untitled"
+    kb.delete_collection("pdf-untitled")
+
+
 def test_html_is_stored_as_text_with_its_headings_as_the_section_path(
     kb: KnowledgeBase, tmp_path: Path
 ) -> None:
