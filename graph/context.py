@@ -295,6 +295,13 @@ class LoopContext:
         search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
         if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
             raise TypeError("search_opts must be a dict with string keys")
+        if "filter" in search_opts:
+            # the knowledge base's metadata filter: one it would refuse is refused now, before
+            # the first model call, rather than by every search of the run
+            from arcana_loop.knowledge.filters import check_filter
+
+            check_filter(search_opts["filter"])
+        check_storable("search_opts", search_opts)
 
     def as_options(self) -> dict[str, Any]:
         """Return the options as a JSON-ready dict (what a run records in its state).
@@ -325,6 +332,36 @@ class LoopContext:
         """Return the temperature for ``controller``, ``answer`` or ``fallback``: the role's own, else the shared one."""
         own = getattr(self, f"{role}_temperature")
         return own if own is not None else self.temperature
+
+
+MAX_OPTION_DEPTH = 100
+"""Deepest nesting of lists and dicts in an option (copied and checkpointed recursively, a
+deeper one failed as a recursion error)."""
+MAX_STORED_INT = 2**63 - 1
+"""The largest integer a checkpoint holds (msgpack's 64 bits): a larger one in a run's options
+or messages failed the run when its state was stored."""
+
+
+def check_storable(name: str, value: Any) -> None:
+    """Raise `ValueError` for JSON-like data a checkpoint cannot store.
+
+    That is data nested deeper than `MAX_OPTION_DEPTH`, or holding an integer beyond
+    64 bits; it is walked without recursion, so any depth is measured safely.
+    """
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, int) and not -MAX_STORED_INT - 1 <= node <= MAX_STORED_INT:
+            raise ValueError(
+                f"{name} holds an integer beyond 64 bits, which a checkpoint cannot store"
+            )
+        if not isinstance(node, dict | list | tuple):
+            continue
+        if depth > MAX_OPTION_DEPTH:
+            raise ValueError(f"{name} is nested more than {MAX_OPTION_DEPTH} levels deep")
+        stack.extend(
+            (child, depth + 1) for child in (node.values() if isinstance(node, dict) else node)
+        )
 
 
 def _check_int(name: str, value: Any, *, minimum: int) -> None:

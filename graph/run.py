@@ -24,7 +24,7 @@ from arcana_loop.graph.checkpoints import (
     resolve_checkpointer,
     resolve_checkpointer_spec,
 )
-from arcana_loop.graph.context import CONTEXT_FIELDS, ENV_PREFIX, LoopContext
+from arcana_loop.graph.context import CONTEXT_FIELDS, ENV_PREFIX, MAX_OPTION_DEPTH, LoopContext
 from arcana_loop.graph.deps import ConfigurationError
 from arcana_loop.graph.sources import Source, cited_sources, readable_answer
 from arcana_loop.graph.state import (
@@ -149,11 +149,12 @@ def _check_texts(collection: Any, context: LoopContext) -> None:
 
 
 def _check_nested(name: str, value: Any, depth: int = 0) -> None:
-    if isinstance(value, dict) and depth < 32:
+    # every level: `LoopContext` has refused options nested deeper than MAX_OPTION_DEPTH
+    if isinstance(value, dict) and depth < MAX_OPTION_DEPTH:
         for key, item in value.items():
             check_text(name, key)
             _check_nested(name, item, depth + 1)
-    elif isinstance(value, list | tuple) and depth < 32:
+    elif isinstance(value, list | tuple) and depth < MAX_OPTION_DEPTH:
         for item in value:
             _check_nested(name, item, depth + 1)
     else:

@@ -174,6 +174,7 @@ def _ascope_embedder(
 
 def _scope_of(options: Mapping[str, Any]) -> tuple[list[str] | None, str]:
     """The collection names (`None`: all) and the mode of a search's keyword arguments."""
+    check_filter(options.get("filter"))  # a bad filter fails before the scope is read
     return q.scope_names(options.get("collection")), str(options.get("mode", "hybrid"))
 
 

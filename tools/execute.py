@@ -17,6 +17,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from arcana_loop.graph import bridge
+from arcana_loop.graph.context import MAX_STORED_INT
 from arcana_loop.graph.sources import relative_sources
 from arcana_loop.graph.state import TerminatedBy
 from arcana_loop.graph.text import describe_error, scrub
@@ -292,7 +293,7 @@ def plan_calls(
 
 
 def oversized_arguments(args: Any) -> str | None:
-    """Return why a tool call's arguments are too deep or too large to keep, or ``None``.
+    """Return why a tool call's arguments cannot be kept (too deep, too large, an integer past 64 bits), or ``None``.
 
     Walks the arguments without recursion, so any depth is measured safely, and stops
     as soon as a bound is crossed.
@@ -304,6 +305,9 @@ def oversized_arguments(args: Any) -> str | None:
         size += len(value) if isinstance(value, str) else 1
         if size > MAX_ARGUMENT_CHARS:
             return f"the arguments are larger than {MAX_ARGUMENT_CHARS:,} characters"
+        if isinstance(value, int) and not -MAX_STORED_INT - 1 <= value <= MAX_STORED_INT:
+            # kept in the reply, it would fail the run when the state is checkpointed
+            return "the arguments hold an integer beyond 64 bits"
         if isinstance(value, dict | list | tuple):
             if depth > MAX_ARGUMENT_DEPTH:
                 return f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"

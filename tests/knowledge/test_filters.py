@@ -5,14 +5,23 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
-from arcana_loop.graph import run
+from arcana_loop.graph import LoopContext, arun, run
+from arcana_loop.graph.run import check_run_options
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.knowledge.filters import FilterError, check_filter
+from arcana_loop.knowledge.filters import (
+    MAX_FILTER_DEPTH,
+    MAX_FILTER_VALUES,
+    FilterError,
+    check_filter,
+)
+from tests.fakes import answer, scripted, search
 
 MODES = ("hybrid", "semantic", "fulltext")
 
@@ -128,6 +137,133 @@ def test_a_filter_that_cannot_be_read_is_refused_before_anything_runs(
         berths.search("berth", collection="port", filter=where)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=message):
         berths.as_retriever(filter=where)  # type: ignore[arg-type]
+
+
+def _nested(levels: int, inner: dict[str, Any]) -> dict[str, Any]:
+    """`inner` under `levels` levels of ``$and``."""
+    where = inner
+    for _ in range(levels):
+        where = {"$and": [where]}
+    return where
+
+
+NUMBER_LIMIT = "numbers within ±1.8e\\+308"
+STORED = [  # what PostgreSQL cannot hold or compare, or a filter too large to be one
+    ({"si\x00de": "east"}, "NUL"),
+    ({"side": "ea\x00st"}, "NUL"),
+    ({"source": {"$like": "berth-\x00%"}}, "NUL"),
+    ({"side": {"$in": ["east", "we\x00st"]}}, "NUL"),
+    ({"\ud800": "east"}, "lone surrogate"),
+    ({"side": {"$ne": "\udfff"}}, "lone surrogate"),
+    ({"source": {"$ilike": "%\ud800%"}}, "lone surrogate"),
+    ({"surveyed": {"$between": ["2026", "\ud800"]}}, "lone surrogate"),
+    ({"berth": {"$gt": 10**400}}, NUMBER_LIMIT),
+    ({"berth": 10**400}, NUMBER_LIMIT),
+    ({"berth": {"$in": [1, -(10**400)]}}, NUMBER_LIMIT),
+    ({"berth": {"$between": [0, 10**400]}}, NUMBER_LIMIT),
+    (_nested(1_100, {"side": "east"}), f"more than {MAX_FILTER_DEPTH} levels deep"),
+    ({"berth": {"$in": list(range(200_000))}}, f"at most {MAX_FILTER_VALUES:,}"),
+    (
+        {"$or": [{"berth": {"$in": list(range(600))}}, {"berth": {"$nin": list(range(600))}}]},
+        f"at most {MAX_FILTER_VALUES:,}",
+    ),
+    ({"x" * 100_000: {"$regex": "y" * 100_000}}, "unknown operator"),
+]
+
+
+@pytest.mark.parametrize(("where", "message"), STORED)
+async def test_a_filter_postgres_cannot_hold_is_refused_in_one_line_before_any_database_work(
+    berths: KnowledgeBase, where: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(FilterError, match=message) as refused:
+        check_filter(where)
+    text = str(refused.value)
+    assert "\n" not in text and len(text) < 300, text
+    with pytest.raises(FilterError, match=message):
+        berths.search("berth", collection="port", filter=where)
+    # a knowledge base whose server cannot be reached: the filter is refused before any connection
+    nowhere = KnowledgeBase("postgresql://arcana@127.0.0.1:9/nowhere")
+    try:
+        with pytest.raises(FilterError, match=message):
+            nowhere.search("berth", filter=where)
+        with pytest.raises(FilterError, match=message):
+            await nowhere.asearch("berth", filter=where)
+    finally:
+        nowhere.close()
+
+
+def test_a_filter_at_its_limits_is_answered(berths: KnowledgeBase) -> None:
+    deepest = _nested(MAX_FILTER_DEPTH - 1, {"side": "east"})
+    assert _berths(berths, deepest, collection="port") == [1, 3, 5]
+    many = {"berth": {"$in": [0, 5, *range(100, 100 + MAX_FILTER_VALUES - 2)]}}
+    assert _berths(berths, many, collection="port") == [0, 5]
+    assert _berths(berths, {"berth": {"$lt": 10**300}}, collection="port") == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [*STORED, ({"berth": {"$lt": 10**20}}, "integer beyond 64 bits")],  # a checkpoint holds 64
+)
+async def test_a_run_refuses_a_bad_filter_before_the_model_is_called(
+    where: dict[str, Any], message: str
+) -> None:
+    nowhere = KnowledgeBase("postgresql://arcana@127.0.0.1:9/nowhere")
+    model = scripted(search("berth"), answer("x"))
+    options: dict[str, Any] = {
+        "controller_llm": model,
+        "search_fn": nowhere.search,
+        "search_opts": {"filter": where},
+        "checkpointer": InMemorySaver(),
+    }
+    try:
+        for call in (
+            lambda: run("Which berths are deep?", **options),
+            lambda: check_run_options(**options),
+            lambda: LoopContext(search_opts={"filter": where}),  # a server client's context
+        ):
+            with pytest.raises(ValueError, match=message):
+                call()
+        with pytest.raises(ValueError, match=message):
+            await arun("Which berths are deep?", **options)
+    finally:
+        nowhere.close()
+    assert model.calls == []
+
+
+def test_a_run_refuses_search_options_nested_too_deep_before_the_model_is_called() -> None:
+    model = scripted(answer("x"))
+    deep: list[Any] = []
+    for _ in range(1_100):
+        deep = [deep]
+    with pytest.raises(ValueError, match="search_opts is nested more than 100 levels deep"):
+        run(
+            "Which berths are deep?",
+            controller_llm=model,
+            search_opts={"mode": "hybrid", "x": deep},
+        )
+    assert model.calls == []
+
+
+@pytest.mark.parametrize(("where", "message"), STORED)
+def test_a_filter_the_controller_sends_is_never_used_and_never_ends_the_run(
+    berths: KnowledgeBase, where: dict[str, Any], message: str
+) -> None:
+    # the search tool offers no filter: a model's one is ignored or, too large to keep, refused
+    # as a tool error; either way the run's own filter and lock hold, and a checkpoint is written
+    model = scripted(search("berth ships metres quay", filter=where), answer("x"))
+    result = run(
+        "Which berths are deep?",
+        collection="port",
+        controller_llm=model,
+        search_fn=berths.search,
+        search_opts={"filter": {"side": "east"}},
+        checkpointer=InMemorySaver(),
+        thread_id=f"filter-{uuid.uuid4().hex[:8]}",
+    )
+    assert result.terminated_by == "answered" and len(model.calls) == 2
+    assert {c["metadata"]["side"] for c in result.chunks} <= {"east"}
+    (entry,) = result.tool_history[:1]
+    assert entry.get("ignored_args") == ["filter"] or entry["summary"].startswith("Tool error:")
 
 
 def test_values_are_parameters_never_sql(berths: KnowledgeBase) -> None:
