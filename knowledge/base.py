@@ -262,6 +262,13 @@ class KnowledgeBase:
             )
         return self._embeddings
 
+    @embeddings.setter
+    def embeddings(self, value: Embeddings) -> None:
+        """Swap in an embedder of the same model (a wrapper, say): name and dimension stay as they were."""
+        record = (self.model_name, self.dimension)
+        self._embeddings, self._per_collection = value, False
+        self._record, self._dimension = record, record[1]
+
     @property
     def model_name(self) -> str:
         """The name collections record for `embeddings` (known without loading it when it ships here)."""
