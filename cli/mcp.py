@@ -74,6 +74,8 @@ class Answer(TypedDict):
     answer: str | None
     terminated_by: str | None
     """``answered``, ``gave_up``, ``max_iterations`` or ``error``."""
+    answer_kind: str | None
+    """``extracted``: passages quoted as found, no model wrote them (the offline controller); ``written``: a model's."""
     iterations: int
     error: str | None
     sources: list[Source]
@@ -255,6 +257,7 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
         return {
             "answer": result.answer,
             "terminated_by": result.terminated_by,
+            "answer_kind": result.answer_kind,
             "iterations": result.iterations,
             "error": result.error,
             "sources": result.sources,

@@ -131,7 +131,7 @@ async def test_every_tool_answers_json_over_stdio(collections, tmp_path: Path) -
         answered = await call(
             session, "ask", question="How do I roll back a release?", collection=ops
         )
-        assert answered["terminated_by"] == "answered"
+        assert answered["terminated_by"] == "answered" and answered["answer_kind"] == "extracted"
         cited = [s["chunk_id"] for s in answered["sources"]]
         assert cited and all(f"[{c}]" in answered["answer"] for c in cited)
         assert answered["sources"][0]["source"].endswith("harbor.md")
@@ -194,6 +194,7 @@ async def test_ask_runs_the_model_the_server_was_started_with(
     assert answered == {
         "answer": f"Run harbor rollback [{hit}].",
         "terminated_by": "answered",
+        "answer_kind": "written",
         "iterations": 2,
         "error": None,
         "sources": [
