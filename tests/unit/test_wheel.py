@@ -78,6 +78,9 @@ def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
         "arcana_loop/graph/build.py",
         "arcana_loop/knowledge/entities/search.py",
         "arcana_loop/evaluation/data/python_docs_realistic.json",
+        "arcana_loop/ui/static/index.html",  # the page at /ui is served from the package
+        "arcana_loop/ui/static/app.js",
+        "arcana_loop/ui/static/app.css",
     } <= files
 
 
