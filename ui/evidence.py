@@ -226,8 +226,8 @@ def _claims(
 ) -> list[dict[str, Any]]:
     """Each grounded claim: its verdict, the cited passages that back it, the search that first found its evidence.
 
-    A claim's evidence is each citation inside it and each cited chunk the grounder
-    named as its source, with the passage's sentence closest to this claim highlighted.
+    A claim's evidence is each citation inside it and the cited chunk the grounder scored
+    highest as its source, with the passage's sentence closest to this claim highlighted.
     """
     cited = {c["chunk_id"]: c for c in citations}
     claims = []
@@ -240,7 +240,10 @@ def _claims(
             if isinstance(start, int) and isinstance(end, int)
             else []
         )
-        named = [str(s.get("chunk_id")) for s in claim.get("sources") or []]
+        # the grounder's best-scoring source; a heuristic grounder names every chunk sharing a
+        # tenth of the claim's words, too many to read as "backed by"
+        scored = sorted(claim.get("sources") or [], key=lambda s: -float(s.get("score") or 0))
+        named = [str(s.get("chunk_id")) for s in scored[:1]]
         text = _BRACKETED.sub("", str(claim.get("text") or "")).strip()
         evidence = [
             {"n": cited[c]["n"], "highlight": highlight(text, cited[c]["text"])}
