@@ -16,7 +16,15 @@ import typer
 from rich import box
 from rich.table import Table
 
-from arcana_loop.cli.common import cell, database_errors, knowledge_base, out, shown
+from arcana_loop.cli.common import (
+    cell,
+    collection_errors,
+    database_errors,
+    err,
+    knowledge_base,
+    out,
+    shown,
+)
 
 SEARCH_INDEXES = ["kb_chunks_tsv_idx", "kb_chunks_lex_keys_idx", "kb_chunks_metadata_idx"]
 """The GIN indexes searches use, shown beside each HNSW index."""
@@ -86,16 +94,35 @@ def _report(kb: Any) -> dict[str, Any]:
 
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix", help="First merge the vectors waiting outside the HNSW graphs into them."
+        ),
+    ] = False,
 ) -> None:
-    """Show the knowledge base's server, its settings for this host, its indexes and collections."""
-    from arcana_loop.knowledge.schema import PENDING_MAX_ROWS
+    """Show the knowledge base's server, its settings for this host, its indexes and collections.
 
+    Each finding says whether it is normal; --fix does what a finding asks for.
+    """
     kb = knowledge_base()
+    if fix:
+        with database_errors("cannot merge the pending vectors"):
+            moved = kb.merge_pending()
+        # the report is machine output with --json: the note goes to stderr
+        (err if as_json else out).print(f"Merged {moved:,} pending vectors into the HNSW graphs.")
     with database_errors("cannot read the server's state"):
         report = _report(kb)
     if as_json:
         print(json.dumps(report, indent=2))  # machine output
         return
+    _print_report(report)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    """The report in words: each table, then each finding, saying what is normal and what to do."""
+    from arcana_loop.knowledge.schema import PENDING_MAX_ROWS
+
     server = report["server"]
     out.print(
         f"Server: {shown(server['kind'])}, PostgreSQL {shown(server['postgresql'])},"
@@ -116,15 +143,43 @@ def doctor(
         state = "yes" if i["valid"] else "[red]NO: rebuilt on the next opening[/]"
         indexes.add_row(cell(i["index"]), cell(i["table"]), state, cell(i["size"]))
     out.print(indexes)
+    to_do = 0
+    if any(s["pending_restart"] for s in report["settings"]):
+        out.print(
+            "A setting pending restart applies when the server next starts (normal after a"
+            " change; arcana-loop server stop, then any command, starts it with them)."
+        )
     for name in report["missing_indexes"]:
+        to_do += 1
         out.print(
             f"[red]The {name} index is missing:[/] it is rebuilt the next time the knowledge base opens."
         )
     for name, count in report["pending_vectors"].items():
-        out.print(
-            f"{count:,} vectors of {shown(name)} wait outside its HNSW graph (searched exactly;"
-            " merged by a write that leaves more than"
-            f" {PENDING_MAX_ROWS:,}, or by arcana-loop merge-pending)."
-        )
+        waiting = f"{count:,} vectors of {shown(name)} wait outside its HNSW graph"
+        if count <= PENDING_MAX_ROWS:
+            out.print(
+                f"{waiting}: normal below {PENDING_MAX_ROWS:,} (searched exactly beside it;"
+                " the write that leaves more merges them, arcana-loop doctor --fix now)."
+            )
+        else:
+            to_do += 1
+            out.print(
+                f"[yellow]{waiting}[/]: more than the {PENDING_MAX_ROWS:,} a write leaves, so"
+                " every search scans them; arcana-loop doctor --fix merges them."
+            )
     names = ", ".join(f"{c['name']} ({c['chunks']:,} chunks)" for c in report["collections"])
     out.print(f"Collections: {shown(names) or 'none'}")
+    out.print("Nothing to fix." if not to_do else f"[yellow]{to_do} thing(s) to fix, above.[/]")
+
+
+def merge_pending(
+    collection: Annotated[
+        str | None, typer.Option("--collection", "-c", help="Only this collection.")
+    ] = None,
+) -> None:
+    """Move the vectors waiting outside a collection's HNSW graph into it (now doctor --fix)."""
+    err.print("[dim]merge-pending is now part of arcana-loop doctor --fix (every collection).[/]")
+    kb = knowledge_base()
+    with collection_errors(kb, collection, "cannot merge the pending vectors"):
+        moved = kb.merge_pending(collection)
+    out.print(f"Merged {moved:,} pending vectors into the HNSW graph.")

@@ -24,7 +24,6 @@ from arcana_loop.cli.common import (
     cell,
     check_question,
     checkpointer_spec_of,
-    collection_errors,
     configure_logging,
     controller_spec,
     database_errors,
@@ -41,7 +40,7 @@ from arcana_loop.cli.common import (
     step_note,
     where_filter,
 )
-from arcana_loop.cli.doctor import doctor
+from arcana_loop.cli.doctor import doctor, merge_pending
 from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
@@ -314,19 +313,6 @@ def collections() -> None:
         out.print("[dim]List a collection's documents with arcana-loop documents -c NAME[/]")
 
 
-@app.command("merge-pending")
-def merge_pending(
-    collection: Annotated[
-        str | None, typer.Option("--collection", "-c", help="Only this collection.")
-    ] = None,
-) -> None:
-    """Move the vectors written beside a live HNSW index into its graph (doctor shows how many wait)."""
-    kb = knowledge_base()
-    with collection_errors(kb, collection, "cannot merge the pending vectors"):
-        moved = kb.merge_pending(collection)
-    out.print(f"Merged {moved:,} pending vectors into the HNSW graph.")
-
-
 @app.command()
 def delete(
     collection_argument: Annotated[
@@ -458,6 +444,8 @@ threads.register(app)
 
 app.command("chat")(chat)
 app.command("doctor")(doctor)
+# folded into doctor --fix (and the writes that merge on their own); kept for scripts that call it
+app.command("merge-pending", hidden=True)(merge_pending)
 app.command("reembed")(reembed)
 
 
