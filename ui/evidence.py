@@ -220,9 +220,7 @@ def _citations(
 
 
 def _claims(
-    grounding: Mapping[str, Any] | None,
-    mentions: Sequence[tuple[int, int, str]],
-    citations: Sequence[Mapping[str, Any]],
+    grounding: Mapping[str, Any] | None, citations: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
     """Each grounded claim: its verdict, the cited passages that back it, the search that first found its evidence.
 
@@ -234,17 +232,15 @@ def _claims(
     for claim in (grounding or {}).get("claims") or []:
         sources = [s for s in claim.get("sources") or [] if s.get("search_iteration") is not None]
         first = min(sources, key=lambda s: s["search_iteration"], default=None)
-        start, end = claim.get("start"), claim.get("end")
-        inside = (
-            [c for s, _, c in mentions if start <= s < end]
-            if isinstance(start, int) and isinstance(end, int)
-            else []
-        )
+        raw = str(claim.get("text") or "")
+        # a claim's offsets are in the answer as written (chunk ids), not in the closing
+        # text people read (numbers): its citations are the ids it holds
+        inside = [c for c in cited if re.search(rf"(?<!\w){re.escape(c)}(?!\w)", raw)]
         # the grounder's best-scoring source; a heuristic grounder names every chunk sharing a
         # tenth of the claim's words, too many to read as "backed by"
         scored = sorted(claim.get("sources") or [], key=lambda s: -float(s.get("score") or 0))
         named = [str(s.get("chunk_id")) for s in scored[:1]]
-        text = _BRACKETED.sub("", str(claim.get("text") or "")).strip()
+        text = _BRACKETED.sub("", raw).strip()
         evidence = [
             {"n": cited[c]["n"], "highlight": highlight(text, cited[c]["text"])}
             for c in dict.fromkeys([*inside, *named])
@@ -331,7 +327,7 @@ def evidence_view(values: Mapping[str, Any]) -> dict[str, Any]:
         "score": grounding.get("score") if isinstance(grounding, Mapping) else None,
         "answer": pieces,
         "citations": citations,
-        "claims": _claims(grounding, mentions, citations),
+        "claims": _claims(grounding, citations),
         "steps": _steps(values.get("tool_history") or []),
         "totals": _totals(values),
         "answer_kind": values.get("answer_kind"),

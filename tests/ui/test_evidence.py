@@ -169,3 +169,40 @@ def test_ids_in_one_bracket_become_numbers_side_by_side() -> None:
         {"text": "."},
     ]
     assert [c["claim"] for c in view["citations"]] == ["Both terminals."] * 2
+
+
+def test_a_claim_is_backed_by_its_own_citations_and_the_best_scoring_source() -> None:
+    # ids long enough that the numbers people read move every offset after the first
+    grain, yard = {**GRAIN, "id": "c-grain-" + "0" * 24}, {**YARD, "id": "c-yard-" + "0" * 24}
+    text = f"Grain goes to silos [{grain['id']}]. Containers go to the yard [{yard['id']}]."
+    result = run(
+        "Where do things go?",
+        controller_llm=scripted(search("terminals"), answer(text)),
+        search_fn=ScriptedSearch([[grain, yard]]),
+    )
+    values = _values(result)
+    first = {"chunk_id": grain["id"], "score": 0.9, "search_iteration": 0}
+    weak = {"chunk_id": yard["id"], "score": 0.2, "search_iteration": 0}
+    cut = text.index(" Containers")
+    values["grounding"] = {
+        "score": 1.0,
+        "claims": [
+            {
+                "text": text[:cut],
+                "verdict": "supported",
+                "start": 0,
+                "end": cut,
+                "sources": [weak, first],
+            },
+            {
+                "text": text[cut + 1 :],
+                "verdict": "supported",
+                "start": cut + 1,
+                "end": len(text),
+                "sources": [first, weak],
+            },
+        ],
+    }
+    claims = evidence_view(values)["claims"]
+    assert [e["n"] for e in claims[0]["evidence"]] == [1]  # the weak overlap is left out
+    assert [e["n"] for e in claims[1]["evidence"]] == [1, 2]  # its own citation, and the best
