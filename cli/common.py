@@ -500,7 +500,22 @@ def step_note(event: dict[str, Any]) -> str:
 
 
 def check_scope(names: list[str], chunks: dict[str, int]) -> None:
-    """Refuse, before the loop runs, a collection that does not exist or holds nothing to search."""
+    """Refuse, before the loop runs, a collection that does not exist or holds nothing to search.
+
+    ``all`` (alone) is every collection: it needs only something stored somewhere,
+    and is never suggested as a name to ingest into (no collection may have it).
+    """
+    from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME as EVERY
+
+    if EVERY in names:
+        if len(names) > 1:
+            fail(f"{EVERY!r} means every collection: give it alone.", "e.g. -c all, or -c A -c B")
+        if not any(chunks.values()):
+            fail(
+                "the knowledge base is empty: there is nothing to search.",
+                "ingest with arcana-loop ingest PATH --collection NAME",
+            )
+        return
     for name in names:
         ingest_hint = f"ingest with arcana-loop ingest PATH --collection {name}"
         if not chunks:
