@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from arcana_loop.evaluation.report import format_metric
+from arcana_loop.evaluation.report import format_delta, format_metric
 
 eval_app = typer.Typer(
     help="Evaluate retrieval and the loop on a labelled case set.",
@@ -470,6 +470,6 @@ def diff(
             row["name"],
             format_metric(row["before"]),
             format_metric(row["after"]),
-            f"[bold]{delta:+.3f}[/]" if delta else format_metric(delta),
+            f"[bold]{format_delta(delta)}[/]" if delta else format_metric(delta),
         )
     main.out.print(table)

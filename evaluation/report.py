@@ -52,9 +52,9 @@ def _check_report(report: Any, where: str) -> None:
         )
 
 
-def flatten_metrics(report: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Return every numeric metric of a report by its dotted path."""
-    metrics: dict[str, float] = {}
+def flatten_metrics(report: Mapping[str, Any], prefix: str = "") -> dict[str, int | float]:
+    """Return every numeric metric of a report by its dotted path (a count stays an int)."""
+    metrics: dict[str, int | float] = {}
     for key, value in report.items():
         if key in _SKIPPED:
             continue
@@ -64,7 +64,7 @@ def flatten_metrics(report: Mapping[str, Any], prefix: str = "") -> dict[str, fl
         elif (
             isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         ):
-            metrics[name] = float(value)
+            metrics[name] = value
     return metrics
 
 
@@ -109,6 +109,11 @@ def format_metric(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}"
     return str(value)
+
+
+def format_delta(delta: int | float) -> str:
+    """A change of a metric, signed: a count as a count (``+2``), a rate to 3 decimals (``+0.125``)."""
+    return f"{delta:+,d}" if isinstance(delta, int) else f"{delta:+.3f}"
 
 
 def _label(report: Mapping[str, Any]) -> str:

@@ -53,6 +53,26 @@ def test_diff_prints_deltas_as_a_table_and_as_json(tmp_path):
     assert as_json["metrics"][0]["delta"] == pytest.approx(0.25)
 
 
+def test_diff_prints_counts_as_counts(tmp_path):
+    before, after = report(0.5), report(0.5)
+    before["summary"].update(cases=8, terminated_by={"answered": 6, "gave_up": 2})
+    after["summary"].update(cases=8, terminated_by={"answered": 1234, "gave_up": 0})
+    a, b = save_report(before, tmp_path / "a.json"), save_report(after, tmp_path / "b.json")
+    shown = invoke("diff", str(a), str(b)).output
+    cells = {
+        row[0]: row[1:]
+        for line in shown.splitlines()
+        if (row := [c.strip() for c in line.strip("│ ").split("│")]) and len(row) == 4
+    }
+    assert cells["summary.cases"] == ["8", "8", "0"]
+    assert cells["summary.terminated_by.answered"] == ["6", "1234", "+1,228"]
+    assert cells["summary.terminated_by.gave_up"] == ["2", "0", "-2"]
+    assert cells["summary.answer_correctness"] == ["0.500", "0.500", "0.000"]  # a rate
+    as_json = json.loads(invoke("diff", str(a), str(b), "--json").stdout)
+    counts = {r["name"]: r for r in as_json["metrics"]}
+    assert counts["summary.cases"] == {"name": "summary.cases", "before": 8, "after": 8, "delta": 0}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
