@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -72,12 +73,17 @@ STOP_WORDS = frozenset(
 something like..."); none of them tells two chunks apart. ``not`` and ``no`` are kept out
 of the index too: BM25 has no notion of negation."""
 
-_STEMMER = snowballstemmer.stemmer("english")
+_STEMMERS = threading.local()
+"""A snowball stemmer per thread: one keeps its word and cursor in itself, and two threads
+stemming with one (an ingest's writer threads) made it raise IndexError mid-word."""
 
 
 @lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
-    stem: str = _STEMMER.stemWord(word)
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
+    stem: str = stemmer.stemWord(word)
     return stem
 
 

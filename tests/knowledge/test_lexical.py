@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import string
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,37 @@ def test_terms_keep_identifiers_whole_and_split_them():
     ]
     # stop words and question filler go; stems meet their inflections
     assert lexical.terms("How do I use the timeouts?") == lexical.terms("timeout")
+
+
+def test_two_threads_stem_at_once_as_one_does():
+    # an ingest's two writer threads weigh their batches' terms at the same time
+    rng = random.Random(3)
+    texts = [
+        " ".join(
+            "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 13)))
+            for _ in range(50)
+        )
+        for _ in range(4000)
+    ]
+    lexical._stem.cache_clear()  # every word stemmed anew, not read from the cache
+    results: dict[int, list[list[str]]] = {}
+    errors: list[BaseException] = []
+
+    def weigh(half: int) -> None:
+        try:
+            results[half] = [lexical.terms(t) for t in texts[half::2]]
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=weigh, args=(half,)) for half in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    lexical._stem.cache_clear()
+    assert results[0] == [lexical.terms(t) for t in texts[0::2]]
+    assert results[1] == [lexical.terms(t) for t in texts[1::2]]
 
 
 def test_operators_are_quoted_phrases_and_exclusions_only():
