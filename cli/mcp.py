@@ -14,6 +14,10 @@ caller can get wrong (an empty question, an unknown collection, a source naming 
 document, a database that went away) is a tool error carrying one sentence; the SDK
 words anything else as "Error executing tool <name>" and logs it.
 
+A file's source is served as `ask`'s sources are (`graph.sources.relative_sources`):
+relative to the deepest folder holding its collection's files, never where the files
+lie on the server; `read_document` takes it back as given.
+
 A server started with ``--collection`` is locked to those collections: a call that
 names another one is a tool error, a call that names none reads them, and
 `list_collections` and `list_documents` show only them.
@@ -32,7 +36,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from arcana_loop.cli.stored import StoredChunk, document_chunks, find_document, place_of
-from arcana_loop.graph.sources import Source
+from arcana_loop.graph.sources import Source, relative_sources
 
 SERVER_NAME = "arcana-loop"
 INSTRUCTIONS = """\
@@ -181,10 +185,18 @@ def tool_errors() -> Iterator[None]:
         raise ToolError(" ".join(str(exc).split())) from exc
 
 
-def _document_row(info: Any) -> DocumentRow:
+def served_sources(infos: list[Any]) -> dict[str, str]:
+    """Each document's source as served: a file relative to the deepest folder of its collection's files."""
+    shown = relative_sources(
+        [{"collection": d.collection, "metadata": {"source": d.source}} for d in infos]
+    )
+    return {d.id: c["metadata"]["source"] for d, c in zip(infos, shown, strict=True)}
+
+
+def _document_row(info: Any, source: str) -> DocumentRow:
     return {
         "collection": info.collection,
-        "source": info.source,
+        "source": source,
         "title": info.title,
         "chunks": info.chunks,
         "bytes": info.bytes,
@@ -224,7 +236,9 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
     ) -> SearchResult:
         """Search the knowledge base's chunks; returns them best first with their place and score."""
         with tool_errors():
-            hits = kb.search(query, collection=scope.names(collection), limit=limit, mode=mode)
+            hits = relative_sources(
+                kb.search(query, collection=scope.names(collection), limit=limit, mode=mode)
+            )
         return {
             "chunks": [
                 {
@@ -286,7 +300,8 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
         """List the stored documents (source, title, chunks, size, last written), by collection."""
         with tool_errors():
             infos = [d for name in scope.collections(collection) for d in kb.documents(name)]
-        return {"documents": [_document_row(d) for d in infos]}
+            sources = served_sources(infos)
+        return {"documents": [_document_row(d, sources[d.id]) for d in infos]}
 
     @server.tool(annotations=READ_ONLY)
     def read_document(
@@ -307,9 +322,10 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
         with tool_errors():
             document = find_document(kb, source, scope.collections(collection))
             chunks = document_chunks(kb, document.id)
+            served = served_sources(kb.documents(document.collection))[document.id]
         return {
-            "document": _document_row(document),
-            "chunks": chunks[start : start + limit],
+            "document": _document_row(document, served),
+            "chunks": [{**c, "source": served} for c in chunks[start : start + limit]],
             "start": start,
             "total": len(chunks),
         }

@@ -112,14 +112,14 @@ async def test_every_tool_answers_json_over_stdio(collections, tmp_path: Path) -
         found = await call(session, "search", query="harbor rollback release", collection=ops)
         top = found["chunks"][0]
         assert "harbor rollback" in top["text"] and top["collection"] == ops
-        assert top["title"] == "harbor" and top["source"] == str(docs / "harbor.md")
+        assert top["title"] == "harbor" and top["source"] == "harbor.md"
         assert top["section"] == "Harbor operations > Rolling back" and top["pages"] is None
         assert isinstance(top["score"], float) and top["id"]
 
         names = {c["name"] for c in (await call(session, "list_collections"))["collections"]}
         assert {ops, billing} <= names
         documents = (await call(session, "list_documents", collection=ops))["documents"]
-        assert [d["source"] for d in documents] == [str(docs / "harbor.md")]
+        assert [d["source"] for d in documents] == ["harbor.md"]
 
         read = await call(session, "read_document", source="harbor.md", collection=ops)
         assert read["total"] == len(read["chunks"]) >= 2 and read["start"] == 0
@@ -135,6 +135,12 @@ async def test_every_tool_answers_json_over_stdio(collections, tmp_path: Path) -
         cited = [s["chunk_id"] for s in answered["sources"]]
         assert cited and all(f"[{c}]" in answered["answer"] for c in cited)
         assert answered["sources"][0]["source"].endswith("harbor.md")
+
+        # a file is served relative to its collection's folder: nothing says where it lies
+        served = json.dumps([found, documents, read, page, answered])
+        assert str(docs) not in served and str(tmp_path) not in served
+        assert read["document"]["source"] == "harbor.md"
+        assert {c["source"] for c in read["chunks"]} == {"harbor.md"}
 
         assert "question must not be empty" in await tool_error(session, "ask", question="  ")
         assert "no collection named 'nope'" in await tool_error(
