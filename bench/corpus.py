@@ -388,11 +388,15 @@ def read_chunks(folder: Path) -> list[str]:
     """Return the chunks of every corpus file under `folder`, in sorted path order."""
     chunks: list[str] = []
     for path in sorted(folder.rglob("*")):
-        if path.suffix not in (".txt", ".md"):
-            continue
-        pieces = path.read_text(encoding="utf-8").strip().split(_SEPARATOR)
-        chunks.extend(pieces[1:] if path.suffix == ".md" else pieces)  # a .md starts with its title
+        if path.suffix in (".txt", ".md"):
+            chunks.extend(read_file_chunks(path))
     return chunks
+
+
+def read_file_chunks(path: Path) -> list[str]:
+    """Return the chunks of one corpus file."""
+    pieces = path.read_text(encoding="utf-8").strip().split(_SEPARATOR)
+    return pieces[1:] if path.suffix == ".md" else pieces  # a .md starts with its title
 
 
 def fingerprint(summaries: Iterable[Path] = ()) -> str:

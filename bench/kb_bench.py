@@ -15,6 +15,12 @@ Documents are files ingested through `KnowledgeBase.ingest` (about 90 % into
 `main`, 10 % into `small`, the filtered case) in a fresh schema. Queries: a
 sentence of each of `QUERIES` random chunks, lightly reworded, plus the questions
 of the realistic evaluation set. Results go to `bench/results/kb.json`.
+
+``--growth`` measures instead loads into a collection that already has its index
+(`growth`): a first load of each size, then 10 % more, then as many again as it
+holds, each against the embedder alone on its own chunks, its index work timed
+apart, with searches during the doubling load checked against an exact scan.
+Results go to `bench/results/kb_growth.json`.
 """
 
 from __future__ import annotations
@@ -23,10 +29,14 @@ import argparse
 import importlib
 import inspect
 import json
+import math
+import os
 import random
 import re
+import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,6 +104,14 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _PUNCTUATION = re.compile(r"[^\w\s.-]+|(?<!\w)[.-]+|[.-]+(?!\w)")
 _ARTICLES = frozenset({"the", "a", "an"})
 RESULTS = Path(__file__).parent / "results" / "kb.json"
+GROWTH_RESULTS = Path(__file__).parent / "results" / "kb_growth.json"
+GROWTH_STAGES = (("base", 1.0), ("grow10", 0.1), ("double", 1.0))
+"""The growth case's loads: a share of what the collection holds before each (the first, of the size)."""
+GROWTH_EMBED_SAMPLE = 30_000
+"""Chunks of each load the embedder alone is timed on (a random sample: its rate, not its total)."""
+GROWTH_QUERIES = 100
+SEARCH_PAUSE_S = 0.25
+"""Between the search pairs run during a load: a light reader, not a second load."""
 
 
 @dataclass(frozen=True)
@@ -279,40 +297,44 @@ def recall(got: list[list[str]], want: list[list[str]]) -> float:
     )
 
 
+def drop_schema(url: str, schema: str) -> None:
+    """Drop a bench's schema with everything in it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def embed_rate(texts: list[str]) -> float:
+    """WordLlama alone on `texts` (chunks/s), in the ingest's batches, after a warm-up.
+
+    A small corpus is embedded over again until `EMBED_MIN_CHUNKS` chunks are
+    timed, so its rate is not one batch's noise.
+    """
+    emb = default_embeddings()
+    emb.embed_array(texts[:1000])  # warm-up: first calls pay for lazy setup
+    rounds = -(-EMBED_MIN_CHUNKS // len(texts))
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for i in range(0, len(texts), EMBED_BATCH):
+            emb.embed_array(texts[i : i + EMBED_BATCH])
+    return rounds * len(texts) / (time.perf_counter() - start)
+
+
 class Bench:
     """One corpus size's run."""
 
     def __init__(self, url: str, workload: Workload) -> None:
         self.workload = workload
         self.schema = "kb_bench_" + re.sub(r"\W", "_", workload.label)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
-            )
+        drop_schema(url, self.schema)
         # WordLlama: its figures are the knowledge base's, not an embedder's (knowledge/README.md)
         self.kb = KnowledgeBase(url, "wordllama", schema=self.schema)
         self.out: dict[str, Any] = {"corpus": workload.label}
-
-    def embed_rate(self, texts: list[str]) -> float:
-        """WordLlama alone on `texts` (chunks/s), in the ingest's batches, after a warm-up.
-
-        A small corpus is embedded over again until `EMBED_MIN_CHUNKS` chunks are
-        timed, so its rate is not one batch's noise.
-        """
-        emb = default_embeddings()
-        emb.embed_array(texts[:1000])  # warm-up: first calls pay for lazy setup
-        rounds = -(-EMBED_MIN_CHUNKS // len(texts))
-        start = time.perf_counter()
-        for _ in range(rounds):
-            for i in range(0, len(texts), EMBED_BATCH):
-                emb.embed_array(texts[i : i + EMBED_BATCH])
-        return rounds * len(texts) / (time.perf_counter() - start)
 
     def ingest(self) -> None:
         """Ingest both folders, timing index builds apart, and WordLlama alone on the same chunks."""
         w = self.workload
         # what the ingest embeds: each chunk under its title and section path
-        self.out["embed_rate"] = self.embed_rate([row.searchable for row in w.rows()])
+        self.out["embed_rate"] = embed_rate([row.searchable for row in w.rows()])
         index_time = [0.0]
         real_hnsw, real_gin = schema.create_hnsw_index, schema.create_fulltext_index
 
@@ -557,13 +579,268 @@ class Bench:
         }
 
     def close(self, keep: bool) -> None:
-        url = self.kb.url
         self.kb.close()
         if not keep:
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(
-                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+            drop_schema(self.kb.url, self.schema)
+
+
+def growth_stages(root: Path, size: int, out: Path) -> list[Path]:
+    """Split a corpus's files into the growth case's loads (`GROWTH_STAGES`), copied under `out`.
+
+    Files are taken in a fixed shuffle (docstrings, documentation and summaries mixed
+    alike in every load) until each load holds its share of what the collection holds
+    before it; the first holds `size` chunks.
+
+    Raises:
+        ValueError: if the corpus holds too few chunks for every load.
+    """
+    files = sorted(p for p in root.rglob("*") if p.suffix in (".txt", ".md"))
+    random.Random(7).shuffle(files)
+    folders, held, at = [], 0, 0
+    for name, share in GROWTH_STAGES:
+        want = size if not held else math.ceil(share * held)
+        folder = out / name
+        folder.mkdir(parents=True)
+        got = 0
+        while got < want:
+            if at == len(files):
+                raise ValueError(
+                    f"the corpus at {root} holds too few chunks for a {size:,}-chunk growth run;"
+                    " give --summaries"
                 )
+            path = files[at]
+            at += 1
+            got += len(distinct.read_file_chunks(path))
+            shutil.copy(path, folder / f"{at:07d}{path.suffix}")
+        held += got
+        folders.append(folder)
+    return folders
+
+
+class Growth:
+    """Loads into a collection that has its index: each load's rate, index work, searches meanwhile."""
+
+    def __init__(self, url: str, size: int, folders: list[Path]) -> None:
+        self.size, self.folders = size, folders
+        self.schema = f"kb_bench_growth_{size}"
+        drop_schema(url, self.schema)
+        self.kb = KnowledgeBase(url, "wordllama", schema=self.schema)  # as `Bench`: WordLlama
+        self.out: dict[str, Any] = {"corpus": f"growth:{size}"}
+        self.work = {"build": 0.0, "rebuild": 0.0, "merge": 0.0}
+        """Seconds of index work in the current load: builds after a bulk load, rebuilds, merges."""
+
+    def run(self) -> dict[str, Any]:
+        """Every load in turn, then searches and recall after the last; return the results."""
+        real = {name: vars(writer)[name] for name in _INDEX_WORK}
+        timed_ones = {name: self._timer(kind, real[name]) for name, kind in _INDEX_WORK.items()}
+        vars(writer).update(timed_ones)  # the writer calls them through its module globals
+        try:
+            self.kb.pool()  # schema creation is not ingest
+            queries: list[Query] = []
+            for folder, (name, _) in zip(self.folders, GROWTH_STAGES, strict=True):
+                rows = _folder_rows(folder)
+                if not queries:  # cut from the first load's chunks: there from the start
+                    queries = corpus_queries(
+                        [r.text for r in rows], random.Random(11), GROWTH_QUERIES
+                    )
+                self._load(name, folder, rows, queries if name == "double" else None)
+                if name == "grow10":
+                    self._merge_left(name)
+        finally:
+            vars(writer).update(real)
+        self._searches(queries, "after")
+        self.out["uptime_after"] = _uptime()
+        return self.out
+
+    def _timer(self, kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed_work(*args: Any, **kwargs: Any) -> Any:
+            out, t = timed(fn, *args, **kwargs)
+            self.work[kind] += t
+            return out
+
+        return timed_work
+
+    def _load(self, name: str, folder: Path, rows: list[Any], queries: list[Query] | None) -> None:
+        """One load, timed whole and by its index work, with searches meanwhile if `queries`."""
+        o = self.out
+        rng = random.Random(3)
+        sample = rng.sample(rows, min(GROWTH_EMBED_SAMPLE, len(rows)))
+        embed = embed_rate([r.searchable for r in sample])
+        before = self._stored()
+        self.work = dict.fromkeys(self.work, 0.0)
+        o[f"{name}_uptime"] = _uptime()
+        stop = threading.Event()
+        reader = _Reader(self.kb, queries or [], stop)
+        if queries:
+            reader.start()
+        try:
+            result, t = timed(
+                self.kb.ingest,
+                folder,
+                collection="main",
+                chunk_size=distinct.CHUNK_CHARS,
+                chunk_overlap=0,
+            )
+        finally:
+            stop.set()
+            if queries:
+                reader.join()
+        n = result.chunks_added
+        index = sum(self.work.values())
+        o.update(
+            {
+                f"{name}_held_before": before,
+                f"{name}_chunks": n,
+                f"{name}_share": n / before if before else None,
+                f"{name}_embed_rate": embed,
+                f"{name}_s": t,
+                f"{name}_rate": n / t,
+                f"{name}_vs_embedder": n / t / embed,
+                f"{name}_pipeline_s": t - index,
+                f"{name}_pipeline_vs_embedder": n / (t - index) / embed,
+                **{f"{name}_{kind}_s": spent for kind, spent in self.work.items()},
+                f"{name}_pending_after": self._pending(),
+            }
+        )
+        if queries:
+            o.update(reader.summary(f"{name}_during"))
+
+    def _merge_left(self, name: str) -> None:
+        """Merge what a load left pending (below the limit) and count it into the load's rate."""
+        o = self.out
+        moved, t = timed(self.kb.merge_pending, "main")
+        o[f"{name}_merged_after"] = moved
+        o[f"{name}_merge_after_s"] = t
+        o[f"{name}_merge_ms_per_vector"] = 1000 * t / moved if moved else None
+        o[f"{name}_with_merge_vs_embedder"] = (
+            o[f"{name}_chunks"] / (o[f"{name}_s"] + t) / o[f"{name}_embed_rate"]
+        )
+
+    def _searches(self, queries: list[Query], label: str) -> None:
+        stop = threading.Event()
+        reader = _Reader(self.kb, queries, stop, pause=0.0)
+        reader.run_once()
+        self.out.update(reader.summary(label))
+
+    def _stored(self) -> int:
+        with self.kb.pool().connection() as conn:
+            row = conn.execute("SELECT count(*) FROM kb_chunks").fetchone()
+        return int(row[0]) if row else 0
+
+    def _pending(self) -> int:
+        with self.kb.pool().connection() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT count(*) FROM {t} WHERE pending").format(t=embeddings_table(256))
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self, keep: bool) -> None:
+        self.kb.close()
+        if not keep:
+            drop_schema(self.kb.url, self.schema)
+
+
+_INDEX_WORK = {
+    "create_hnsw_index": "build",
+    "create_fulltext_index": "build",
+    "rebuild_hnsw_beside": "rebuild",
+    "merge_pending": "merge",
+}
+"""The writer's index work, by the global it calls it through, and what it is counted as."""
+
+
+class _Reader(threading.Thread):
+    """Searches during a load: each query the default way and by an exact scan, back to back."""
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        queries: list[Query],
+        stop: threading.Event,
+        pause: float = SEARCH_PAUSE_S,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.kb, self.queries, self.stop, self.pause = kb, queries, stop, pause
+        self.got: list[list[str]] = []
+        self.want: list[list[str]] = []
+        self.times: list[float] = []
+
+    def run(self) -> None:
+        exact = KnowledgeBase(self.kb.url, "wordllama", schema=self.kb.schema, exact_max_rows=10**9)
+        try:
+            i = 0
+            while not self.stop.is_set():
+                self._pair(exact, self.queries[i % len(self.queries)])
+                i += 1
+                self.stop.wait(self.pause)
+        finally:
+            exact.close()
+
+    def run_once(self) -> None:
+        exact = KnowledgeBase(self.kb.url, "wordllama", schema=self.kb.schema, exact_max_rows=10**9)
+        try:
+            for q in self.queries:
+                self._pair(exact, q)
+        finally:
+            exact.close()
+
+    def _pair(self, exact: KnowledgeBase, q: Query) -> None:
+        hits, t = timed(self.kb.search, q.text, mode="semantic", collection="main")
+        self.got.append([h["id"] for h in hits])
+        self.times.append(t)
+        self.want.append(
+            [h["id"] for h in exact.search(q.text, mode="semantic", collection="main")]
+        )
+
+    def summary(self, label: str) -> dict[str, Any]:
+        if not self.got:
+            return {f"{label}_searches": 0}
+        return {
+            f"{label}_searches": len(self.got),
+            f"{label}_semantic_p50_ms": pct(self.times, 50),
+            f"{label}_semantic_p95_ms": pct(self.times, 95),
+            f"{label}_recall_vs_exact": recall(self.got, self.want),
+        }
+
+
+def _folder_rows(folder: Path) -> list[Any]:
+    """The chunk rows an ingest of `folder` stores (texts and what they are embedded as)."""
+    rows: list[Any] = []
+    for path in sorted(folder.iterdir()):
+        try:
+            doc = read_file(path, max_bytes=10 * 2**20, metadata={})
+        except IngestError:  # the ingest's walk skips it too
+            continue
+        rows.extend(
+            split_document(doc, collection="main", chunk_size=distinct.CHUNK_CHARS, chunk_overlap=0)
+        )
+    return rows
+
+
+def _uptime() -> str:
+    """The load averages over 1, 5 and 15 minutes, as the machine's load beside each figure."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def growth_run(size: int, url: str | None, keep: bool, summaries: list[Path]) -> dict[str, Any]:
+    """The growth case at `size`: its corpus built (cached), its loads measured in a fresh schema."""
+    need = math.ceil(size * (1 + GROWTH_STAGES[1][1]) * 2) + DOC_CHUNKS * 200
+    root = distinct.build(need, summaries=summaries)
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = growth_stages(root, size, Path(tmp))
+        growth = Growth(url or database_url(), size, folders)
+        try:
+            return growth.run()
+        finally:
+            growth.close(keep)
+
+
+def print_growth(results: list[dict[str, Any]]) -> None:
+    """Print every growth metric, one column per size."""
+    keys = list(dict.fromkeys(k for r in results for k in r if k != "corpus"))
+    print(f"{'metric':48}" + "".join(f"{r['corpus']:>18}" for r in results))
+    for k in keys:
+        print(f"{k:48}" + "".join(_cell(r.get(k)) for r in results))
 
 
 def run(workload: Workload, url: str | None, keep: bool, ef_sweep: list[int]) -> dict[str, Any]:
@@ -650,10 +927,24 @@ def main() -> None:
         help="package lists (TSV with name and summary columns) to reach sizes past ~119k;"
         f" default: ${distinct.SUMMARIES_ENV}",
     )
+    parser.add_argument("--json", type=Path, default=None, help=f"results file (default {RESULTS})")
     parser.add_argument(
-        "--json", type=Path, default=RESULTS, help=f"results file (default {RESULTS})"
+        "--growth",
+        action="store_true",
+        help="measure loads into an indexed collection instead (10 %% more, then doubling it);"
+        f" results to {GROWTH_RESULTS.name}",
     )
     args = parser.parse_args()
+    if args.growth:
+        lists = distinct.summary_lists(args.summaries)
+        growth = [growth_run(size, args.url, args.keep, lists) for size in args.sizes]
+        print_growth(growth)
+        target = args.json or GROWTH_RESULTS
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(growth, indent=2))
+        print(f"\nwrote {target}")
+        return
+    args.json = args.json or RESULTS
     with tempfile.TemporaryDirectory() as tmp:
         results = [
             run(make(), args.url, args.keep, args.ef_sweep)

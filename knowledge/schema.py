@@ -627,6 +627,18 @@ def pending_vectors(conn: psycopg.Connection[Any], dimension: int, collection_id
     return int(row[0]) if row is not None else 0
 
 
+def pending_and_stored(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int
+) -> tuple[int, int]:
+    """Count the collection's pending vectors and all its vectors (one scan of its partition)."""
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FILTER (WHERE pending), count(*) FROM {p}").format(
+            p=partition_table(dimension, collection_id)
+        )
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+
+
 def merge_pending_batch(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int, rows: int
 ) -> int:
@@ -645,6 +657,189 @@ def merge_pending_batch(
         (rows,),
     )
     return max(cur.rowcount, 0)
+
+
+SWAP_ATTEMPTS = 5
+"""Tries of a rebuild's swap that a deadlock or a lock wait cut short (each rolled back to its savepoint)."""
+_SWAP_LOCK_TIMEOUT = "10s"
+"""How long the swap waits for the writes it must hold off (in-flight batches take about a second)."""
+
+
+def rebuild_hnsw_beside(
+    conn: psycopg.Connection[Any],
+    dimension: int,
+    collection_id: int,
+    *,
+    due: Callable[[int, int], bool] | None = None,
+) -> int | None:
+    """Build a new HNSW graph over all of a collection's vectors beside its live one, then swap it in.
+
+    Returns the vectors in the new graph, or None when nothing was done: the
+    collection is gone or has no usable HNSW index, or `due` (given the pending
+    and the stored vectors, counted once this builder holds the partition's build
+    lock) says a rebuild is not due any more (another builder just did one).
+
+    Taking many pending vectors into a live graph costs a graph insertion each
+    (`merge_pending_batch`); building a graph over every row costs less per row
+    and grows with all of them, so a load that adds a large share of a collection
+    is cheaper rebuilt (`knowledge.writer.REBUILD_MIN_SHARE`). The new graph is
+    built on a table of its own, never on the live partition: clearing the
+    pending flag of a row is an update, and an update inserts the row into every
+    graph of its table again, which is the cost avoided. So, in one transaction:
+    the partition's rows are copied, all with ``pending = false``, into a new
+    table; its HNSW index (partial, as the live one), key and pending index are
+    built; then the swap, under a savepoint: `kb_chunks` is locked against writes
+    (which waits for open ingest batches and holds off the next), rows written
+    or deleted since the copy are brought over (new ones pending: scanned
+    exactly, merged later), and the old partition is dropped and the new table
+    attached in its place under its names. Until the commit every search reads
+    the old partition (its graph and an exact scan of its pending rows); from
+    the commit on, the new one. An interruption anywhere (the client killed, the
+    server stopped) rolls the whole transaction back: the new table never
+    existed, and the old partition and its index are as they were. A swap that
+    deadlocks with another writer (one deleting a collection) is rolled back to
+    its savepoint and tried again, `SWAP_ATTEMPTS` times.
+    """
+    if dimension > HNSW_MAX_DIMENSION:
+        return None
+    partition = _partition_name(dimension, collection_id)
+    shadow = f"{partition}_rebuild"
+    names = _RebuildNames(partition, shadow)
+    with conn.transaction():
+        # KEY SHARE, as an ingest batch holds it: a delete of the collection waits for this build
+        if conn.execute(
+            "SELECT 1 FROM kb_collections WHERE id = %s FOR KEY SHARE", (collection_id,)
+        ).fetchone() is None or not _usable(conn, _hnsw_index_name(partition), partial=True):
+            return None
+        # the lock an index build of this partition takes: never two builders at once
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+            (_HNSW_LOCK_CLASS, _hnsw_index_name(partition)),
+        )
+        if due is not None and not due(*pending_and_stored(conn, dimension, collection_id)):
+            return None
+        # a client that dies mid-build ends its backend's build within a second, not at its end
+        conn.execute("SELECT set_config('client_connection_check_interval', '1s', true)")
+        conn.execute(
+            "SELECT set_config('maintenance_work_mem', '1GB', true)"
+            " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
+        )
+        rows = _fill_beside(conn, dimension, collection_id, names)
+        for attempt in range(1, SWAP_ATTEMPTS + 1):
+            try:
+                with conn.transaction():
+                    _swap_in(conn, dimension, collection_id, names)
+                break
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as exc:
+                if attempt == SWAP_ATTEMPTS:
+                    raise
+                logger.info("swapping in the new HNSW graph of %s: %s; again", partition, exc)
+    return rows
+
+
+class _RebuildNames:
+    """The names of a partition being rebuilt, of the table built beside it, and of their indexes."""
+
+    def __init__(self, partition: str, shadow: str) -> None:
+        self.partition, self.shadow = partition, shadow
+        # (the new table's index, the name the partition's index has): HNSW, key, pending rows
+        self.indexes = (
+            (f"{shadow}_hnsw", _hnsw_index_name(partition)),
+            (f"{shadow}_pkey", f"{partition}_pkey"),
+            (f"{shadow}_pending", f"{partition}_collection_id_idx"),
+        )
+        self.check = f"{shadow}_collection"
+
+
+def _fill_beside(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int, names: _RebuildNames
+) -> int:
+    """Create the table beside the partition, copy its rows into the graph-to-be, build its indexes."""
+    shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_here(conn, names.shadow)))
+    # the CHECK lets ATTACH PARTITION skip scanning the rows for the partition's bound
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {s} (LIKE {t} INCLUDING DEFAULTS, CONSTRAINT {c} CHECK (collection_id = {i}))"
+        ).format(
+            s=shadow,
+            t=embeddings_table(dimension),
+            c=sql.Identifier(names.check),
+            i=sql.Literal(int(collection_id)),
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {s} ALTER COLUMN embedding SET STORAGE MAIN").format(s=shadow)
+    )
+    cur = conn.execute(
+        sql.SQL(
+            "INSERT INTO {s} (chunk_id, collection_id, embedding, pending)"
+            " SELECT chunk_id, collection_id, embedding, false FROM {p}"
+        ).format(s=shadow, p=partition)
+    )
+    rows = max(cur.rowcount, 0)
+    (hnsw, _), (key, _), (waiting, _) = names.indexes
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {i} ON {s} USING hnsw (embedding vector_cosine_ops) WHERE NOT pending"
+        ).format(i=sql.Identifier(hnsw), s=shadow)
+    )
+    # the key and the pending rows' index the parent's indexes match when the table is attached
+    conn.execute(
+        sql.SQL("ALTER TABLE {s} ADD CONSTRAINT {k} PRIMARY KEY (chunk_id, collection_id)").format(
+            s=shadow, k=sql.Identifier(key)
+        )
+    )
+    conn.execute(
+        sql.SQL("CREATE INDEX {i} ON {s} (collection_id) WHERE pending").format(
+            i=sql.Identifier(waiting), s=shadow
+        )
+    )
+    conn.execute(sql.SQL("ANALYZE {s}").format(s=shadow))
+    return rows
+
+
+def _swap_in(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int, names: _RebuildNames
+) -> None:
+    """Bring over what changed since the copy, then put the new table in the partition's place."""
+    shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (_SWAP_LOCK_TIMEOUT,))
+    # every write of a vector writes its chunk first, in the same transaction, and every
+    # delete cascades from a chunk: with kb_chunks held, the partition holds still. Taken
+    # before the parent's lock (the DROP below), the order ATTACH would take them in.
+    conn.execute("LOCK TABLE kb_chunks IN SHARE ROW EXCLUSIVE MODE")
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {s} (chunk_id, collection_id, embedding, pending)"
+            " SELECT o.chunk_id, o.collection_id, o.embedding, true FROM {p} o"
+            " WHERE NOT EXISTS (SELECT 1 FROM {s} n WHERE n.chunk_id = o.chunk_id)"
+        ).format(s=shadow, p=partition)
+    )
+    conn.execute(
+        sql.SQL(
+            "DELETE FROM {s} n WHERE NOT EXISTS (SELECT 1 FROM {p} o WHERE o.chunk_id = n.chunk_id)"
+        ).format(s=shadow, p=partition)
+    )
+    # from here to the commit, searches of this dimension wait (the parent is locked)
+    drop_partition(conn, dimension, collection_id)
+    conn.execute(sql.SQL("ALTER TABLE {s} RENAME TO {p}").format(s=shadow, p=partition))
+    conn.execute(
+        sql.SQL("ALTER TABLE {t} ATTACH PARTITION {p} FOR VALUES IN ({i})").format(
+            t=embeddings_table(dimension), p=partition, i=sql.Literal(int(collection_id))
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {p} DROP CONSTRAINT {c}").format(
+            p=partition, c=sql.Identifier(names.check)
+        )
+    )
+    for built, kept in names.indexes:
+        conn.execute(
+            sql.SQL("ALTER INDEX {b} RENAME TO {k}").format(
+                b=_here(conn, built), k=sql.Identifier(kept)
+            )
+        )
 
 
 def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:

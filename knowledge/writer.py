@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -78,7 +79,9 @@ from arcana_loop.knowledge.schema import (
     merge_pending_batch,
     missing_indexes,
     partition_table,
+    pending_and_stored,
     pending_vectors,
+    rebuild_hnsw_beside,
 )
 from arcana_loop.knowledge.types import IngestResult, ProgressFn
 
@@ -91,6 +94,54 @@ LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
 """Pending vectors moved into an HNSW graph per transaction (`merge_pending`)."""
+REBUILD_MIN_SHARE = 0.3
+"""A load that leaves at least this many pending vectors per vector in the graph rebuilds it.
+
+Below, its vectors are merged into the live graph (`merge_pending`). See `settle_pending`."""
+PENDING_MAX_ROWS_ENV = "ARCANA_LOOP_PENDING_MAX_ROWS"
+"""Overrides `PENDING_MAX_ROWS` for the loads of this process (tests lower it)."""
+REBUILD_MIN_SHARE_ENV = "ARCANA_LOOP_REBUILD_MIN_SHARE"
+"""Overrides `REBUILD_MIN_SHARE` for the loads of this process (tests lower it)."""
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """When a load takes its pending vectors into the graph, and how."""
+
+    pending_max_rows: int
+    """Pending vectors a collection may keep after a load (`knowledge.schema.PENDING_MAX_ROWS`)."""
+    rebuild_min_share: float
+    """Pending vectors per graph vector from which the graph is rebuilt, not merged into."""
+
+    @classmethod
+    def from_env(cls) -> Upkeep:
+        """The defaults, or what `PENDING_MAX_ROWS_ENV` and `REBUILD_MIN_SHARE_ENV` say.
+
+        Raises:
+            ValueError: naming the variable, for a value that is not a number of the right kind.
+        """
+        rows = _env_number(PENDING_MAX_ROWS_ENV, int, PENDING_MAX_ROWS)
+        share = _env_number(REBUILD_MIN_SHARE_ENV, float, REBUILD_MIN_SHARE)
+        return cls(pending_max_rows=int(rows), rebuild_min_share=float(share))
+
+    def rebuild_due(self, pending: int, stored: int) -> bool:
+        """Whether `pending` of a partition's `stored` vectors are cheaper rebuilt than merged."""
+        graph = stored - pending
+        return pending > self.pending_max_rows and pending >= self.rebuild_min_share * graph
+
+
+def _env_number(name: str, kind: type[int] | type[float], default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value < math.inf:
+        noun = "whole number" if kind is int else "number"
+        raise ValueError(f"{name} must be a {noun} of at least 0, got {raw!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -250,10 +301,11 @@ def write_documents(
         planned.append(item)
     batches = _batches(planned, batch_size)
     total = sum(b.size for b in batches)
+    upkeep = Upkeep.from_env()  # before the first write: a bad setting stores nothing
     if progress is not None:
         progress(0, total)
     try:
-        _load(_Load(pool, embeddings, coll, batches, total, progress, result))
+        _load(_Load(pool, embeddings, coll, batches, total, progress, result, upkeep=upkeep))
     except psycopg.errors.DiskFull as exc:
         raise StorageFull(_disk_full_message(pool, coll, result, exc)) from exc
     return result
@@ -274,6 +326,8 @@ class _Load:
     """Updated as each batch commits."""
     pending: bool = False
     """Write the vectors pending: outside the live HNSW graph until merged (`merge_pending`)."""
+    upkeep: Upkeep | None = None
+    """When the pending vectors are taken into the graph (`settle_pending`); None: the defaults."""
 
 
 def _load(load: _Load) -> None:
@@ -296,7 +350,38 @@ def _load(load: _Load) -> None:
     if load.total:
         _after_load(load.pool, load.coll, bulk)
         if load.pending:
-            merge_pending(load.pool, load.coll, above=PENDING_MAX_ROWS)
+            settle_pending(load.pool, load.coll, load.upkeep or Upkeep.from_env())
+
+
+def settle_pending(pool: ConnectionPool[Any], coll: CollectionRef, upkeep: Upkeep) -> str | None:
+    """Take the collection's pending vectors into its graph if it holds too many: by rebuilding or merging.
+
+    Nothing happens while it holds at most `upkeep.pending_max_rows`. Past that,
+    the cheaper way is taken. Merging costs a live graph insertion per pending
+    vector; rebuilding (`schema.rebuild_hnsw_beside`: a new graph over every
+    vector, built beside the live one and swapped in) costs a build per vector of
+    the collection. Measured at 100k (`bench.kb_bench --growth`, 2 cores): see
+    `REBUILD_MIN_SHARE` and bench/README.md. Returns ``"rebuilt"``, ``"merged"``
+    or None (nothing was due).
+    """
+    if coll.dimension > HNSW_MAX_DIMENSION:
+        return None
+    with pool.connection() as conn:
+        waiting, stored = pending_and_stored(conn, coll.dimension, coll.id)
+    if waiting <= upkeep.pending_max_rows:
+        return None
+    if upkeep.rebuild_due(waiting, stored):
+        logger.info(
+            "rebuilding the HNSW graph of %r over its %d vectors (%d of them pending)",
+            coll.name,
+            stored,
+            waiting,
+        )
+        with pool.connection() as conn:
+            # counted again under the build lock: another load may have rebuilt it meanwhile
+            if rebuild_hnsw_beside(conn, coll.dimension, coll.id, due=upkeep.rebuild_due):
+                return "rebuilt"
+    return "merged" if merge_pending(pool, coll, above=upkeep.pending_max_rows) else None
 
 
 def merge_pending(pool: ConnectionPool[Any], coll: CollectionRef, *, above: int = 0) -> int:
