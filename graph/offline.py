@@ -75,12 +75,26 @@ _FOLLOW_UP = re.compile(
 _LEAD = re.compile(r"^\W*(?:and|also|but|so|then|what about|how about)\b\s*", re.IGNORECASE)
 
 
+_COMPARED = re.compile(
+    r"\bdifferences? between (?:an? |the )?([\w.]+) and (?:an? |the )?([\w.]+)"
+    r"|\b([\w.]+) (?:vs\.?|versus) ([\w.]+)",
+    re.IGNORECASE,
+)
+
+
 def question_parts(question: str) -> list[str]:
-    """Split a question into its parts and drop filler words from each."""
+    """Split a question into its parts and drop filler words from each.
+
+    Two things compared ("the difference between a list and a tuple", "list vs tuple") are
+    also a part each, so each is searched and quoted on its own.
+    """
     parts = [
         p for p in (_FILLER.sub(" ", part).strip(" ?.!,") for part in _PARTS.split(question)) if p
     ]
-    return [" ".join(p.split()) for p in parts] or [question.strip()]
+    compared = [side for m in _COMPARED.finditer(question) for side in m.groups() if side]
+    return list(dict.fromkeys(" ".join(p.split()) for p in [*parts, *compared])) or [
+        question.strip()
+    ]
 
 
 @dataclass(frozen=True)
@@ -283,13 +297,14 @@ def extract(question: str, chunks: Sequence[Found]) -> Extract:
     if best < MIN_SCORE:
         return Extract(None, best)
     lines: list[str] = []
-    quoted: set[str] = set()
+    quoted: set[object] = set()
     for quotes in ranked:  # each part its best passages, even a part none answers well
         for quote in quotes[:PASSAGES_PER_PART]:
             if quote.score < quotes[0].score - NEXT_PASSAGE_MARGIN:
                 break
-            if quote.found.id not in quoted:
-                quoted.add(quote.found.id)
+            # two hits of one section read as the same text: quoted once
+            if quote.found.id not in quoted and quote.sentences not in quoted:
+                quoted.update((quote.found.id, quote.sentences))
                 lines.append(quote.line())
     return Extract("\n".join(lines), best)
 

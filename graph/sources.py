@@ -193,6 +193,8 @@ FOOTER_HEADING = "Sources:"
 UNNAMED = "(a passage its search named no source for)"
 
 
+_NAME_SCHEME = re.compile(r"(?!https?:)[a-z][\w+.-]*:(?!/)", re.IGNORECASE)
+"""A source that is a name under a scheme (``pydoc:json#dumps``), not a file or a URL."""
 UNNAMED_TEXT = "text:"
 """How the knowledge base names a text ingested without a name: ``text:`` and a hash of it."""
 
@@ -213,6 +215,8 @@ def source_place(source: Source) -> str:
         place = f"a text in {source['collection']!r}" if source["collection"] else UNNAMED
         hashed = (source["source"] or "").removeprefix(UNNAMED_TEXT)
         where = place if title in ("", hashed) else f"{title} ({place})"
+    elif _NAME_SCHEME.match(path):  # a name the knowledge base was given (pydoc:json), no file
+        where = title or path
     else:
         name = path.rsplit("/", 1)[-1]
         stem = name.rsplit(".", 1)[0] if "." in name else name

@@ -62,6 +62,15 @@ def test_filler_is_dropped_from_queries():
     assert question_parts("Can you please tell me how do I parse JSON?") == ["parse JSON"]
 
 
+def test_two_things_compared_are_a_part_each():
+    assert question_parts("What is the difference between a list and a tuple?") == [
+        "the difference between a list and a tuple",
+        "list",
+        "tuple",
+    ]
+    assert question_parts("deque vs list for a queue?")[1:] == ["deque", "list"]
+
+
 def test_sentences_are_chosen_by_meaning_and_led_by_their_subject():
     def labelled(query, collection=None, limit=5, **_):
         return [

@@ -10,6 +10,7 @@ from arcana_loop.graph.sources import (
     answer_text,
     cited_sources,
     render_citations,
+    source_place,
 )
 from tests.fakes import ScriptedSearch, answer, chunk, scripted, search
 
@@ -68,6 +69,14 @@ def test_the_result_lists_each_cited_chunk_once_in_order_of_first_citation():
         "Crane: 40 t [1]. Berth: 12 m [2], see [1].\n\nSources:\n"
         "[1] report.pdf (pages 2\u20133)\n[2] berths.md > Berths > Depth"
     )
+
+
+def test_a_source_named_under_a_scheme_is_listed_by_its_title_and_section():
+    (source,) = cited_sources(
+        "[j1]",
+        [_chunk("j1", "t", source="pydoc:json#dumps", section="json.dumps", title="json")],
+    )
+    assert source_place(source) == "json > json.dumps"
 
 
 def test_ids_are_numbered_in_brackets_and_out_of_them_and_only_as_whole_words():
