@@ -1,16 +1,16 @@
 """The offline controller: a deterministic, tool-calling chat model that needs no network or key.
 
 It follows the loop's protocol with plain text rules, as a baseline and for demos.
-Its first turn searches each part of the question (filler words dropped) and the
-question's key terms. Its second turn answers or gives up, and it writes nothing of
-its own: the answer is passages quoted from what the searches returned, per question
-part the passages that best match it (see `passage_score`: meaning by similarity of
-their best sentence, the share of the part's words they hold, and the rank the search
-gave them), each its best sentences, led by what it documents and citing its chunk
-id. When no passage scores `MIN_SCORE` it gives up. Without tools (synthesis, answer
-rewrite) it replies with the same quotes. Every reply says so in its
-``response_metadata`` (`graph.sources.ANSWER_KIND_KEY`), which is how a result tells an extracted
-answer from a written one (`graph.sources.answer_kind`).
+Its first turn searches each part of the question (filler words dropped; two things
+compared are a part each) and the question's key terms. Its second turn answers or
+gives up, and it writes nothing of its own: the answer is passages quoted from what
+the searches returned, per question part the passages that match it best (see
+`passage_score`: the similarity of their best sentence, the share of the part's words
+they hold, and the rank the search gave them), each its best sentences, led by what
+it documents and citing its chunk id. When no passage scores `MIN_SCORE` it gives up.
+Without tools (synthesis, answer rewrite) it replies with the same quotes. Every reply
+says so in its ``response_metadata`` (`graph.sources.ANSWER_KIND_KEY`), which is how a
+result tells an extracted answer from a written one (`graph.sources.answer_kind`).
 
 In a conversation it answers the last question, reading only that question's search
 results. A follow-up that only makes sense with the question before it (it starts
