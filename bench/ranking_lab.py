@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import math
 import pickle
 import re
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from langchain_core.embeddings import Embeddings
 
 from arcana_loop.evaluation.cases import (
     EVAL_SETS,
@@ -40,11 +42,14 @@ from arcana_loop.evaluation.cases import (
 )
 from arcana_loop.knowledge import KnowledgeBase, lexical
 from arcana_loop.knowledge.embeddings import WordLlamaEmbeddings
+from arcana_loop.knowledge.queries import Ranking
 from arcana_loop.knowledge.schema import embeddings_table
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
 Ranker = Callable[[str], list[int]]
+SHIPPED = Ranking()
+"""The fusion `KnowledgeBase` ships with, which the lab's `hybrid` reproduces."""
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 
 
@@ -57,6 +62,10 @@ class Corpus:
     contexts: list[str]
     modules: list[str]
     vectors: np.ndarray[Any, Any]
+    sections: list[int]
+    """Per chunk, the index of its section (document and section path): what a search returns."""
+    section_texts: list[str]
+    """Each section's chunks joined, as a whole-section result holds them (`knowledge.whole`)."""
 
 
 def load_corpus(kb: KnowledgeBase) -> Corpus:
@@ -64,7 +73,7 @@ def load_corpus(kb: KnowledgeBase) -> Corpus:
     ensure_python_docs(kb)
     with psycopg.connect(kb.url, options=f"-c search_path={kb.schema},public") as conn:
         rows = conn.execute(
-            f"""SELECT c.text, c.metadata, d.source, d.metadata, e.embedding::text
+            f"""SELECT c.text, c.metadata, d.source, d.metadata, e.embedding::text, c.document_id
                 FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id
                 JOIN kb_collections k ON k.id = c.collection_id
                 JOIN {embeddings_table(kb.dimension).as_string(conn)} e ON e.chunk_id = c.id
@@ -73,30 +82,41 @@ def load_corpus(kb: KnowledgeBase) -> Corpus:
         ).fetchall()
     contexts = [
         context_line(document_title(source, dmeta or {}), (meta or {}).get("section") or "")
-        for _, meta, source, dmeta, _ in rows
+        for _, meta, source, dmeta, *_ in rows
     ]
     texts = [r[0] for r in rows]
     vectors = np.array([[float(x) for x in r[4].strip("[]").split(",")] for r in rows])
+    keys: dict[tuple[str, str], int] = {}
+    sections = [keys.setdefault((r[5], (r[1] or {}).get("section") or ""), len(keys)) for r in rows]
+    joined: list[list[str]] = [[] for _ in keys]
+    for section, text in zip(sections, texts, strict=True):
+        joined[section].append(text)
     return Corpus(
         texts=texts,
         searchable=[searchable_text(c, t) for c, t in zip(contexts, texts, strict=True)],
         contexts=contexts,
         modules=[document_title(r[2], r[3] or {}) for r in rows],
         vectors=vectors.astype(np.float32),
+        sections=sections,
+        section_texts=["\n\n".join(parts) for parts in joined],
     )
 
 
-def relevant_chunks(corpus: Corpus, cases: Sequence[EvalCase]) -> dict[str, set[int]]:
-    """Per case, the chunks holding one of its evidence passages (as the evaluation decides)."""
-    digest = hashlib.sha1("\x00".join(corpus.texts).encode()).hexdigest()[:16]
-    cache = Path(tempfile.gettempdir()) / f"arcana-ranking-lab-{digest}.pkl"
+def relevant_sections(corpus: Corpus, cases: Sequence[EvalCase]) -> dict[str, set[int]]:
+    """Per case, the sections whose whole text holds one of its evidence passages.
+
+    The evaluation scores what a search returns: with whole sections, a section
+    holding the passage counts wherever in it the passage is.
+    """
+    digest = hashlib.sha1("\x00".join(corpus.section_texts).encode()).hexdigest()[:16]
+    cache = Path(tempfile.gettempdir()) / f"arcana-ranking-lab-sections-{digest}.pkl"
     known: dict[str, set[int]] = pickle.loads(cache.read_bytes()) if cache.exists() else {}
     for case in cases:
         if case.id not in known:
             passages = [p for entry in case.evidence for p in alternatives(entry)]
             known[case.id] = {
                 i
-                for i, text in enumerate(corpus.texts)
+                for i, text in enumerate(corpus.section_texts)
                 if any(holds_passage(text, p) for p in passages)
             }
     cache.write_bytes(pickle.dumps(known))
@@ -106,8 +126,20 @@ def relevant_chunks(corpus: Corpus, cases: Sequence[EvalCase]) -> dict[str, set[
 class BM25:
     """BM25 over `lexical.terms`, the weighting of the lexical side, in memory."""
 
-    def __init__(self, texts: Sequence[str], k1: float = lexical.K1, b: float = lexical.B):
+    def __init__(
+        self,
+        texts: Sequence[str],
+        k1: float = lexical.K1,
+        b: float = lexical.B,
+        contexts: Sequence[str] | None = None,
+        context_weight: float = 1.0,
+    ):
+        """BM25 over `texts`; with `contexts`, their terms count `context_weight` times (BM25F)."""
         docs = [Counter(lexical.terms(t)) for t in texts]
+        if contexts is not None:
+            for doc, context in zip(docs, contexts, strict=True):
+                for term, tf in Counter(lexical.terms(context)).items():
+                    doc[term] += context_weight * tf
         lengths = [sum(d.values()) for d in docs]
         average = max(1.0, sum(lengths) / max(len(lengths), 1))
         frequencies: Counter[str] = Counter()
@@ -116,6 +148,7 @@ class BM25:
         self.size = len(docs)
         self.postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for i, doc in enumerate(docs):
+            doc = +doc  # terms a zero context weight left at 0 are not in the chunk
             norm = k1 * (1 - b + b * lengths[i] / average)
             for term, tf in doc.items():
                 self.postings[term].append((i, tf * (k1 + 1) / (tf + norm)))
@@ -134,10 +167,17 @@ class BM25:
 class Lab:
     """The baseline rankers and the variants, over one corpus."""
 
-    def __init__(self, corpus: Corpus) -> None:
+    def __init__(self, corpus: Corpus, embeddings: Embeddings | None = None) -> None:
         self.corpus = corpus
-        self.embeddings = WordLlamaEmbeddings()
+        self.embeddings = embeddings or WordLlamaEmbeddings()
         self.bm25 = BM25(corpus.searchable)
+        self.chunk_chars = np.array([len(t) for t in corpus.texts], dtype=float)
+        self.section_chars = np.array(
+            [len(corpus.section_texts[s]) for s in corpus.sections], dtype=float
+        )
+        self.shipped_prior = self.length_prior(
+            self.chunk_chars, SHIPPED.short_chunk_chars, SHIPPED.short_chunk_power
+        )
         self._queries: dict[str, np.ndarray[Any, Any]] = {}
         self._sentences: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
 
@@ -172,23 +212,79 @@ class Lab:
         semantic: np.ndarray[Any, Any] | None = None,
         lexical_scores: np.ndarray[Any, Any] | None = None,
         *,
-        lexical_weight: float = 1.3,
-        rrf_k: float = 60,
+        lexical_weight: float = SHIPPED.lexical_weight,
+        rrf_k: float = SHIPPED.rrf_k,
         pool: int = 40,
+        prior: np.ndarray[Any, Any] | None = None,
+        by_section: bool = False,
     ) -> list[int]:
-        """Fused ranking, as `knowledge.queries` fuses (sides given, or the baseline's)."""
+        """Fused ranking, as `knowledge.queries` fuses (sides given, or the baseline's).
+
+        `prior`: per chunk, a factor of its fused score (default: the shipped length
+        prior). `by_section`: each side ranks sections (a section at its best chunk's
+        place, its other chunks left out).
+        """
+        if prior is None:
+            prior = self.shipped_prior
         sims = self.cosine(query) if semantic is None else semantic
         lex = self.bm25.scores(query) if lexical_scores is None else lexical_scores
         lex_order = [int(i) for i in np.argsort(-lex)[:pool]]
         best = lex[lex_order[0]] if lex_order else 0.0
         lexical_rows = [i for i in lex_order if lex[i] > 0 and lex[i] >= 0.3 * best]
+        semantic_rows = [int(i) for i in np.argsort(-sims)[:pool]]
+        if by_section:
+            semantic_rows, lexical_rows = self._firsts(semantic_rows), self._firsts(lexical_rows)
         fused: dict[int, float] = defaultdict(float)
-        for rank, i in enumerate(int(i) for i in np.argsort(-sims)[:pool]):
+        for rank, i in enumerate(semantic_rows):
             fused[i] += 1.0 / (rrf_k + rank + 1)
         for rank, i in enumerate(lexical_rows):
             fused[i] += lexical_weight / (rrf_k + rank + 1)
+        fused = defaultdict(float, {i: v * prior[i] for i, v in fused.items()})
         kept = set(lexical_rows)
         return [i for i in sorted(fused, key=lambda i: -fused[i]) if i in kept or sims[i] >= 0.35]
+
+    def _firsts(self, rows: list[int]) -> list[int]:
+        """Each section's first chunk in `rows`, in order."""
+        seen: set[int] = set()
+        out = []
+        for i in rows:
+            if self.corpus.sections[i] not in seen:
+                seen.add(self.corpus.sections[i])
+                out.append(i)
+        return out
+
+    def convex(self, query: str, alpha: float, pool: int = 40) -> list[int]:
+        """Scores fused, not ranks: ``alpha`` x cosine + (1 - alpha) x BM25 / best BM25, over both pools."""
+        sims, lex = self.cosine(query), self.bm25.scores(query)
+        rows = {int(i) for i in np.argsort(-sims)[:pool]} | {
+            int(i) for i in np.argsort(-lex)[:pool] if lex[i] > 0
+        }
+        top = max(lex.max(), 1e-9)
+        return sorted(rows, key=lambda i: -(alpha * sims[i] + (1 - alpha) * lex[i] / top))
+
+    def diverse(self, ranked: list[int], weight: float, depth: int = 30) -> list[int]:
+        """Maximal marginal relevance over the top `depth`: each pick's fused rank score less
+        `weight` times its cosine to the closest one picked before it (near-duplicate
+        namesakes make room for the rest)."""
+        head, tail = ranked[:depth], ranked[depth:]
+        relevance = {i: 1.0 / (n + 1) ** 0.5 for n, i in enumerate(head)}
+        vectors = self.corpus.vectors
+        picked: list[int] = []
+        while head:
+
+            def gain(i: int) -> float:
+                if not picked:
+                    return relevance[i]
+                return relevance[i] - weight * float(np.max(vectors[picked] @ vectors[i]))
+
+            best = max(head, key=gain)
+            picked.append(best)
+            head.remove(best)
+        return picked + tail
+
+    def length_prior(self, chars: np.ndarray[Any, Any], full: float, power: float) -> Any:
+        """A factor below 1 for texts shorter than `full` characters: ``(chars / full) ** power``."""
+        return np.minimum(1.0, chars / full) ** power
 
     def variants(self) -> dict[str, Ranker]:
         """Each idea tried, by name (the first three are the search modes as shipped)."""
@@ -211,6 +307,9 @@ class Lab:
             "semantic": lambda q: top(self.cosine(q)),
             "bm25": lambda q: top(self.bm25.scores(q)),
             "hybrid": self.hybrid,
+            "hybrid, before (k 60, lexical 1.3, no length prior)": lambda q: self.hybrid(
+                q, rrf_k=60, lexical_weight=1.3, prior=np.ones(len(self.chunk_chars))
+            ),
             "hybrid, bm25 b=0.5": lambda q: self.hybrid(q, lexical_scores=bm25_b05.scores(q)),
             "hybrid, lexical weight 1.0, k 20": lambda q: self.hybrid(
                 q, lexical_weight=1.0, rrf_k=20
@@ -219,16 +318,52 @@ class Lab:
             "hybrid, module prior": module_prior,
             "semantic, best sentence": lambda q: top(self.best_sentence(q)),
             "hybrid, best sentence": lambda q: self.hybrid(q, semantic=self.best_sentence(q)),
+            **self.priors(),
         }
+
+    def priors(self) -> dict[str, Ranker]:
+        """Ways to rank a section's answering chunk above its short namesakes (tune half only).
+
+        Fusion constants without a prior, length priors (a chunk's or its section's
+        characters) at the shipped fusion, context terms weighted down (BM25F), maximal
+        marginal relevance, and scores fused instead of ranks.
+        """
+        flat = np.ones(len(self.chunk_chars))
+        out: dict[str, Ranker] = {}
+        for k, weight in itertools.product(
+            (5, 10, 20, 40, 60), (0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.3)
+        ):
+            for by_section in (False, True):
+                name = f"hybrid, k {k} lexical {weight}{', by section' if by_section else ''}"
+                out[name] = lambda q, k=k, w=weight, b=by_section: self.hybrid(
+                    q, rrf_k=k, lexical_weight=w, by_section=b, prior=flat
+                )
+        for full, power in itertools.product((200, 300, 400, 600, 800), (0.05, 0.1, 0.2, 0.3)):
+            for name, chars in (("section", self.section_chars), ("chunk", self.chunk_chars)):
+                prior = self.length_prior(chars, full, power)
+                out[f"hybrid, {name} length prior {full}^{power}"] = lambda q, p=prior: self.hybrid(
+                    q, prior=p
+                )
+        for weight in (0.0, 0.25, 0.5):
+            fielded = BM25(self.corpus.texts, contexts=self.corpus.contexts, context_weight=weight)
+            out[f"hybrid, context terms x{weight}"] = lambda q, f=fielded: self.hybrid(
+                q, lexical_scores=f.scores(q)
+            )
+        for weight in (0.1, 0.2, 0.3, 0.5):
+            out[f"hybrid, mmr {weight}"] = lambda q, w=weight: self.diverse(self.hybrid(q), w)
+        for alpha in (0.3, 0.5, 0.7, 0.8, 0.9):
+            out[f"convex {alpha}"] = lambda q, a=alpha: self.convex(q, a)
+        return out
 
 
 def score(
-    ranker: Ranker, cases: Sequence[EvalCase], relevant: dict[str, set[int]]
+    ranker: Ranker, corpus: Corpus, cases: Sequence[EvalCase], relevant: dict[str, set[int]]
 ) -> dict[str, float]:
-    """hit@1/5/10/30 and MRR of one ranker."""
+    """hit@1/5/10/30 and MRR of one ranker, over the sections its chunks belong to (each once)."""
     totals = {"hit@1": 0.0, "hit@5": 0.0, "hit@10": 0.0, "hit@30": 0.0, "mrr": 0.0}
     for case in cases:
-        ranked, wanted = ranker(case.question), relevant[case.id]
+        wanted = relevant[case.id]
+        ranked = list(dict.fromkeys(corpus.sections[i] for i in ranker(case.question)))
         for k in (1, 5, 10, 30):
             totals[f"hit@{k}"] += any(i in wanted for i in ranked[:k])
         first = next((n for n, i in enumerate(ranked[:100]) if i in wanted), None)
@@ -240,23 +375,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--split", choices=("tune", "test"), default="tune")
     parser.add_argument("--variants", help="comma-separated names (default: all)")
+    parser.add_argument("--match", help="only the variants whose name holds this text")
+    parser.add_argument("--skip", help="not the variants whose name holds this text")
+    parser.add_argument("--embeddings", help="an embedder spec (default: WordLlama)")
     args = parser.parse_args()
-    kb = KnowledgeBase()
+    kb = KnowledgeBase(embeddings=args.embeddings)
     corpus = load_corpus(kb)
     cases = [
         c for c in load_cases(EVAL_SETS["realistic"]).cases if c.split == args.split and c.evidence
     ]
-    relevant = relevant_chunks(corpus, cases)
-    lab = Lab(corpus)
+    relevant = relevant_sections(corpus, cases)
+    lab = Lab(corpus, kb.embeddings)
     chosen = lab.variants()
     if args.variants:
         chosen = {n: chosen[n] for n in args.variants.split(",")}
+    if args.match:
+        chosen = {n: r for n, r in chosen.items() if args.match in n}
+    if args.skip:
+        chosen = {n: r for n, r in chosen.items() if args.skip not in n}
     print(f"realistic/{args.split}: {len(cases)} answerable questions, {len(corpus.texts)} chunks")
-    print(f"{'variant':<36} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'hit@30':>6} {'mrr':>6}")
+    print(f"{'variant':<44} {'hit@1':>6} {'hit@5':>6} {'hit@10':>6} {'hit@30':>6} {'mrr':>6}")
     for name, ranker in chosen.items():
-        s = score(ranker, cases, relevant)
+        s = score(ranker, corpus, cases, relevant)
         print(
-            f"{name:<36} {s['hit@1']:>6.3f} {s['hit@5']:>6.3f} {s['hit@10']:>6.3f} {s['hit@30']:>6.3f} {s['mrr']:>6.3f}"
+            f"{name:<44} {s['hit@1']:>6.3f} {s['hit@5']:>6.3f} {s['hit@10']:>6.3f} {s['hit@30']:>6.3f} {s['mrr']:>6.3f}"
         )
     kb.close()
 

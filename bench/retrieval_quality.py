@@ -39,10 +39,12 @@ from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 SCHEMA = "kb_bench_quality"
 VARIANTS: dict[str, Ranking] = {
     "default": Ranking(),
+    "before": Ranking(rrf_k=60, lexical_weight=1.3, short_chunk_power=0),
     "ts_rank": Ranking(lexical="ts_rank"),
     "unweighted": Ranking(semantic_weight=1.0, lexical_weight=1.0, rrf_k=60),
 }
-"""`default` is what KnowledgeBase() uses; `ts_rank` is the lexical ranking before BM25."""
+"""`default` is what KnowledgeBase() uses; `before` the fusion before whole sections (RRF k 60,
+lexical weight 1.3, no length prior); `ts_rank` is the lexical ranking before BM25."""
 
 
 def _subsets() -> list[tuple[str, Any]]:

@@ -142,7 +142,9 @@ def test_filtered_hnsw_returns_limit_rows(loaded: KnowledgeBase) -> None:
     assert len(hits) == 3 and {h["collection"] for h in hits} == {"games"}
     exact = KnowledgeBase(loaded.url, schema=loaded.schema)
     try:
-        want = exact.search(QUESTIONS["bread"], collection="games", mode="semantic", limit=3)
+        want = exact.search(
+            QUESTIONS["bread"], collection="games", mode="semantic", limit=3, whole_sections=False
+        )
     finally:
         exact.close()
     assert [h["id"] for h in hits] == [h["id"] for h in want]
