@@ -1,4 +1,4 @@
-"""The arcana-loop knowledge base: PostgreSQL + pgvector, WordLlama embeddings by default.
+"""The arcana-loop knowledge base: PostgreSQL + pgvector, MiniLM or WordLlama embeddings per collection.
 
 `ingest`, `search` and `asearch` here use a lazily created default knowledge base
 (`default_knowledge_base()`: `DATABASE_URL`, else the embedded server). They fit
@@ -19,19 +19,23 @@ from langchain_core.documents import Document
 from arcana_loop.knowledge.base import KnowledgeBase
 from arcana_loop.knowledge.embeddings import (
     WordLlamaEmbeddings,
+    default_embedder_name,
     default_embeddings,
     embedding_model_name,
     resolve_embeddings,
 )
+from arcana_loop.knowledge.embeddings_minilm import MiniLMEmbeddings
 from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     DatabaseUnavailable,
     DataDirectoryFull,
+    EmbedderUnavailable,
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
 )
 from arcana_loop.knowledge.loaders import MissingExtra
+from arcana_loop.knowledge.reembed import ReembedResult
 from arcana_loop.knowledge.retriever import KnowledgeBaseRetriever
 from arcana_loop.knowledge.server import database_url
 from arcana_loop.knowledge.types import (
@@ -51,18 +55,22 @@ __all__ = [
     "DataDirectoryFull",
     "DocumentInfo",
     "DatabaseUnavailable",
+    "EmbedderUnavailable",
     "EmbeddingMismatch",
     "IngestError",
     "IngestResult",
     "KnowledgeBase",
     "KnowledgeBaseError",
     "KnowledgeBaseRetriever",
+    "MiniLMEmbeddings",
     "MissingExtra",
+    "ReembedResult",
     "SearchMode",
     "WordLlamaEmbeddings",
     "aingest",
     "asearch",
     "database_url",
+    "default_embedder_name",
     "default_embeddings",
     "default_knowledge_base",
     "embedding_model_name",
