@@ -239,34 +239,22 @@ class Quote:
         return f"{lead}{text} [{self.found.id}]"
 
 
-def _quotes(
-    part: str,
-    index: int,
-    passages: Sequence[tuple[Found, list[str]]],
-    meaning: Any,
-    offsets: Sequence[int],
-) -> list[Quote]:
-    """Every passage's best sentences for one part, best passage first."""
-    quotes = []
-    for (found, sentences), offset in zip(passages, offsets, strict=True):
-        if not sentences:
-            continue
-        scored = [
-            (float(meaning[index][offset + i]) + WORDS_WEIGHT * _overlap(part, s), i)
-            for i, s in enumerate(sentences)
-        ]
-        # a member's signature says how to call it and names its parameters: it leads the quote
-        signature = sentences[0] if _is_signature(sentences[0], found.subject) else None
-        ranked = sorted((s for s in scored if signature is None or s[1] > 0), reverse=True)
-        chosen = tuple(
-            sentences[i] for _, i in sorted(ranked[:SENTENCES_PER_PASSAGE], key=lambda s: s[1])
-        )
-        if not chosen:  # the signature is all the passage says
-            chosen, signature = (sentences[0],), None
-        top = max(float(meaning[index][offset + i]) for i in range(len(sentences)))
-        words = _overlap(part, f"{found.subject} {found.text}")
-        quotes.append(Quote(found, chosen, passage_score(top, words, found.rank), signature))
-    return sorted(quotes, key=lambda q: q.score, reverse=True)
+def _quote(part: str, found: Found, sentences: Sequence[str], meaning: Sequence[float]) -> Quote:
+    """A passage's best sentences for one part, and how well it answers it.
+
+    ``meaning`` is each sentence's similarity to the part.
+    """
+    scored = [(meaning[i] + WORDS_WEIGHT * _overlap(part, s), i) for i, s in enumerate(sentences)]
+    # a member's signature says how to call it and names its parameters: it leads the quote
+    signature = sentences[0] if _is_signature(sentences[0], found.subject) else None
+    ranked = sorted((s for s in scored if signature is None or s[1] > 0), reverse=True)
+    chosen = tuple(
+        sentences[i] for _, i in sorted(ranked[:SENTENCES_PER_PASSAGE], key=lambda s: s[1])
+    )
+    if not chosen:  # the signature is all the passage says
+        chosen, signature = (sentences[0],), None
+    words = _overlap(part, f"{found.subject} {found.text}")
+    return Quote(found, chosen, passage_score(max(meaning), words, found.rank), signature)
 
 
 @dataclass(frozen=True)
@@ -281,19 +269,20 @@ class Extract:
 
 def extract(question: str, chunks: Sequence[Found]) -> Extract:
     """Quote, for each part of the question, the passages that answer it best (`PASSAGES_PER_PART`)."""
-    passages = [(found, quotable_sentences(found.text)) for found in chunks]
-    offsets, total = [], 0
-    for _, sentences in passages:
-        offsets.append(total)
-        total += len(sentences)
-    if not total:
+    passages = [(f, s) for f in chunks if (s := quotable_sentences(f.text))]
+    if not passages:
         return Extract(None, None)
     parts = question_parts(question)
-    meaning = _similarities(
-        parts, [f"{found.subject} {s}" for found, sentences in passages for s in sentences]
-    )
-    ranked = [_quotes(part, index, passages, meaning, offsets) for index, part in enumerate(parts)]
-    best = max((quotes[0].score for quotes in ranked if quotes), default=0.0)
+    similar = _similarities(parts, [f"{f.subject} {s}" for f, ss in passages for s in ss])
+    ranked: list[list[Quote]] = []
+    for index, part in enumerate(parts):
+        quotes, start = [], 0
+        for found, sentences in passages:
+            row = [float(x) for x in similar[index][start : start + len(sentences)]]
+            quotes.append(_quote(part, found, sentences, row))
+            start += len(sentences)
+        ranked.append(sorted(quotes, key=lambda q: q.score, reverse=True))
+    best = max(quotes[0].score for quotes in ranked)
     if best < MIN_SCORE:
         return Extract(None, best)
     lines: list[str] = []
@@ -307,11 +296,6 @@ def extract(question: str, chunks: Sequence[Found]) -> Extract:
                 quoted.update((quote.found.id, quote.sentences))
                 lines.append(quote.line())
     return Extract("\n".join(lines), best)
-
-
-def extractive_answer(question: str, chunks: Sequence[Found]) -> str | None:
-    """The quotes that answer a question (`extract`), or ``None``."""
-    return extract(question, chunks).text
 
 
 def is_follow_up(question: str) -> bool:
