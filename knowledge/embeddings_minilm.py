@@ -249,9 +249,7 @@ def per_machine_model(source: Path, directory: Path) -> Path:
             return model  # another process made it while this one waited
         if model.exists():
             logger.warning("the cached %s does not match its record; making it again", model)
-        logger.warning(
-            "preparing the MiniLM embedder for this machine (once, about 10 s): %s", model
-        )
+        logger.warning("preparing the MiniLM embedder for this machine (once, 10-15 s): %s", model)
         _quantize(source, model)
         _write_atomically(
             record,

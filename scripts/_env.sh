@@ -21,7 +21,7 @@ extras="${ARCANA_LOOP_EXTRAS:-dev}"
 key=$( { cat pyproject.toml; git ls-files -co --exclude-standard -- arcana_loop graph nodes tools grounding knowledge cli evaluation ui 2>/dev/null | sort; } | sha1sum | cut -c1-12)
 stamp=".venv/.installed-${extras//,/+}-$key"
 if [ ! -f "$stamp" ] && [ ! -f ".venv/.installed-dev-$key" ]; then
-    echo "Installing arcana-loop[$extras] into .venv (first run: about a minute)..." >&2
+    echo "Installing arcana-loop[$extras] into .venv (first run only)..." >&2
     rm -rf build/__editable__.*  # links to modules that may be gone
     # pip's own progress is left out; its errors still reach the terminal
     .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" \
