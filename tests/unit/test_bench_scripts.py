@@ -161,3 +161,15 @@ def test_a_summary_list_without_its_columns_is_refused_by_name(tmp_path):
         list(corpus.summary_documents(listing))
     with pytest.raises(ValueError, match="no such summary list"):
         corpus.summary_lists([tmp_path / "missing.tsv"])
+
+
+def test_the_cli_bench_times_a_child_and_refuses_one_that_fails():
+    import os
+    import sys
+
+    from bench import cli_bench
+
+    wall, cpu = cli_bench.timed([sys.executable, "-c", "sum(range(3_000_000))"], dict(os.environ))
+    assert wall > 0 and cpu > 0  # the child's own CPU, from the kernel's accounting
+    with pytest.raises(RuntimeError, match="failed: boom"):
+        cli_bench.timed([sys.executable, "-c", "import sys; sys.exit('boom')"], dict(os.environ))
