@@ -49,6 +49,8 @@ order. {scope}"""
 LOCKED_SCOPE = "This server reads only the collection(s) {names}."
 OPEN_SCOPE = "Name a collection to read only it; by default every collection is read."
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""Addresses only this machine reaches (the SDK also guards them against DNS rebinding)."""
 DEFAULT_CHUNKS_SHOWN = 50
 """Chunks `read_document` returns unless asked for more (a long PDF holds hundreds)."""
 
@@ -364,6 +366,11 @@ def serve(
     scope = ", ".join(collections) if collections else "every collection"
     if http:
         err.print(f"[dim]MCP server ({scope}) at http://{host}:{port}/mcp; Ctrl-C stops it.[/]")
+        if host not in LOOPBACK_HOSTS:
+            err.print(
+                f"[yellow]Listening on {host}: the server has no authentication, so anyone who"
+                " can reach this address can read the knowledge base and run questions.[/]"
+            )
         server.run("streamable-http", host=host, port=port)
     else:
         # stdout carries the protocol: what a person should see goes to stderr
