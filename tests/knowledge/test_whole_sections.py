@@ -227,3 +227,27 @@ def test_the_evaluation_counts_evidence_anywhere_in_a_returned_section(
         report = evaluate_retrieval([case], search, collection="guide", modes=("hybrid",), k=(1,))
         scores[whole_on] = report["modes"]["hybrid"]["summary"]["hit@1"]
     assert scores == {False: 0.0, True: 1.0}
+
+
+@pg
+def test_a_chunk_found_outside_the_text_ranking_has_its_section_read(guide: KnowledgeBase) -> None:
+    """Chunks the knowledge graph alone found get their sections from a statement of their own."""
+    from arcana_loop.knowledge import queries as q
+
+    stored = _by_section(guide, "guide")["Packaging > Build a wheel"]
+    req = q.make_request(
+        "wheel",
+        collection="guide",
+        limit=5,
+        mode="hybrid",
+        threshold=None,
+        ef_search=None,
+        whole_sections=True,
+    )
+    assert req is not None
+    with guide.pool().connection() as conn:
+        rows = conn.execute(*q.sections_statement(req, [stored[1]["id"]])).fetchall()
+    [(key, section)] = q.sections_of(rows).items()
+    assert key[1] == "Packaging > Build a wheel"
+    assert [p.id for p in section.pieces] == [c["id"] for c in stored]
+    assert section.total == len(stored)
