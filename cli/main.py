@@ -384,7 +384,7 @@ def _delete_documents(kb: Any, collection: str, source: str, *, dry_run: bool, y
     if dry_run or not yes or len(names) > 1:
         out.print(f"{'Would delete' if dry_run else 'Deleting'} {len(names)} of {collection!r}:")
         for name in names:
-            out.print(f"  {shown(name)}", highlight=False)
+            out.print(f"  {shown(name)}", highlight=False, soft_wrap=True)  # a path whole
     if dry_run:
         return
     if not yes and not typer.confirm(f"Delete {len(names)} document{'s' * (len(names) != 1)}?"):
