@@ -73,7 +73,9 @@ def test_answer_model_tokens_stream_tagged_as_the_answer_and_the_controller_tagg
     final = values["messages"][-1]
     assert {m.id for m in answer_chunks} == {final.id}
     # the same message, its citations numbered for people (the answer keeps the id)
-    assert values["answer"] == "Use asyncio.wait_for with a timeout [c1]." and final.name == "answer"
+    assert (
+        values["answer"] == "Use asyncio.wait_for with a timeout [c1]." and final.name == "answer"
+    )
     assert answer_text(final.content) == "Use asyncio.wait_for with a timeout [1]."
     assert final.text.startswith("Use asyncio.wait_for with a timeout [1].\n\nSources:\n[1] ")
     assert [m for m, _ in events if not isinstance(m, AIMessageChunk) and m.id == final.id] == []
