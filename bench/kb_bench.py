@@ -628,6 +628,8 @@ class Growth:
         self.out: dict[str, Any] = {"corpus": f"growth:{size}"}
         self.work = {"build": 0.0, "rebuild": 0.0, "merge": 0.0}
         """Seconds of index work in the current load: builds after a bulk load, rebuilds, merges."""
+        self.rebuilt: list[schema.Rebuilt] = []
+        """The current load's rebuild, if it rebuilt its collection's graph."""
 
     def run(self) -> dict[str, Any]:
         """Every load in turn, then searches and recall after the last; return the results."""
@@ -656,6 +658,8 @@ class Growth:
         def timed_work(*args: Any, **kwargs: Any) -> Any:
             out, t = timed(fn, *args, **kwargs)
             self.work[kind] += t
+            if isinstance(out, schema.Rebuilt):
+                self.rebuilt.append(out)
             return out
 
         return timed_work
@@ -665,9 +669,11 @@ class Growth:
         o = self.out
         rng = random.Random(3)
         sample = rng.sample(rows, min(GROWTH_EMBED_SAMPLE, len(rows)))
-        embed = embed_rate([r.searchable for r in sample])
+        texts = [r.searchable for r in sample]
+        embed_before = embed_rate(texts)
         before = self._stored()
         self.work = dict.fromkeys(self.work, 0.0)
+        self.rebuilt = []
         o[f"{name}_uptime"] = _uptime()
         stop = threading.Event()
         reader = _Reader(self.kb, queries or [], stop)
@@ -687,11 +693,16 @@ class Growth:
                 reader.join()
         n = result.chunks_added
         index = sum(self.work.values())
+        # timed before and after the load: on a shared machine its rate moves within minutes
+        embed_after = embed_rate(texts)
+        embed = (embed_before + embed_after) / 2
         o.update(
             {
                 f"{name}_held_before": before,
                 f"{name}_chunks": n,
                 f"{name}_share": n / before if before else None,
+                f"{name}_embed_rate_before": embed_before,
+                f"{name}_embed_rate_after": embed_after,
                 f"{name}_embed_rate": embed,
                 f"{name}_s": t,
                 f"{name}_rate": n / t,
@@ -702,6 +713,17 @@ class Growth:
                 f"{name}_pending_after": self._pending(),
             }
         )
+        for r in self.rebuilt:
+            o.update(
+                {
+                    f"{name}_rebuild_rows": r.rows,
+                    f"{name}_rebuild_copy_s": r.copy_s,
+                    f"{name}_rebuild_build_s": r.build_s,
+                    f"{name}_rebuild_ms_per_row": 1000 * (r.copy_s + r.build_s) / r.rows,
+                    f"{name}_rebuild_swap_s": r.swap_s,
+                    f"{name}_rebuild_searches_waited_s": r.blocked_s,
+                }
+            )
         if queries:
             o.update(reader.summary(f"{name}_during"))
 
@@ -799,6 +821,7 @@ class _Reader(threading.Thread):
             f"{label}_searches": len(self.got),
             f"{label}_semantic_p50_ms": pct(self.times, 50),
             f"{label}_semantic_p95_ms": pct(self.times, 95),
+            f"{label}_semantic_max_ms": 1000 * max(self.times),
             f"{label}_recall_vs_exact": recall(self.got, self.want),
         }
 

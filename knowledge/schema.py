@@ -31,7 +31,10 @@ write does itself once a collection holds more than `PENDING_MAX_ROWS` of them.
 Inserting into a live graph costs a server backend 1.4 ms a vector at 91k
 vectors (more at 900k); a pending write 0.03 ms. The graph insertion still
 happens, at the merge (1.3 ms a vector), but not on the path of a sync that
-changed a few files, and never for a chunk replaced before it was merged.
+changed a few files, and never for a chunk replaced before it was merged. A load
+that leaves many pending vectors beside a graph of comparable size is cheaper
+taken in by a new graph over every row, built beside the live one on a table of
+its own and swapped in at one commit (`rebuild_hnsw_beside`).
 
 `kb_chunks.tsv` is a generated `to_tsvector('english', text)` column with a GIN
 index. Deleting a collection or document cascades to its chunks and embeddings.
@@ -45,7 +48,9 @@ the table names below are never qualified and never built from user text.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -665,16 +670,32 @@ _SWAP_LOCK_TIMEOUT = "10s"
 """How long the swap waits for the writes it must hold off (in-flight batches take about a second)."""
 
 
+@dataclass(frozen=True)
+class Rebuilt:
+    """What a rebuild (`rebuild_hnsw_beside`) took in, and how long each part of it took."""
+
+    rows: int
+    """Vectors in the new graph."""
+    copy_s: float
+    """Copying the partition's rows into the new table."""
+    build_s: float
+    """Building its graph, key and pending-rows index."""
+    swap_s: float
+    """The swap, from asking for its lock on `kb_chunks` to the commit (waits and retries included)."""
+    blocked_s: float
+    """From dropping the old partition to the commit: what searches of the dimension waited."""
+
+
 def rebuild_hnsw_beside(
     conn: psycopg.Connection[Any],
     dimension: int,
     collection_id: int,
     *,
     due: Callable[[int, int], bool] | None = None,
-) -> int | None:
+) -> Rebuilt | None:
     """Build a new HNSW graph over all of a collection's vectors beside its live one, then swap it in.
 
-    Returns the vectors in the new graph, or None when nothing was done: the
+    Returns what it did, or None when nothing was done: the
     collection is gone or has no usable HNSW index, or `due` (given the pending
     and the stored vectors, counted once this builder holds the partition's build
     lock) says a rebuild is not due any more (another builder just did one).
@@ -724,17 +745,22 @@ def rebuild_hnsw_beside(
             "SELECT set_config('maintenance_work_mem', '1GB', true)"
             " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
         )
-        rows = _fill_beside(conn, dimension, collection_id, names)
+        start = time.perf_counter()
+        rows = _copy_beside(conn, dimension, collection_id, names)
+        copied = time.perf_counter()
+        _build_beside(conn, names)
+        built = time.perf_counter()
         for attempt in range(1, SWAP_ATTEMPTS + 1):
             try:
                 with conn.transaction():
-                    _swap_in(conn, dimension, collection_id, names)
+                    dropping = _swap_in(conn, dimension, collection_id, names)
                 break
             except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable) as exc:
                 if attempt == SWAP_ATTEMPTS:
                     raise
                 logger.info("swapping in the new HNSW graph of %s: %s; again", partition, exc)
-    return rows
+    done = time.perf_counter()
+    return Rebuilt(rows, copied - start, built - copied, done - built, done - dropping)
 
 
 class _RebuildNames:
@@ -751,10 +777,10 @@ class _RebuildNames:
         self.check = f"{shadow}_collection"
 
 
-def _fill_beside(
+def _copy_beside(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int, names: _RebuildNames
 ) -> int:
-    """Create the table beside the partition, copy its rows into the graph-to-be, build its indexes."""
+    """Create the table beside the partition and copy its rows into it, none pending; return them."""
     shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_here(conn, names.shadow)))
     # the CHECK lets ATTACH PARTITION skip scanning the rows for the partition's bound
@@ -777,7 +803,12 @@ def _fill_beside(
             " SELECT chunk_id, collection_id, embedding, false FROM {p}"
         ).format(s=shadow, p=partition)
     )
-    rows = max(cur.rowcount, 0)
+    return max(cur.rowcount, 0)
+
+
+def _build_beside(conn: psycopg.Connection[Any], names: _RebuildNames) -> None:
+    """Build the new table's graph, its key and its pending-rows index; gather its statistics."""
+    shadow = sql.Identifier(names.shadow)
     (hnsw, _), (key, _), (waiting, _) = names.indexes
     conn.execute(
         sql.SQL(
@@ -796,13 +827,15 @@ def _fill_beside(
         )
     )
     conn.execute(sql.SQL("ANALYZE {s}").format(s=shadow))
-    return rows
 
 
 def _swap_in(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int, names: _RebuildNames
-) -> None:
-    """Bring over what changed since the copy, then put the new table in the partition's place."""
+) -> float:
+    """Bring over what changed since the copy, then put the new table in the partition's place.
+
+    Returns when (`time.perf_counter`) it began to hold the parent table.
+    """
     shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (_SWAP_LOCK_TIMEOUT,))
     # every write of a vector writes its chunk first, in the same transaction, and every
@@ -822,6 +855,7 @@ def _swap_in(
         ).format(s=shadow, p=partition)
     )
     # from here to the commit, searches of this dimension wait (the parent is locked)
+    dropping = time.perf_counter()
     drop_partition(conn, dimension, collection_id)
     conn.execute(sql.SQL("ALTER TABLE {s} RENAME TO {p}").format(s=shadow, p=partition))
     conn.execute(
@@ -840,6 +874,7 @@ def _swap_in(
                 b=_here(conn, built), k=sql.Identifier(kept)
             )
         )
+    return dropping
 
 
 def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:

@@ -19,11 +19,16 @@ drops the collection's HNSW index first (each collection has its own, on its
 partition: `knowledge.schema`) and builds it once at the end, with the memory
 and parallel workers the server allows: inserting into a live HNSW index costs
 several times a row's share of a build. A load into a collection that already
-holds rows never rebuilds its index over rows that were there before it (a rebuild
-over every row grew with the table: 26 s after the first 100k chunks, 300 s at
-961k): its vectors are written pending, outside the live graph, searched exactly
-beside it, and merged into it (`merge_pending`) once the collection holds more
-than `PENDING_MAX_ROWS` of them (`knowledge.schema`). The full-text GIN indexes, shared by
+holds rows writes its vectors pending, outside the live graph, searched exactly
+beside it (`knowledge.schema`). When it leaves more than `PENDING_MAX_ROWS` of
+them, they are taken into the graph the cheaper way (`settle_pending`): merged
+into it one by one (`merge_pending`), or, once they are `REBUILD_MIN_SHARE` of the
+graph's size or more, by a new graph over every row built beside the live one and
+swapped in (`schema.rebuild_hnsw_beside`). A rebuild grows with the whole
+collection (26 s after the first 100k chunks, 300 s at 961k), so a sync that adds
+a few files never pays for one; a load that doubles a collection does, and saves
+its merge (0.05x the embedder, measured, against the rebuild's figures in
+bench/README.md). The full-text GIN indexes, shared by
 all collections, are dropped and built afterwards likewise only while `kb_chunks`
 holds fewer than `BULK_MIN_CHUNKS` rows (searches meanwhile scan the table). Every other ingest
 ends by merging the GIN index's pending list, which each full-text search would
@@ -94,10 +99,15 @@ LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
 """Pending vectors moved into an HNSW graph per transaction (`merge_pending`)."""
-REBUILD_MIN_SHARE = 0.3
+REBUILD_MIN_SHARE = 0.25
 """A load that leaves at least this many pending vectors per vector in the graph rebuilds it.
 
-Below, its vectors are merged into the live graph (`merge_pending`). See `settle_pending`."""
+Below, its vectors are merged into the live graph (`merge_pending`). Merging p vectors into
+a graph of g costs p * m, rebuilding (g + p) * b, so a rebuild is cheaper from p / g =
+b / (m - b). Measured at 100k (2 cores, WordLlama's 256 dimensions): on a machine loaded
+to 9-10, m = 4.4 ms (10,195 vectors merged, two connections) and b = 0.86 ms (220k rows
+copied and built), 0.24; on a quiet one (bench/README.md, 2026-12-05), m = 0.66 and
+b = 0.13 (91k rows built in 11.4 s), 0.25."""
 PENDING_MAX_ROWS_ENV = "ARCANA_LOOP_PENDING_MAX_ROWS"
 """Overrides `PENDING_MAX_ROWS` for the loads of this process (tests lower it)."""
 REBUILD_MIN_SHARE_ENV = "ARCANA_LOOP_REBUILD_MIN_SHARE"
@@ -379,8 +389,19 @@ def settle_pending(pool: ConnectionPool[Any], coll: CollectionRef, upkeep: Upkee
         )
         with pool.connection() as conn:
             # counted again under the build lock: another load may have rebuilt it meanwhile
-            if rebuild_hnsw_beside(conn, coll.dimension, coll.id, due=upkeep.rebuild_due):
-                return "rebuilt"
+            rebuilt = rebuild_hnsw_beside(conn, coll.dimension, coll.id, due=upkeep.rebuild_due)
+        if rebuilt is not None:
+            logger.info(
+                "rebuilt the HNSW graph of %r: %d vectors, copied in %.1f s, built in %.1f s,"
+                " swapped in %.2f s (searches waited %.2f s)",
+                coll.name,
+                rebuilt.rows,
+                rebuilt.copy_s,
+                rebuilt.build_s,
+                rebuilt.swap_s,
+                rebuilt.blocked_s,
+            )
+            return "rebuilt"
     return "merged" if merge_pending(pool, coll, above=upkeep.pending_max_rows) else None
 
 
