@@ -6,7 +6,8 @@ entities: an id and a vector of the new dimension), a batch per transaction, and
 `kb_reembeds` records which embedder they are for. Meanwhile the collection keeps
 its embedder and its vectors: searches and ingests go on as before. A run that
 ends early leaves the staging tables, and the next run for the same embedder
-embeds only what they lack (a run for another embedder starts them again). A
+embeds only what they lack (a run for another embedder starts them again, and one
+for the embedder the collection has drops them). A
 staging row goes with its chunk or entity (a foreign key), so what an ingest
 replaced meanwhile is never swapped in.
 
@@ -133,11 +134,16 @@ def reembed_collection(
         held.autocommit = True
         target = _target(held, name, model, dimension)
         result = ReembedResult(name, model, target.old_model)
-        if (target.old_model, target.old_dimension) == (model, dimension) and not _under_way(
-            held, target
-        ):
+        if (target.old_model, target.old_dimension) == (model, dimension):
+            # already embedded with it: what an interrupted re-embed into another staged goes
+            if _under_way(held, target):
+                with held.transaction():
+                    _drop_staging(held, target)
+                    held.execute(
+                        "DELETE FROM kb_reembeds WHERE collection_id = %s", (target.collection_id,)
+                    )
             result.chunks = _count(held, target)
-            return result  # already embedded with it
+            return result
         locked = held.execute(
             "SELECT pg_try_advisory_lock(%s, %s)", (_REEMBED_LOCK, target.collection_id % 2**31)
         ).fetchone()

@@ -185,3 +185,22 @@ def test_reembed_on_the_command_line(pg_url: str) -> None:
         assert f"arcana-loop reembed {name} --embeddings wordllama" in said
     gone = runner.invoke(app, ["reembed", name, "--embeddings", "wordllama"])
     assert gone.exit_code == 1 and f"no collection named {name!r}" in gone.output
+
+
+def test_a_reembed_into_the_embedder_it_has_drops_what_another_staged(kb: KnowledgeBase) -> None:
+    for name, text in TOPICS.items():
+        kb.ingest(text, collection="notes", name=name)
+
+    def stop(done: int, total: int) -> None:
+        if done:
+            raise RuntimeError("stopped after the first batch")
+
+    with pytest.raises(RuntimeError, match="first batch"):
+        kb.reembed("notes", "minilm", batch_size=1, progress=stop)
+    assert _rows(kb, "SELECT embedding_model FROM kb_reembeds") == [(MINILM_MODEL,)]
+
+    assert kb.reembed("notes", "wordllama").model_unchanged
+    assert _rows(kb, "SELECT count(*) FROM kb_reembeds") == [(0,)]
+    (coll_id,) = _rows(kb, "SELECT id FROM kb_collections WHERE name = 'notes'")[0]
+    assert _rows(kb, "SELECT to_regclass(%s)", f"{kb.schema}.kb_reembed_c{coll_id}") == [(None,)]
+    assert _vectors_of(kb, "notes", 256) == 3
