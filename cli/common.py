@@ -177,8 +177,14 @@ def _server_start_shown() -> contextlib.AbstractContextManager[Any]:
 
 def ensure_demo_corpus(kb: Any) -> None:
     """Ingest the demo corpus (python-docs) if it is not stored yet, with a progress bar of its modules."""
-    from arcana_loop.knowledge.stdlib_docs import ensure_python_docs
+    from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
 
+    if any(c.name == COLLECTION and c.chunks > 0 for c in kb.collections()):
+        return  # stored: no bar (a bar stopped on a pipe still prints its blank line)
+    if not err.is_terminal:
+        err.print("Embedding the Python standard library docs (first run only)...")
+        ensure_python_docs(kb)
+        return
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

@@ -240,8 +240,13 @@ def ask(
     """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
     from arcana_loop.graph import run
     from arcana_loop.graph.models import ModelSpecError
+    from arcana_loop.graph.text import check_thread_id
 
     check_question(question)
+    try:
+        check_thread_id(thread_id)  # refused before the demo corpus is ingested on a first run
+    except (ValueError, TypeError) as exc:
+        fail(str(exc), "see arcana-loop ask --help")
     search_filter = where_filter(where or [])
     saver = checkpointer_spec_of(checkpointer)
     scope, kb = prepare_scope(collection)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 
 import pytest
+
+from tests.fixtures.processes import clean_env
 
 pytestmark = pytest.mark.postgres
 
@@ -25,8 +26,7 @@ def cli(*args, env):
 
 @pytest.fixture
 def env(pg_url, tmp_path):
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}
-    return {**base, "DATABASE_URL": pg_url}
+    return {**clean_env(), "DATABASE_URL": pg_url}
 
 
 def test_ingest_ask_json_and_collections(env, tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
+from tests.fixtures.processes import clean_env
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -31,11 +31,7 @@ def cli(
 
 
 def _base_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ARCANA_LOOP_", "OPENAI_", "DATABASE_URL"))
-    }
+    env = clean_env("DATABASE_URL")
     env["PYTHONPATH"] = str(
         Path(__file__).resolve().parents[2]
     )  # the project, from any working directory

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.processes import clean_env
 
 pytestmark = pytest.mark.postgres
 
@@ -31,7 +32,7 @@ def counts(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 def test_ingest_with_entities_then_build(pg_url: str, tmp_path: Path) -> None:
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))},
+        **clean_env(),
         "DATABASE_URL": pg_url,
     }
     doc = tmp_path / "tasks.md"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from psycopg import sql
 
 from arcana_loop.graph import arun, record_of, run, trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, search, tool_call
+from tests.fixtures.processes import clean_env
 from tests.fixtures.source import PACKAGES, ROOT
 
 pytestmark = pytest.mark.reliability
@@ -418,7 +418,7 @@ async def test_the_api_key_never_reaches_the_postgres_checkpoints(
 def test_the_api_key_never_reaches_cli_json_output(openai_server, pg_url, tmp_path):
     note = tmp_path / "note.md"
     note.write_text("asyncio.wait_for runs a coroutine with a timeout.")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ARCANA_LOOP_", "OPENAI_"))}
+    env = clean_env()
     env.update(DATABASE_URL=pg_url, OPENAI_API_KEY=SENTINEL, OPENAI_BASE_URL=openai_server.base_url)
     subprocess.run(
         [sys.executable, "-m", "arcana_loop.cli.main", "ingest", str(note), "--collection", "keys"],
