@@ -666,7 +666,7 @@ def merge_pending_batch(
 
 SWAP_ATTEMPTS = 5
 """Tries of a rebuild's swap that a deadlock or a lock wait cut short (each rolled back to its savepoint)."""
-_SWAP_LOCK_TIMEOUT = "10s"
+SWAP_LOCK_TIMEOUT = "10s"
 """How long the swap waits for the writes it must hold off (in-flight batches take about a second)."""
 
 
@@ -740,7 +740,10 @@ def rebuild_hnsw_beside(
         if due is not None and not due(*pending_and_stored(conn, dimension, collection_id)):
             return None
         # a client that dies mid-build ends its backend's build within a second, not at its end
-        conn.execute("SELECT set_config('client_connection_check_interval', '1s', true)")
+        conn.execute(  # PostgreSQL 14 and later
+            "SELECT set_config(name, '1s', true) FROM pg_settings"
+            " WHERE name = 'client_connection_check_interval'"
+        )
         conn.execute(
             "SELECT set_config('maintenance_work_mem', '1GB', true)"
             " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
@@ -837,7 +840,7 @@ def _swap_in(
     Returns when (`time.perf_counter`) it began to hold the parent table.
     """
     shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
-    conn.execute("SELECT set_config('lock_timeout', %s, true)", (_SWAP_LOCK_TIMEOUT,))
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", (SWAP_LOCK_TIMEOUT,))
     # every write of a vector writes its chunk first, in the same transaction, and every
     # delete cascades from a chunk: with kb_chunks held, the partition holds still. Taken
     # before the parent's lock (the DROP below), the order ATTACH would take them in.

@@ -388,9 +388,20 @@ def settle_pending(pool: ConnectionPool[Any], coll: CollectionRef, upkeep: Upkee
             stored,
             waiting,
         )
-        with pool.connection() as conn:
-            # counted again under the build lock: another load may have rebuilt it meanwhile
-            rebuilt = rebuild_hnsw_beside(conn, coll.dimension, coll.id, due=upkeep.rebuild_due)
+        try:
+            with pool.connection() as conn:
+                # counted again under the build lock: another load may have rebuilt it meanwhile
+                rebuilt = rebuild_hnsw_beside(conn, coll.dimension, coll.id, due=upkeep.rebuild_due)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+            # what the load wrote is stored and found; failing it now would say otherwise
+            logger.warning(
+                "could not swap in the new HNSW graph of %r (%s): its %d pending vectors stay"
+                " searched exactly beside the old one, until the next load or merge_pending",
+                coll.name,
+                str(exc).strip().splitlines()[0],
+                waiting,
+            )
+            return None
         if rebuilt is not None:
             logger.info(
                 "rebuilt the HNSW graph of %r: %d vectors, copied in %.1f s, built in %.1f s,"

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from langchain_core.documents import Document
 
-from arcana_loop.knowledge import KnowledgeBase, writer
+from arcana_loop.knowledge import KnowledgeBase, schema, writer
 from arcana_loop.knowledge import queries as q
 
 pytestmark = pytest.mark.postgres
@@ -333,3 +333,48 @@ def test_a_bad_setting_is_one_line_and_stores_nothing(
     with pytest.raises(ValueError, match=f"^{writer.PENDING_MAX_ROWS_ENV} must be a whole"):
         kb.ingest(notes(0, 5), collection="port")
     assert kb.documents() == []
+
+
+def test_a_swap_held_off_by_writers_is_tried_again_then_left_pending(
+    kb: KnowledgeBase, pg_url: str, eager: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schema, "SWAP_LOCK_TIMEOUT", "200ms")
+    monkeypatch.setattr(schema, "SWAP_ATTEMPTS", 3)
+    kb.ingest(notes(0, 1200), collection="port")
+    index = _oid(kb, f"{PARTITION}_hnsw")
+    with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as writer_:
+        # an ingest batch that stays open: the swap cannot hold kb_chunks still
+        writer_.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")
+        more = notes(1200, 1200)
+        kb.ingest(more, collection="port")  # stored and found; its graph not swapped in
+        writer_.rollback()
+    assert _oid(kb, f"{PARTITION}_hnsw") == index and _pending(kb) == 1200
+    assert _found_first(kb, more[::200])
+
+    watch = _Watch(pg_url, kb.schema)
+    waited = threading.Event()
+
+    def release_after_a_try() -> None:
+        _wait_for(lambda: watch.one(_SWAP_WAITING) > 0)
+        waited.set()
+        time.sleep(0.5)  # past the first try's 200 ms: it gave up, the next one gets it
+        held.rollback()
+
+    with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as held:
+        held.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")
+        release = threading.Thread(target=release_after_a_try)
+        release.start()
+        try:
+            kb.ingest(notes(2400, 1200), collection="port")
+        finally:
+            release.join()
+            watch.close()
+    assert waited.is_set()
+    assert _oid(kb, f"{PARTITION}_hnsw") != index and _pending(kb) == 0
+
+
+_SWAP_WAITING = (
+    "SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'ShareRowExclusiveLock'"
+    " AND relation = 'kb_chunks'::regclass"
+)
+"""A swap waiting to hold kb_chunks still."""
