@@ -21,6 +21,9 @@ def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ARCANA_LOOP_CACHE_DIR", str(cache))
+        # session and module fixtures make collections too: WordLlama for them as for tests
+        # (a search of every collection reads those of the default embedder only)
+        mp.setenv("ARCANA_LOOP_EMBEDDINGS", "wordllama")
         yield cache
 
 

@@ -69,8 +69,8 @@ def test_schema_creation_is_idempotent(pg_url: str) -> None:
     assert [c.name for c in kb2.collections()] == ["c"]
     kb2.close()
     assert (
-        tables is not None and tables[0] == 5
-    )  # collections, documents, chunks, lexical terms and stats
+        tables is not None and tables[0] == 6
+    )  # collections, documents, chunks, lexical terms, stats and re-embeds in progress
 
 
 def test_bad_schema_name_rejected(pg_url: str) -> None:
