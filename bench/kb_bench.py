@@ -807,12 +807,12 @@ class _Reader(threading.Thread):
             exact.close()
 
     def _pair(self, exact: KnowledgeBase, q: Query) -> None:
-        hits, t = timed(self.kb.search, q.text, mode="semantic", collection="main")
+        # chunks, not whole sections: the vector search's own top 5 on both sides
+        one: dict[str, Any] = {"mode": "semantic", "collection": "main", "whole_sections": False}
+        hits, t = timed(self.kb.search, q.text, **one)
         self.got.append([h["id"] for h in hits])
         self.times.append(t)
-        self.want.append(
-            [h["id"] for h in exact.search(q.text, mode="semantic", collection="main")]
-        )
+        self.want.append([h["id"] for h in exact.search(q.text, **one)])
 
     def summary(self, label: str) -> dict[str, Any]:
         if not self.got:

@@ -99,16 +99,17 @@ LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
 """Pending vectors moved into an HNSW graph per transaction (`merge_pending`)."""
-REBUILD_MIN_SHARE = 0.2
+REBUILD_MIN_SHARE = 0.25
 """A load that leaves at least this many pending vectors per vector in the graph rebuilds it.
 
 Below, its vectors are merged into the live graph (`merge_pending`). Merging p vectors into
 a graph of g costs p * m, rebuilding (g + p) * b, so a rebuild is cheaper from p / g =
 b / (m - b). Measured at 100k (`bench.kb_bench --growth`, 2 shared cores, WordLlama's 256
 dimensions; m from 10,195 vectors merged on two connections, b from 220k rows copied and
-built): m = 4.4, 3.5, 2.1 ms and b = 0.86, 0.49, 0.34 ms in three runs as the machine's load
-fell from 10 to 4, so 0.24, 0.16, 0.19; the quiet machine's figures (bench/README.md,
-2026-12-05: m = 0.66 ms, b = 0.13 ms for 91k rows built alone) give 0.25."""
+built): m = 4.4, 3.5, 2.1, 1.8 ms and b = 0.86, 0.49, 0.34, 0.39 ms in four runs as the
+machine's load fell from 10 to 3.5, so 0.24, 0.16, 0.19, 0.28; the quiet machine's figures
+(bench/README.md, 2026-12-05: m = 0.66 ms, b = 0.13 ms for 91k rows built alone) give 0.25.
+Near the crossing the two cost about the same, so the choice matters little there."""
 PENDING_MAX_ROWS_ENV = "ARCANA_LOOP_PENDING_MAX_ROWS"
 """Overrides `PENDING_MAX_ROWS` for the loads of this process (tests lower it)."""
 REBUILD_MIN_SHARE_ENV = "ARCANA_LOOP_REBUILD_MIN_SHARE"

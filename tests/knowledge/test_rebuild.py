@@ -119,7 +119,7 @@ def _found_first(kb: KnowledgeBase, docs: list[Document]) -> bool:
     try:
         for doc in docs:
             for side in (graph, exact):
-                hits = side.search(doc.page_content, mode="semantic", limit=5)
+                hits = side.search(doc.page_content, mode="semantic", limit=5, whole_sections=False)
                 if not hits or hits[0]["text"] != doc.page_content:
                     return False
         return True
