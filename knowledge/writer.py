@@ -25,10 +25,9 @@ them, they are taken into the graph the cheaper way (`settle_pending`): merged
 into it one by one (`merge_pending`), or, once they are `REBUILD_MIN_SHARE` of the
 graph's size or more, by a new graph over every row built beside the live one and
 swapped in (`schema.rebuild_hnsw_beside`). A rebuild grows with the whole
-collection (26 s after the first 100k chunks, 300 s at 961k), so a sync that adds
-a few files never pays for one; a load that doubles a collection does, and saves
-its merge (0.05x the embedder, measured, against the rebuild's figures in
-bench/README.md). The full-text GIN indexes, shared by
+collection (26 s over the first 100k chunks, 300 s at 961k), so a sync that adds
+a few files never pays for one; a load that doubles a collection does, and runs
+about twice as fast as it would merging (bench/README.md, `--growth`). The full-text GIN indexes, shared by
 all collections, are dropped and built afterwards likewise only while `kb_chunks`
 holds fewer than `BULK_MIN_CHUNKS` rows (searches meanwhile scan the table). Every other ingest
 ends by merging the GIN index's pending list, which each full-text search would
