@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,13 @@ from langchain_core.documents import Document
 
 from arcana_loop.knowledge import KnowledgeBase, schema, writer
 from arcana_loop.knowledge import queries as q
+from arcana_loop.knowledge.pgkeeper import recorded_pid
+from arcana_loop.knowledge.server import (
+    IDLE_ENV,
+    PGDATA_ENV,
+    embedded_server_url,
+    stop_embedded_server,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -315,6 +325,91 @@ def test_a_load_killed_during_the_rebuild_leaves_the_old_graph_valid_and_in_use(
         added = _pending(later)  # the killed load's batches had all committed, pending
         assert added == 3000
         assert _vectors_match_chunks(later)
+        plan = _graph_plan(later, base[0].page_content)
+        assert f"Index Scan using {PARTITION}_hnsw" in plan, plan
+        assert _found_first(later, base[::300] + notes(3000, 3000)[::300])
+    finally:
+        later.close()
+
+
+DOUBLE_IT = textwrap.dedent(
+    """
+    import sys
+    from arcana_loop.knowledge import KnowledgeBase
+    from tests.knowledge.test_rebuild import notes
+
+    KnowledgeBase(sys.argv[1], schema=sys.argv[2]).ingest(notes(3000, 3000), collection="port")
+    """
+)
+
+
+START_IT = (
+    "import sys\nfrom pathlib import Path\n"
+    "from arcana_loop.knowledge.server import embedded_server_url\n"
+    "print(embedded_server_url(Path(sys.argv[1])))\n"
+)
+
+
+@pytest.fixture
+def own_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A data directory for a server of the test's own, in a parent every user may enter."""
+    base = Path(tempfile.mkdtemp(prefix="arcana-rebuild-"))
+    base.chmod(0o755)
+    pgdata = base / "pgdata"
+    monkeypatch.setenv(PGDATA_ENV, str(pgdata))
+    try:
+        yield pgdata
+    finally:
+        stop_embedded_server(pgdata)
+        if pgdata.is_symlink():  # run as root, its cluster may live elsewhere
+            shutil.rmtree(pgdata.resolve(), ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.reliability
+@pytest.mark.slow
+def test_a_server_stopped_during_the_rebuild_leaves_the_old_graph_valid_and_in_use(
+    own_server: Path, eager: None
+) -> None:
+    url = embedded_server_url(own_server)
+    kb = KnowledgeBase(url, schema="kb_rebuild")
+    try:
+        base = notes(0, 3000)
+        kb.ingest(base, collection="port")
+        index = _oid(kb, f"{PARTITION}_hnsw")
+    finally:
+        kb.close()
+    child = subprocess.Popen(
+        [sys.executable, "-c", DOUBLE_IT, url, "kb_rebuild"],
+        cwd=Path(__file__).resolve().parents[2],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watch = _Watch(url, "kb_rebuild")
+    try:
+        _wait_for(lambda: watch.building() or child.poll() is not None)
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+    finally:
+        watch.close()
+    stop_embedded_server(own_server)  # as `arcana-loop` stops it: fast, open work rolled back
+    child.wait(timeout=120)
+    assert child.returncode != 0  # its load ended with the server
+    _wait_for(lambda: recorded_pid(own_server) is None, timeout=60)  # down before it starts again
+    # started again by another process, as the next user would (this one stopped using it)
+    started = subprocess.run(
+        [sys.executable, "-c", START_IT, str(own_server)],
+        env={**os.environ, IDLE_ENV: "600"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    later = KnowledgeBase(started.stdout.strip(), schema="kb_rebuild")
+    try:
+        assert _oid(later, f"{PARTITION}_hnsw") == index
+        assert _index_state(later) == (True, True, "(NOT pending)")
+        assert _one(later, "SELECT count(*) FROM pg_class WHERE relname LIKE '%%rebuild%%'") == 0
+        assert _pending(later) == 3000 and _vectors_match_chunks(later)
         plan = _graph_plan(later, base[0].page_content)
         assert f"Index Scan using {PARTITION}_hnsw" in plan, plan
         assert _found_first(later, base[::300] + notes(3000, 3000)[::300])
