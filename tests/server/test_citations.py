@@ -39,7 +39,9 @@ def ingested(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "# Spools\n\n## Winding\n\nvartok.spool_file winds a vartok spool from a file and "
         "returns its length in metres.\n"
     )
-    (root / "ops.md").write_text("# Ops\n\nThe ops team keeps the vartok spools in the store.\n")
+    (root / "ops.md").write_text(
+        "# Ops\n\nThe ops team winds vartok spools from the files kept in the store.\n"
+    )
     kb = KnowledgeBase(pg_url)
     name = "served-citations"
     try:
