@@ -297,6 +297,15 @@ def recall(got: list[list[str]], want: list[list[str]]) -> float:
     )
 
 
+def _chunks_of(collection: str | None) -> dict[str, Any]:
+    """A semantic search's arguments for its top chunks, not whole sections (the search's default).
+
+    Recall compares chunk ids with an exact scan's; a whole-section result merges the
+    chunks of one section into one hit.
+    """
+    return {"mode": "semantic", "collection": collection, "whole_sections": False}
+
+
 def drop_schema(url: str, schema: str) -> None:
     """Drop a bench's schema with everything in it."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -471,10 +480,7 @@ class Bench:
             mid = ids if mask is None else ids[mask]
             brute, exact, t_np, t_exact = self._exact_and_numpy(qv, m, mid, coll)
             hnsw, _ = self._hnsw(texts, coll, DEFAULT_EF_SEARCH)
-            default = [
-                [h["id"] for h in self.kb.search(q, mode="semantic", collection=coll)]
-                for q in texts
-            ]
+            default = [[h["id"] for h in self.kb.search(q, **_chunks_of(coll))] for q in texts]
             self.out[f"numpy{label}_p50_ms"] = pct(t_np, 50)
             self.out[f"exact_sql{label}_p50_ms"] = pct(t_exact, 50)
             self.out[f"recall_hnsw_vs_exact{label}"] = recall(hnsw, exact)
@@ -498,10 +504,7 @@ class Bench:
         saved = self.kb.exact_max_rows
         self.kb.exact_max_rows = 0
         try:
-            found = [
-                timed(self.kb.search, q, mode="semantic", collection=coll, ef_search=ef)
-                for q in texts
-            ]
+            found = [timed(self.kb.search, q, ef_search=ef, **_chunks_of(coll)) for q in texts]
         finally:
             self.kb.exact_max_rows = saved
         return [[h["id"] for h in hits] for hits, _ in found], [t for _, t in found]
@@ -807,12 +810,10 @@ class _Reader(threading.Thread):
             exact.close()
 
     def _pair(self, exact: KnowledgeBase, q: Query) -> None:
-        # chunks, not whole sections: the vector search's own top 5 on both sides
-        one: dict[str, Any] = {"mode": "semantic", "collection": "main", "whole_sections": False}
-        hits, t = timed(self.kb.search, q.text, **one)
+        hits, t = timed(self.kb.search, q.text, **_chunks_of("main"))
         self.got.append([h["id"] for h in hits])
         self.times.append(t)
-        self.want.append([h["id"] for h in exact.search(q.text, **one)])
+        self.want.append([h["id"] for h in exact.search(q.text, **_chunks_of("main"))])
 
     def summary(self, label: str) -> dict[str, Any]:
         if not self.got:
