@@ -105,8 +105,8 @@ Below, its vectors are merged into the live graph (`merge_pending`). Merging p v
 a graph of g costs p * m, rebuilding (g + p) * b, so a rebuild is cheaper from p / g =
 b / (m - b). Measured at 100k (`bench.kb_bench --growth`, 2 shared cores, WordLlama's 256
 dimensions; m from 10,195 vectors merged on two connections, b from 220k rows copied and
-built): m = 4.4, 3.5, 2.1, 1.8 ms and b = 0.86, 0.49, 0.34, 0.39 ms in four runs as the
-machine's load fell from 10 to 3.5, so 0.24, 0.16, 0.19, 0.28; the quiet machine's figures
+built): m = 4.4, 3.5, 2.1, 1.8, 2.2 ms and b = 0.86, 0.49, 0.34, 0.39, 0.39 ms in five runs
+as the machine's load fell from 10 to 3, so 0.24, 0.16, 0.19, 0.28, 0.22; the quiet machine's figures
 (bench/README.md, 2026-12-05: m = 0.66 ms, b = 0.13 ms for 91k rows built alone) give 0.25.
 Near the crossing the two cost about the same, so the choice matters little there."""
 PENDING_MAX_ROWS_ENV = "ARCANA_LOOP_PENDING_MAX_ROWS"
