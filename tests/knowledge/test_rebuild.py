@@ -226,7 +226,7 @@ def _wait_for(check: Any, timeout: float = 120.0) -> None:
 def test_writes_and_deletes_during_the_rebuild_are_kept(
     kb: KnowledgeBase, pg_url: str, eager: None
 ) -> None:
-    kb.ingest(notes(0, 2500), collection="port")
+    kb.ingest(notes(0, 3000), collection="port")
     old = _oid(kb, PARTITION)
     gone, late = notes(0, 1)[0], notes(9000, 1)[0]
     errors: list[BaseException] = []
@@ -246,7 +246,7 @@ def test_writes_and_deletes_during_the_rebuild_are_kept(
     other = KnowledgeBase(pg_url, kb.embeddings, schema=kb.schema)
     other.collections()  # opened before: its writes come within the build
     try:
-        loader = run(kb.ingest, notes(2500, 2500), collection="port")
+        loader = run(kb.ingest, notes(3000, 3000), collection="port")
         _wait_for(watch.building)
         # another process writes a document and deletes one while the graph is built
         writing = run(other.ingest, [late], collection="port")
