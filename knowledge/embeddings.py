@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
-import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from arcana_loop.knowledge import settings
 from arcana_loop.knowledge.embeddings_minilm import (
     MINILM_DIMENSION,
     MINILM_MODEL,
@@ -44,7 +44,7 @@ DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
 """Name recorded per collection for WordLlama."""
 EMBEDDER_NAMES = ("minilm", "wordllama")
 """The embedders that ship with the project, by the name the CLI's ``--embeddings`` takes."""
-EMBEDDINGS_ENV = "ARCANA_LOOP_EMBEDDINGS"
+EMBEDDINGS_ENV = settings.EMBEDDINGS.env
 """The embedder new collections use, by name or spec (default: `default_embedder_name`)."""
 
 WORDLLAMA_DIMENSION = 256
@@ -163,8 +163,8 @@ def default_embedder_name() -> str:
 
     A collection keeps the embedder it was created with; this only picks one for new ones.
     """
-    chosen = os.environ.get(EMBEDDINGS_ENV, "").strip()
-    if chosen:
+    chosen: str | None = settings.EMBEDDINGS.read()
+    if chosen is not None:
         return chosen
     return "minilm" if minilm_installed() else "wordllama"
 

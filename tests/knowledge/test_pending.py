@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from arcana_loop.knowledge import SEARCH_MODES, KnowledgeBase, writer
+from arcana_loop.knowledge import SEARCH_MODES, KnowledgeBase, settings
 from arcana_loop.knowledge import queries as q
 from tests.knowledge.corpus import QUESTIONS
 from tests.knowledge.helpers import ingest_topic, load_topics
@@ -114,7 +114,7 @@ def test_the_graph_side_of_a_search_uses_the_partial_hnsw_index(kb: KnowledgeBas
 def test_a_write_that_leaves_too_many_pending_vectors_merges_them(
     kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writer, "PENDING_MAX_ROWS", 3)
+    monkeypatch.setenv(settings.PENDING_MAX_ROWS.env, "3")
     ingest_topic(kb, "chess", collection="games", name="one")
     small = _stored(kb)
     assert 0 < small <= 3 and _pending(kb) == small  # at the limit: still waiting

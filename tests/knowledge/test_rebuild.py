@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from langchain_core.documents import Document
 
-from arcana_loop.knowledge import KnowledgeBase, schema, writer
+from arcana_loop.knowledge import KnowledgeBase, schema, settings
 from arcana_loop.knowledge import queries as q
 from arcana_loop.knowledge.pgkeeper import recorded_pid
 from arcana_loop.knowledge.server import (
@@ -58,8 +58,8 @@ def notes(start: int, count: int) -> list[Document]:
 @pytest.fixture
 def eager(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loads past 100 pending vectors take them in; from half the graph's size, by a rebuild."""
-    monkeypatch.setenv(writer.PENDING_MAX_ROWS_ENV, "100")
-    monkeypatch.setenv(writer.REBUILD_MIN_SHARE_ENV, "0.5")
+    monkeypatch.setenv(settings.PENDING_MAX_ROWS.env, "100")
+    monkeypatch.setenv(settings.REBUILD_MIN_SHARE.env, "0.5")
 
 
 def _one(kb: KnowledgeBase, query: str, *params: Any) -> Any:
@@ -290,7 +290,11 @@ def test_a_load_killed_during_the_rebuild_leaves_the_old_graph_valid_and_in_use(
     base = notes(0, 3000)
     kb.ingest(base, collection="port")
     index = _oid(kb, f"{PARTITION}_hnsw")
-    env = {**os.environ, writer.PENDING_MAX_ROWS_ENV: "100", writer.REBUILD_MIN_SHARE_ENV: "0.5"}
+    env = {
+        **os.environ,
+        settings.PENDING_MAX_ROWS.env: "100",
+        settings.REBUILD_MIN_SHARE.env: "0.5",
+    }
     child = subprocess.Popen(
         [sys.executable, "-c", KILLED_DURING_THE_BUILD, pg_url, kb.schema],
         env=env,
@@ -420,12 +424,12 @@ def test_a_server_stopped_during_the_rebuild_leaves_the_old_graph_valid_and_in_u
 def test_a_bad_setting_is_one_line_and_stores_nothing(
     kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(writer.REBUILD_MIN_SHARE_ENV, "half")
-    with pytest.raises(ValueError, match=f"^{writer.REBUILD_MIN_SHARE_ENV} must be a number"):
+    monkeypatch.setenv(settings.REBUILD_MIN_SHARE.env, "half")
+    with pytest.raises(ValueError, match=f"^{settings.REBUILD_MIN_SHARE.env} must be a number"):
         kb.ingest(notes(0, 5), collection="port")
-    monkeypatch.setenv(writer.REBUILD_MIN_SHARE_ENV, "0.5")
-    monkeypatch.setenv(writer.PENDING_MAX_ROWS_ENV, "-3")
-    with pytest.raises(ValueError, match=f"^{writer.PENDING_MAX_ROWS_ENV} must be a whole"):
+    monkeypatch.setenv(settings.REBUILD_MIN_SHARE.env, "0.5")
+    monkeypatch.setenv(settings.PENDING_MAX_ROWS.env, "-3")
+    with pytest.raises(ValueError, match=f"^{settings.PENDING_MAX_ROWS.env} must be a whole"):
         kb.ingest(notes(0, 5), collection="port")
     assert kb.documents() == []
 

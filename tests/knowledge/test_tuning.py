@@ -47,8 +47,12 @@ def test_an_environment_variable_overrides_one_setting_and_says_so() -> None:
         "shared_buffers", "256MB", "ARCANA_LOOP_PG_SHARED_BUFFERS"
     )
     assert chosen["work_mem"].source == "host"
+    # a blank variable is unset, as every setting's; a second line would reach the server's file
+    assert (
+        host_settings(8 * GB, 2, env={"ARCANA_LOOP_PG_WORK_MEM": "  "})["work_mem"].source == "host"
+    )
     with pytest.raises(ValueError, match="ARCANA_LOOP_PG_WORK_MEM must be one PostgreSQL value"):
-        host_settings(8 * GB, 2, env={"ARCANA_LOOP_PG_WORK_MEM": "  "})
+        host_settings(8 * GB, 2, env={"ARCANA_LOOP_PG_WORK_MEM": "64MB\nfsync = off"})
 
 
 @pytest.mark.postgres
