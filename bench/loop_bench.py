@@ -323,7 +323,7 @@ def make_runners(
 ) -> dict[str, Runner]:
     """One zero-argument callable per (variant, checkpointer), each running the full loop once."""
     from arcana_loop import graph
-    from arcana_loop.graph.context import LoopContext
+    from arcana_loop.core.context import LoopContext
 
     runners: dict[str, Runner] = {"floor": lambda: floor_loop(model)}
     for column, saver in savers.items():

@@ -117,7 +117,7 @@ def chat(
     ] = None,
 ) -> None:
     """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
-    from arcana_loop.graph.text import check_thread_id
+    from arcana_loop.core.text import check_thread_id
 
     saver = checkpointer_spec_of(checkpointer)
     if saver is None:
@@ -172,8 +172,8 @@ def chat(
 
 def _check_options(options: dict[str, Any]) -> None:
     """Refuse, before the first question, options every question would be refused for."""
-    from arcana_loop.graph.models import ModelSpecError
     from arcana_loop.graph.run import check_run_options
+    from arcana_loop.nodes.models import ModelSpecError
 
     try:
         check_run_options(**options)
@@ -207,7 +207,7 @@ def _ask(
     model spec or database error ends the chat on one line.
     """
     from arcana_loop.graph import run
-    from arcana_loop.graph.models import ModelSpecError
+    from arcana_loop.nodes.models import ModelSpecError
 
     try:
         with database_errors("the run failed"):

@@ -248,14 +248,14 @@ def controller_spec(model: str | None, *, announce: bool = True) -> str:
 
 
 def _default_spec() -> str:
-    from arcana_loop.graph.models import default_controller_spec
+    from arcana_loop.nodes.models import default_controller_spec
 
     return default_controller_spec()
 
 
 def announce_offline(model: str | None, spec: str) -> None:
     """Say that the offline controller runs because no model was configured (nothing else)."""
-    from arcana_loop.graph.models import OFFLINE
+    from arcana_loop.nodes.models import OFFLINE
 
     if spec == OFFLINE and model is None:
         err.print(
@@ -374,7 +374,7 @@ EXTRACTED_NOTE = "Extracted: the passages below are quoted from the sources as f
 
 def readable_text(result: Any) -> str | None:
     """A run's answer as people read it: each cited chunk id written as its source's number."""
-    from arcana_loop.graph.sources import render_citations
+    from arcana_loop.core.sources import render_citations
 
     return None if result.answer is None else render_citations(result.answer, result.sources)[0]
 
@@ -387,7 +387,7 @@ def print_kind(result: Any) -> None:
 
 def print_sources(result: Any) -> None:
     """Where the answer comes from: each cited source, numbered as the answer cites it (title, path, section, pages)."""
-    from arcana_loop.graph.sources import source_place
+    from arcana_loop.core.sources import source_place
 
     if not result.answer:
         return

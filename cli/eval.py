@@ -326,8 +326,8 @@ def loop(
     from arcana_loop.evaluation.cases import CaseSet
     from arcana_loop.evaluation.loop import evaluate_loop
     from arcana_loop.evaluation.options import compare_options as run_comparison
-    from arcana_loop.graph.deps import ConfigurationError
-    from arcana_loop.graph.models import ModelSpecError
+    from arcana_loop.nodes.deps import ConfigurationError
+    from arcana_loop.nodes.models import ModelSpecError
 
     cases = _load_cases(cases_path, set_name, split)
     if limit is not None:
@@ -405,7 +405,7 @@ def generate(
     """Generate labelled questions, one per sampled chunk, with a chat model."""
     from arcana_loop.evaluation.cases import save_cases
     from arcana_loop.evaluation.generate import generate_cases, sample_chunks
-    from arcana_loop.graph.models import ModelSpecError
+    from arcana_loop.nodes.models import ModelSpecError
 
     main = _cli()
     kb = _prepare_kb(collection)

@@ -238,9 +238,9 @@ def ask(
     ] = None,
 ) -> None:
     """Ask a question; the demo corpus (python-docs) is ingested on first use. --thread-id asks a follow-up."""
+    from arcana_loop.core.text import check_thread_id
     from arcana_loop.graph import run
-    from arcana_loop.graph.models import ModelSpecError
-    from arcana_loop.graph.text import check_thread_id
+    from arcana_loop.nodes.models import ModelSpecError
 
     check_question(question)
     try:

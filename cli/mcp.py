@@ -14,7 +14,7 @@ caller can get wrong (an empty question, an unknown collection, a source naming 
 document, a database that went away) is a tool error carrying one sentence; the SDK
 words anything else as "Error executing tool <name>" and logs it.
 
-A file's source is served as `ask`'s sources are (`graph.sources.relative_sources`):
+A file's source is served as `ask`'s sources are (`core.sources.relative_sources`):
 relative to the deepest folder holding its collection's files, never where the files
 lie on the server; `read_document` takes it back as given.
 
@@ -36,7 +36,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from arcana_loop.cli.stored import StoredChunk, document_chunks, find_document, place_of
-from arcana_loop.graph.sources import Source, relative_sources
+from arcana_loop.core.sources import Source, relative_sources
 
 SERVER_NAME = "arcana-loop"
 INSTRUCTIONS = """\
@@ -349,8 +349,8 @@ def serve(
     before anything is served.
     """
     from arcana_loop.cli.common import MODEL_HINT, err, fail, knowledge_base, prepare_scope
-    from arcana_loop.graph.models import ModelSpecError
     from arcana_loop.graph.run import check_run_options
+    from arcana_loop.nodes.models import ModelSpecError
 
     if collections:
         _, kb = prepare_scope(collections)

@@ -20,7 +20,7 @@ from arcana_loop.evaluation.cases import CaseSet, EvalCase, KeyFact
 from arcana_loop.evaluation.metrics import fact_found
 from arcana_loop.evaluation.parse import parse_json_object, reply_text
 from arcana_loop.evaluation.prompts import GENERATE_QUESTION_PROMPT
-from arcana_loop.graph.models import ModelSpec, resolve_model
+from arcana_loop.nodes.models import ModelSpec, resolve_model
 
 MAX_PASSAGE_CHARS = 4000
 """Chunk text past this is cut before it goes into the prompt."""

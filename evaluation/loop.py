@@ -21,15 +21,15 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
+from arcana_loop.core import bridge
+from arcana_loop.core.context import CONTEXT_FIELDS, LoopContext
 from arcana_loop.evaluation.cases import CaseSet, EvalCase, as_cases
 from arcana_loop.evaluation.metrics import distribution, key_fact_recall
 from arcana_loop.evaluation.parse import parse_json_object, reply_text
 from arcana_loop.evaluation.prompts import JUDGE_PROMPT
 from arcana_loop.evaluation.tokens import ESTIMATED_CONTROLLER, EstimatingOfflineController
-from arcana_loop.graph import bridge
-from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
-from arcana_loop.graph.models import OFFLINE, ModelCaller, ModelSpec, resolve_model
 from arcana_loop.graph.run import LoopResult, arun
+from arcana_loop.nodes.models import OFFLINE, ModelCaller, ModelSpec, resolve_model
 from arcana_loop.tools.duplicates import normalize_query
 
 Progress = Callable[[int, int], None]

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from arcana_loop.core import bridge
 from arcana_loop.evaluation.cases import CaseSet, EvalCase
 from arcana_loop.evaluation.loop import aevaluate_loop
 from arcana_loop.evaluation.report import format_metric
-from arcana_loop.graph import bridge
-from arcana_loop.graph.models import OFFLINE, ModelSpec
+from arcana_loop.nodes.models import OFFLINE, ModelSpec
 
 MIN_SUPPORT = 0.7
 """The ``min_support`` of the "on" run: below this grounding score an answer goes back once.

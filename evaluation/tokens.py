@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
-from arcana_loop.graph.offline import OfflineController
+from arcana_loop.nodes.offline import OfflineController
 
 CHARS_PER_TOKEN = 4
 ESTIMATED_CONTROLLER = "offline-estimated"

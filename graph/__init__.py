@@ -1,8 +1,9 @@
 """The arcana-loop graph: an LLM controller searches a knowledge base until it can answer.
 
-The names below are imported on first use (PEP 562), so importing one module of the
-graph (`arcana_loop.graph.channels`, say, from a tool) does not import the whole loop
-first, and a module of `tools/` or `nodes/` can be imported on its own.
+This package assembles the nodes and holds the entry points. The names below are
+imported on first use (PEP 562), so importing one module of the package
+(`arcana_loop.graph.checkpoints`, say, from the command line) does not import the
+whole loop first.
 
 `run`, `trace` and `replay` each name a module and the function it defines; the
 package's attribute is the function, whichever of the two is imported first.
@@ -16,8 +17,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports them
+    from arcana_loop.core.context import LoopContext
     from arcana_loop.graph.build import build_graph, make_deps
-    from arcana_loop.graph.context import LoopContext
     from arcana_loop.graph.replay import (
         Record,
         fork,
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
 _HOMES = {
     "build_graph": "arcana_loop.graph.build",
     "make_deps": "arcana_loop.graph.build",
-    "LoopContext": "arcana_loop.graph.context",
+    "LoopContext": "arcana_loop.core.context",
     **dict.fromkeys(
         ["Record", "fork", "record_of", "replay", "replay_record", "resume", "verify_record"],
         "arcana_loop.graph.replay",

@@ -19,11 +19,8 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.deps import LoopDeps, PromptFn, SynthesizerFn
-from arcana_loop.graph.models import ModelSpec, resolve_model
-from arcana_loop.graph.routing import Node, Route, Routers
-from arcana_loop.graph.state import (
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import (
     AnswerOutput,
     LoopInput,
     LoopOutput,
@@ -31,10 +28,13 @@ from arcana_loop.graph.state import (
     RunInput,
     add_usage,
 )
+from arcana_loop.graph.routing import Node, Route, Routers
 from arcana_loop.nodes.answerer import answerer
 from arcana_loop.nodes.controller import controller
+from arcana_loop.nodes.deps import LoopDeps, PromptFn, SynthesizerFn
 from arcana_loop.nodes.finish import finish
 from arcana_loop.nodes.ground import ground
+from arcana_loop.nodes.models import ModelSpec, resolve_model
 from arcana_loop.nodes.start import start
 from arcana_loop.nodes.synthesis import synthesis
 from arcana_loop.nodes.tools import tools

@@ -26,15 +26,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import START
 from pydantic import ConfigDict, Field
 
+from arcana_loop.core.context import CONTEXT_FIELDS, LoopContext
+from arcana_loop.core.state import RESULT_KEYS
+from arcana_loop.core.text import check_thread_id
 from arcana_loop.graph.build import build_graph, make_deps
 from arcana_loop.graph.checkpoints import resolve_checkpointer
-from arcana_loop.graph.context import CONTEXT_FIELDS, LoopContext
-from arcana_loop.graph.conversation import is_closing, is_instruction, opening_index
 from arcana_loop.graph.run import LoopResult, recursion_limit, run
-from arcana_loop.graph.state import RESULT_KEYS
-from arcana_loop.graph.text import check_thread_id
 from arcana_loop.graph.trace import history
 from arcana_loop.knowledge.types import Chunk
+from arcana_loop.nodes.conversation import is_closing, is_instruction, opening_index
 
 _COMPARED = ("answer", "terminated_by", "iterations", "tool_history", "chunks")
 """What a recorded replay must reproduce exactly."""

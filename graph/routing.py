@@ -23,10 +23,10 @@ from langchain_core.runnables.config import (
 )
 from langgraph.runtime import get_runtime
 
-from arcana_loop.graph.bridge import caller_loop
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.state import ControllerRouteView, OutcomeView, ToolsRouteView
+from arcana_loop.core.bridge import caller_loop
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import ControllerRouteView, OutcomeView, ToolsRouteView
+from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.tools.schemas import ANSWER
 
 AfterStart = Literal["controller", "tools", "finish"]
@@ -156,7 +156,7 @@ class Node(RunnableLambda[Any, Any]):
 
     LangGraph runs each node as a traced task; a node given as a plain function is
     run inside it without a second run of its own, and so is this one. The body is
-    synchronous (see `graph.bridge`): an async caller runs it in a worker thread, with
+    synchronous (see `core.bridge`): an async caller runs it in a worker thread, with
     the caller's event loop recorded for the dependencies that are ``async def``.
     """
 

@@ -18,16 +18,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
-from arcana_loop.graph.build import GRAPH_NAME, build_graph, make_deps
-from arcana_loop.graph.checkpoints import (
-    async_checkpointer,
-    resolve_checkpointer,
-    resolve_checkpointer_spec,
-)
-from arcana_loop.graph.context import CONTEXT_FIELDS, ENV_PREFIX, MAX_OPTION_DEPTH, LoopContext
-from arcana_loop.graph.deps import ConfigurationError
-from arcana_loop.graph.sources import Source, cited_sources, readable_answer
-from arcana_loop.graph.state import (
+from arcana_loop.core.context import CONTEXT_FIELDS, ENV_PREFIX, MAX_OPTION_DEPTH, LoopContext
+from arcana_loop.core.sources import Source, cited_sources, readable_answer
+from arcana_loop.core.state import (
     RESULT_KEYS,
     AnswerKind,
     BudgetStop,
@@ -36,13 +29,18 @@ from arcana_loop.graph.state import (
     TerminatedBy,
     ToolEvent,
 )
+from arcana_loop.core.text import check_question, check_text, check_thread_id
+from arcana_loop.graph.build import GRAPH_NAME, build_graph, make_deps
+from arcana_loop.graph.checkpoints import (
+    async_checkpointer,
+    resolve_checkpointer,
+    resolve_checkpointer_spec,
+)
 from arcana_loop.graph.streaming import AnswerTokens, OnToken
-from arcana_loop.graph.text import check_question, check_text, check_thread_id
 from arcana_loop.knowledge.types import Chunk
+from arcana_loop.nodes.deps import ConfigurationError
 from arcana_loop.nodes.lifecycle import exception_event
 from arcana_loop.tools.scoping import normalize_scope
-
-"""Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
 
 @dataclass
@@ -76,7 +74,7 @@ class LoopResult:
     thread_usage: dict[str, Any] = field(default_factory=dict)
     """``usage`` summed over every question of the thread (``usage`` is this question's)."""
     sources: list[Source] = field(default_factory=list)
-    """The chunks the answer cites, in the order it first cites them (`graph.sources`): ``sources[i]`` is ``[i + 1]`` in `readable_answer`."""
+    """The chunks the answer cites, in the order it first cites them (`core.sources`): ``sources[i]`` is ``[i + 1]`` in `readable_answer`."""
     answer_kind: AnswerKind | None = None
     """``extracted``: passages quoted as the searches found them, no model wrote them (the offline
     controller); ``written``: a model wrote the answer; ``None`` without an answer."""

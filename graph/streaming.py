@@ -1,7 +1,7 @@
 """The answer's text as a model writes it: tokens picked out of LangGraph's ``messages`` stream.
 
 A run streamed with ``stream_mode="messages"`` yields every model token with the tags
-of its call (`graph.models`): the answer model's rewrite and the synthesis are tagged
+of its call (`nodes.models`): the answer model's rewrite and the synthesis are tagged
 ``arcana_loop:answer`` and are the answer as written; the controller's calls are tagged
 ``arcana_loop:controller``, and hold the answer in two places, the ``text`` argument of
 an ``answer`` tool call (streamed as JSON fragments) or the text of a reply that calls no
@@ -22,8 +22,8 @@ from typing import Any
 from langchain_core.messages import AIMessageChunk
 from langchain_core.utils.json import parse_partial_json
 
-from arcana_loop.graph.models import ANSWER_TAG, CONTROLLER_TAG
-from arcana_loop.graph.text import scrub
+from arcana_loop.core.text import scrub
+from arcana_loop.nodes.models import ANSWER_TAG, CONTROLLER_TAG
 from arcana_loop.tools.schemas import ANSWER
 
 OnToken = Callable[[str], None]

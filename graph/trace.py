@@ -14,9 +14,9 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.types import StateSnapshot
 
-from arcana_loop.graph.channels import is_replacing
+from arcana_loop.core.channels import is_replacing
+from arcana_loop.core.text import check_thread_id
 from arcana_loop.graph.checkpoints import resolve_checkpointer
-from arcana_loop.graph.text import check_thread_id
 
 
 class ThreadNotFoundError(LookupError):

@@ -3,7 +3,7 @@
 Used by both the graph's ``ground`` node and ``graph.ground``, so the two agree.
 Grounding never loses the answer: a grounder that raises, times out or returns
 garbage leaves the grounding as ``None`` and logs why. With a timeout, a synchronous
-grounder runs in a thread of its own (`graph.bridge.in_thread`): one that never
+grounder runs in a thread of its own (`core.bridge.in_thread`): one that never
 returns is abandoned there; an ``async def`` one is cancelled.
 """
 
@@ -15,12 +15,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from arcana_loop.graph import bridge
+from arcana_loop.core import bridge
 from arcana_loop.grounding.attribution import enrich
 from arcana_loop.grounding.resolve import grounder_name
 from arcana_loop.grounding.types import GroundingResult
 
-logger = logging.getLogger("grounding")
+logger = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], None]
 OnTimeout = Callable[[float], None]

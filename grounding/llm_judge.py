@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from arcana_loop.graph.models import streams_usage
-from arcana_loop.graph.text import frame_text
+from arcana_loop.core.text import frame_text
+from arcana_loop.core.usage import streams_usage
 from arcana_loop.grounding.prompts import JUDGE_SYSTEM_PROMPT, JUDGE_USER_PROMPT
 from arcana_loop.grounding.types import VERDICTS, GroundingError, GroundingResult
 

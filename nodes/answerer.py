@@ -12,15 +12,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from arcana_loop.graph import prompts
-from arcana_loop.graph.budget import usage_of
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import ANSWER_NAME, compact_earlier
-from arcana_loop.graph.conversation import instruction as instruction_message
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.models import ModelCaller
-from arcana_loop.graph.state import LoopState
-from arcana_loop.graph.text import describe_error
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState
+from arcana_loop.core.text import describe_error
+from arcana_loop.nodes import prompts
+from arcana_loop.nodes.budget import usage_of
 from arcana_loop.nodes.common import (
     logger,
     loop_opts,
@@ -28,6 +24,10 @@ from arcana_loop.nodes.common import (
     scope_of,
     system_message,
 )
+from arcana_loop.nodes.conversation import ANSWER_NAME, compact_earlier
+from arcana_loop.nodes.conversation import instruction as instruction_message
+from arcana_loop.nodes.deps import LoopDeps
+from arcana_loop.nodes.models import ModelCaller
 
 
 class AnswererUpdate(TypedDict, total=False):
@@ -68,7 +68,7 @@ def _rewritten(instruction: HumanMessage, reply: AIMessage | BaseException) -> A
         logger.warning("answer model returned no text, keeping the draft")
         return {}
     # the reply's id: a streaming client has its tokens under it
-    # the reply's metadata says how it was made (an extracted answer: `graph.sources.answer_kind`)
+    # the reply's metadata says how it was made (an extracted answer: `core.sources.answer_kind`)
     written = AIMessage(
         content=text, id=reply.id, name=ANSWER_NAME, response_metadata=reply.response_metadata
     )

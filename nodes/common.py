@@ -11,12 +11,13 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
 
-from arcana_loop.graph import prompts
-from arcana_loop.graph.budget import budget_section
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import compact_earlier
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.policy import sent_back_last_turn
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState
+from arcana_loop.nodes import prompts
+from arcana_loop.nodes.budget import budget_section
+from arcana_loop.nodes.conversation import compact_earlier
+from arcana_loop.nodes.deps import LoopDeps
+from arcana_loop.nodes.policy import sent_back_last_turn
 from arcana_loop.tools.schemas import ANSWER, GIVE_UP, ToolSchema, controller_tools, tool_name
 from arcana_loop.tools.scoping import Scope, normalize_scope
 
@@ -25,7 +26,7 @@ logger = logging.getLogger("arcana_loop")
 Role = str  # "controller", "answer" or "fallback"
 
 
-def scope_of(state: Mapping[str, Any]) -> Scope:
+def scope_of(state: LoopState) -> Scope:
     """Return the run's collection scope (validated when the run started)."""
     return normalize_scope(state.get("collection", "all"))
 
@@ -51,7 +52,7 @@ def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) 
 
 
 def loop_opts(
-    ctx: LoopContext, state: Mapping[str, Any], tools: Sequence[ToolSchema], role: Role
+    ctx: LoopContext, state: LoopState, tools: Sequence[ToolSchema], role: Role
 ) -> dict[str, Any]:
     """Return the resolved options a function model, synthesizer or prompt function receives.
 
@@ -75,7 +76,7 @@ def loop_opts(
 def render_system_prompt(
     deps: LoopDeps,
     ctx: LoopContext,
-    state: Mapping[str, Any],
+    state: LoopState,
     opts: Mapping[str, Any],
     offered: Sequence[ToolSchema] | None = None,
 ) -> str:
@@ -141,7 +142,7 @@ def _checked(value: Any, name: str) -> str:
 def system_message(
     deps: LoopDeps,
     ctx: LoopContext,
-    state: Mapping[str, Any],
+    state: LoopState,
     opts: Mapping[str, Any],
     offered: Sequence[ToolSchema] | None = None,
 ) -> SystemMessage:
@@ -152,7 +153,7 @@ def system_message(
 def controller_request(
     deps: LoopDeps,
     ctx: LoopContext,
-    state: Mapping[str, Any],
+    state: LoopState,
     opts: Mapping[str, Any],
     offered: Sequence[ToolSchema],
 ) -> list[BaseMessage]:

@@ -2,7 +2,7 @@
 
 A turn builds the request (the tools offered, the system prompt, the conversation
 as models are sent it: ``nodes.common``), calls the model (its reply is cleaned up at
-the model boundary, ``graph.models``), and reads the reply: tool calls go on to the
+the model boundary, ``nodes.models``), and reads the reply: tool calls go on to the
 ``tools`` node, plain text is the answer (or goes back once to search first), and a
 failed call ends the run as ``error``. The question was opened by ``start``.
 """
@@ -15,13 +15,13 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from arcana_loop.graph.budget import exhausted, usage_of
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.policy import should_send_back
-from arcana_loop.graph.state import BudgetStop, LoopState, TerminatedBy
-from arcana_loop.graph.text import describe_error
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import BudgetStop, LoopState, TerminatedBy
+from arcana_loop.core.text import describe_error
+from arcana_loop.nodes.budget import exhausted, usage_of
 from arcana_loop.nodes.common import controller_request, loop_opts, offered_tools, scope_of
+from arcana_loop.nodes.deps import LoopDeps
+from arcana_loop.nodes.policy import should_send_back
 
 EMPTY_REPLY = "the controller replied with neither a tool call nor any text"
 

@@ -13,12 +13,12 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import closing_message, opening_index
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.sources import EXTRACTED, answer_kind, cited_sources, noting_extracted
-from arcana_loop.graph.state import AnswerKind, LoopState
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.sources import EXTRACTED, answer_kind, cited_sources, noting_extracted
+from arcana_loop.core.state import AnswerKind, LoopState
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
+from arcana_loop.nodes.conversation import closing_message, opening_index
+from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import stop_event
 
 

@@ -9,25 +9,24 @@ less (``max_seconds`` bounds the whole run); a timeout is noted in ``error``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import Runtime
 
-from arcana_loop.graph.budget import usage_record
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.evidence import ground_update
-from arcana_loop.graph.models import ChatModelCaller, cached_model
-from arcana_loop.graph.state import LoopState
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState
+from arcana_loop.nodes.budget import usage_record
 from arcana_loop.nodes.common import emit
+from arcana_loop.nodes.deps import LoopDeps
+from arcana_loop.nodes.evidence import ground_update
+from arcana_loop.nodes.models import ChatModelCaller, cached_model
 
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
 NO_TIME_LEFT = "grounding timed out: max_seconds was spent before it could start; the answer stands, ungrounded"
 
 
 def ground_seconds(
-    state: Mapping[str, Any], ctx: LoopContext, now: float | None = None
+    state: LoopState, ctx: LoopContext, now: float | None = None
 ) -> tuple[float, str]:
     """Return the seconds grounding may take and which limit set them: ``ground_timeout`` or ``max_seconds``.
 

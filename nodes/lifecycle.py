@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.state import ToolEvent
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import ToolEvent
 
 LOOP_START = "loop_start"
 LOOP_STOP = "loop_stop"

@@ -1,7 +1,7 @@
 """The ``start`` node: where every run enters, and the one place a question opens (the mirror of ``finish``).
 
 A run brings a new question (a ``question``, or a chat client's human message) or
-continues an interrupted one (see ``graph.conversation``). A new question is checked,
+continues an interrupted one (see ``nodes.conversation``). A new question is checked,
 its per-question fields start afresh, and the run's options are recorded; then, before
 any model call, a scope that holds nothing to search ends it as a give-up that names
 what is missing. Everything here is an ordinary state write, so the controller reads
@@ -16,18 +16,18 @@ from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import fresh_state, new_question
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.state import LoopState, TerminatedBy
-from arcana_loop.graph.text import check_question
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState, TerminatedBy
+from arcana_loop.core.text import check_question
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
+from arcana_loop.nodes.conversation import fresh_state, new_question
+from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.tools.execute import GIVE_UP_ANSWER
 
 
 class StartUpdate(TypedDict, total=False):
-    """What opening a question changes (`graph.conversation.fresh_state` writes the per-question fields)."""
+    """What opening a question changes (`nodes.conversation.fresh_state` writes the per-question fields)."""
 
     question: str
     question_message_id: str

@@ -12,14 +12,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from arcana_loop.graph import bridge, prompts
-from arcana_loop.graph.budget import usage_of
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import ANSWER_NAME, compact_earlier
-from arcana_loop.graph.conversation import instruction as instruction_message
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.state import LoopState, ToolEvent
-from arcana_loop.graph.text import describe_error
+from arcana_loop.core import bridge
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState, ToolEvent
+from arcana_loop.core.text import describe_error
+from arcana_loop.nodes import prompts
+from arcana_loop.nodes.budget import usage_of
 from arcana_loop.nodes.common import (
     emit,
     logger,
@@ -28,6 +26,9 @@ from arcana_loop.nodes.common import (
     scope_of,
     system_message,
 )
+from arcana_loop.nodes.conversation import ANSWER_NAME, compact_earlier
+from arcana_loop.nodes.conversation import instruction as instruction_message
+from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import tool_call_event
 from arcana_loop.tools.schemas import SYNTHESIS
 
@@ -95,7 +96,7 @@ def _written(
     emit(runtime, tool_call_event(entry, len(state.get("tool_history") or []) + 1))
     # the reply's id: a streaming client has its tokens under it
     reply_id = text.id if isinstance(text, AIMessage) else None
-    # and its metadata, which says how it was made (an extracted answer: `graph.sources.answer_kind`)
+    # and its metadata, which says how it was made (an extracted answer: `core.sources.answer_kind`)
     metadata = text.response_metadata if isinstance(text, AIMessage) else {}
     closing = AIMessage(content=written, id=reply_id, name=ANSWER_NAME, response_metadata=metadata)
     return {

@@ -8,14 +8,14 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
-from arcana_loop.graph import bridge
-from arcana_loop.graph.channels import ChunkMerge
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.deps import LoopDeps
-from arcana_loop.graph.policy import should_send_back
-from arcana_loop.graph.state import LoopState, TerminatedBy, ToolEvent
+from arcana_loop.core import bridge
+from arcana_loop.core.channels import ChunkMerge
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState, TerminatedBy, ToolEvent
 from arcana_loop.nodes.common import emit, run_tools, scope_of
+from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import tool_call_event
+from arcana_loop.nodes.policy import should_send_back
 from arcana_loop.tools.duplicates import past_searches
 from arcana_loop.tools.execute import (
     CallOutcome,

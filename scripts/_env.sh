@@ -18,7 +18,7 @@ extras="${ARCANA_LOOP_EXTRAS:-dev}"
 # Keyed on pyproject.toml and the list of modules: the editable install links each module
 # (strict mode, so type checkers and import contracts read the installed layout), and a
 # module added later needs a new link.
-key=$( { cat pyproject.toml; git ls-files -co --exclude-standard -- arcana_loop graph nodes tools grounding knowledge cli evaluation ui 2>/dev/null | sort; } | sha1sum | cut -c1-12)
+key=$( { cat pyproject.toml; git ls-files -co --exclude-standard -- arcana_loop core graph nodes tools grounding knowledge cli evaluation ui 2>/dev/null | sort; } | sha1sum | cut -c1-12)
 stamp=".venv/.installed-${extras//,/+}-$key"
 if [ ! -f "$stamp" ] && [ ! -f ".venv/.installed-dev-$key" ]; then
     echo "Installing arcana-loop[$extras] into .venv (first run only)..." >&2

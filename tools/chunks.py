@@ -13,8 +13,8 @@ from xml.sax.saxutils import quoteattr
 
 from typing_extensions import TypedDict
 
-from arcana_loop.graph.channels import merge_chunks
-from arcana_loop.graph.text import frame_text, scrub
+from arcana_loop.core.channels import merge_chunks
+from arcana_loop.core.text import frame_text, scrub
 from arcana_loop.knowledge.sections import page_label
 from arcana_loop.knowledge.types import Chunk
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from arcana_loop.graph.state import ToolEvent
+from arcana_loop.core.state import ToolEvent
 from arcana_loop.tools.schemas import DEFAULT_SEARCH_LIMIT, SEARCH, effective_limit
 from arcana_loop.tools.scoping import Scope, ScopeError
 

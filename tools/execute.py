@@ -16,11 +16,11 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from arcana_loop.graph import bridge
-from arcana_loop.graph.context import MAX_STORED_INT
-from arcana_loop.graph.sources import relative_sources
-from arcana_loop.graph.state import TerminatedBy
-from arcana_loop.graph.text import describe_error, scrub
+from arcana_loop.core import bridge
+from arcana_loop.core.context import MAX_STORED_INT
+from arcana_loop.core.sources import relative_sources
+from arcana_loop.core.state import TerminatedBy
+from arcana_loop.core.text import describe_error, scrub
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.tools import schemas, tracing
 from arcana_loop.tools.chunks import (

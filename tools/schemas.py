@@ -22,9 +22,9 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from arcana_loop.graph.state import ANSWER as ANSWER  # the tool names are the state's vocabulary
-from arcana_loop.graph.state import GIVE_UP as GIVE_UP
-from arcana_loop.graph.state import SEARCH as SEARCH
+from arcana_loop.core.state import ANSWER as ANSWER  # the tool names are the state's vocabulary
+from arcana_loop.core.state import GIVE_UP as GIVE_UP
+from arcana_loop.core.state import SEARCH as SEARCH
 from arcana_loop.tools import descriptions
 from arcana_loop.tools.scoping import Scope
 

@@ -6,7 +6,7 @@ returns plain JSON for the page to render as text:
 
 * ``answer``: the answer cut into text pieces and numbered citations. Where a citation
   is comes from the closing message's standard ``citation`` annotations
-  (``start_index``/``end_index``, `graph.sources.answer_content`); an answer without
+  (``start_index``/``end_index``, `core.sources.answer_content`); an answer without
   them (a client that turned them off, an older thread) falls back to the ids of the
   question's chunks found in its text.
 * ``citations``: per number, the chunk's title, source, section, pages and whole text,
@@ -34,12 +34,12 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, convert_to_messages
 
-from arcana_loop.graph.conversation import ANSWER_NAME, is_user_turn
-from arcana_loop.graph.sources import answer_text
+from arcana_loop.core.sources import answer_text
 from arcana_loop.grounding.attribution import search_index
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title, page_label
+from arcana_loop.nodes.conversation import ANSWER_NAME, is_user_turn
 
 _BRACKETED = re.compile(r"\s*\[[^\]\s,;]+(?:\s*[,;]\s*[^\]\s,;]+)*\]")
 """A citation as an answer writes it (``[f0bd...]``, ``[1, 2]``): left out of a sentence before its words are compared."""
@@ -54,7 +54,7 @@ def _found_by(chunk_id: str, index: Mapping[str, tuple[int, str | None]]) -> dic
 
 
 def _annotations(closing: AIMessage | None) -> list[Mapping[str, Any]]:
-    """The citation annotations of a closing message's answer block (`graph.sources.answer_content`)."""
+    """The citation annotations of a closing message's answer block (`core.sources.answer_content`)."""
     content = closing.content if closing is not None else None
     first = content[0] if isinstance(content, list) and content else None
     notes = first.get("annotations") if isinstance(first, Mapping) else None
@@ -109,7 +109,7 @@ def _from_annotation(note: Mapping[str, Any]) -> dict[str, Any]:
         "pages": extras.get("pages"),
         "collection": None,
         "text": str(note.get("cited_text") or ""),
-        "partial": True,  # an earlier question's chunks are not kept (graph/conversation.py)
+        "partial": True,  # an earlier question's chunks are not kept (nodes/conversation.py)
     }
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from arcana_loop.core.context import LoopContext
 from arcana_loop.graph import run
 from arcana_loop.graph.build import build_graph, make_deps
 from arcana_loop.graph.checkpoints import resolve_checkpointer
-from arcana_loop.graph.context import LoopContext
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from arcana_loop.core.channels import fold_chunks, fold_messages
 from arcana_loop.graph import run
 from arcana_loop.graph.build import build_graph, make_deps
-from arcana_loop.graph.channels import fold_chunks, fold_messages
 from bench.checkpoint_bench import TurnsModel, state_json_bytes, stored_bytes
 from bench.loop_bench import instant_search
 
@@ -106,7 +106,7 @@ def test_the_folds_never_change_the_value_they_are_given():
     current_items = [1]
     fold_chunks(current_chunks, [{"merge": [{"id": "b", "text": "B", "score": 0.9}], "cap": 5}, []])
     fold_messages(current_msgs, [[AIMessage("a", id="m1")], [AIMessage("b", id="m0")]])
-    from arcana_loop.graph.channels import fold_appended
+    from arcana_loop.core.channels import fold_appended
 
     fold_appended(current_items, [[2], 3])
     assert current_chunks == [{"id": "a", "text": "A", "score": 0.5}]

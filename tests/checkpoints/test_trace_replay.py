@@ -7,7 +7,6 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from arcana_loop.graph import run
-from arcana_loop.graph.deps import LoopDeps
 from arcana_loop.graph.replay import (
     Record,
     ReplayError,
@@ -18,6 +17,7 @@ from arcana_loop.graph.replay import (
     verify_record,
 )
 from arcana_loop.graph.trace import ThreadNotFoundError, history, trace
+from arcana_loop.nodes.deps import LoopDeps
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 
 

@@ -223,7 +223,7 @@ def test_an_answer_citing_an_id_prints_its_number_and_source_whole(
     from types import SimpleNamespace
 
     from arcana_loop.cli.common import print_result
-    from arcana_loop.graph.sources import cited_sources
+    from arcana_loop.core.sources import cited_sources
 
     cited = "f0bd5bed8714dae404f421df34688752"  # "[f0bd...]" parses as a Rich tag unless escaped
     chunks = [{"id": cited, "text": "t", "metadata": {"source": "a.md"}}]

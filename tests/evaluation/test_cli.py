@@ -185,7 +185,7 @@ def test_compare_options_command(cli_kb, cases_file):
 @pytest.mark.postgres
 def test_generate_command_writes_a_case_file(cli_kb, tmp_path, monkeypatch):
     import arcana_loop.evaluation.generate as generate
-    from arcana_loop.graph.models import resolve_model
+    from arcana_loop.nodes.models import resolve_model
 
     replies = [
         '{"question": "What does json.loads parse?", "key_facts": ["JSON document"]}',

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arcana_loop.graph import run
-from arcana_loop.graph.evidence import coverage_of
+from arcana_loop.nodes.evidence import coverage_of
 from tests.fakes import ScriptedSearch, answer, chunk, scripted, search
 
 FACT = "The harbor crane lifts at most forty tonnes. Berth seven is twelve metres deep."

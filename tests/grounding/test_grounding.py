@@ -8,8 +8,8 @@ import time
 import pytest
 from langchain_core.messages import AIMessage
 
+from arcana_loop.core.context import LoopContext
 from arcana_loop.graph import build_graph, ground, make_deps, run
-from arcana_loop.graph.context import LoopContext
 from arcana_loop.grounding.apply import ground_answer
 from arcana_loop.grounding.attribution import search_index
 from arcana_loop.grounding.llm_judge import LLMJudgeGrounder, parse_judge_json
@@ -133,6 +133,8 @@ def test_failing_grounders_leave_none_and_log(grounder, caplog):
             timeout=0.2,
         )
     assert out is None and caplog.records
+    # one logger hierarchy: a level set on the package's logger reaches grounding's
+    assert all(r.name.startswith("arcana_loop.") for r in caplog.records)
 
 
 def test_async_grounders_are_awaited_and_timeouts_bounded():

@@ -90,7 +90,7 @@ def test_pdf_is_read_page_by_page_with_the_page_in_chunk_metadata(
 def test_a_pdf_without_a_real_title_is_titled_by_its_file_name(
     kb: KnowledgeBase, tmp_path: Path, title: str | None
 ) -> None:
-    from arcana_loop.graph.sources import cited_sources
+    from arcana_loop.core.sources import cited_sources
 
     pdf = tmp_path / "capacity-report.pdf"
     pdf.write_bytes(make_pdf([PAGE_ONE], title=title))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from arcana_loop.graph import run
-from arcana_loop.graph.offline import question_parts
+from arcana_loop.nodes.offline import question_parts
 from tests.fakes import chunk
 
 TEXTS = {
@@ -173,7 +173,7 @@ def test_a_callable_is_quoted_with_its_signature():
 
 
 def test_every_offline_reply_says_its_answer_is_extracted():
-    from arcana_loop.graph.sources import ANSWER_KIND_KEY, EXTRACTED
+    from arcana_loop.core.sources import ANSWER_KIND_KEY, EXTRACTED
 
     result = run(
         "How do I run a coroutine with a timeout?",

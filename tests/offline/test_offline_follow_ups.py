@@ -5,7 +5,7 @@ from __future__ import annotations
 from langgraph.checkpoint.memory import InMemorySaver
 
 from arcana_loop.graph import run
-from arcana_loop.graph.offline import is_follow_up, with_subject
+from arcana_loop.nodes.offline import is_follow_up, with_subject
 from tests.fakes import chunk
 
 TEXTS = {

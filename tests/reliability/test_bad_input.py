@@ -13,9 +13,9 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from arcana_loop.graph import run
-from arcana_loop.graph.deps import ConfigurationError
-from arcana_loop.graph.models import ModelSpecError
 from arcana_loop.knowledge import IngestError
+from arcana_loop.nodes.deps import ConfigurationError
+from arcana_loop.nodes.models import ModelSpecError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 from tests.fixtures.openai_server import conversation_problem
 

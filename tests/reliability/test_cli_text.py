@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
+from arcana_loop.core.text import MAX_THREAD_ID_CHARS
 from arcana_loop.graph import run
-from arcana_loop.graph.text import MAX_THREAD_ID_CHARS
 from arcana_loop.knowledge import KnowledgeBase
 
 pytestmark = pytest.mark.postgres

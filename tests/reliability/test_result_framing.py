@@ -14,8 +14,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from arcana_loop.graph import run
-from arcana_loop.graph.offline import OfflineController
 from arcana_loop.grounding.llm_judge import LLMJudgeGrounder
+from arcana_loop.nodes.offline import OfflineController
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 pytestmark = pytest.mark.reliability

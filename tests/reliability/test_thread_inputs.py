@@ -10,10 +10,10 @@ import pytest
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from arcana_loop.core.context import OPERATOR_SET, LoopContext
 from arcana_loop.graph.build import build_graph, make_deps
-from arcana_loop.graph.context import OPERATOR_SET, LoopContext
-from arcana_loop.graph.conversation import CARRIED_CONVERSATION_CHARS, MAX_SENT_MESSAGE_CHARS
 from arcana_loop.graph.run import run
+from arcana_loop.nodes.conversation import CARRIED_CONVERSATION_CHARS, MAX_SENT_MESSAGE_CHARS
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 pytestmark = pytest.mark.reliability

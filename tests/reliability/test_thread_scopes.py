@@ -18,13 +18,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 
+from arcana_loop.core.context import LoopContext
 from arcana_loop.graph import run
 from arcana_loop.graph.build import build_graph, make_deps
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import OUT_OF_SCOPE_ANSWER, SCOPE_KEY, compact_earlier
 from arcana_loop.grounding.llm_judge import LLMJudgeGrounder
 from arcana_loop.knowledge import KnowledgeBase
 from arcana_loop.knowledge.entities import EntitySearchOptions
+from arcana_loop.nodes.conversation import OUT_OF_SCOPE_ANSWER, SCOPE_KEY, compact_earlier
 from arcana_loop.tools.chunks import COMPACTED_NOTE
 from arcana_loop.tools.scoping import normalize_scope
 from tests.fakes import ScriptedChatModel, ScriptedSearch, calls, chunk, give_up, search, tool_call

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from arcana_loop.graph.sources import render_citations
+from arcana_loop.core.sources import render_citations
 from tests.fixtures.langgraph_server import LangGraphServer
 from tests.fixtures.postgres import temporary_collection
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from arcana_loop.graph.sources import EXTRACTED_NOTE
+from arcana_loop.core.sources import EXTRACTED_NOTE
 from arcana_loop.knowledge import KnowledgeBase
 from tests.fixtures.langgraph_server import LangGraphServer
 
@@ -31,7 +31,7 @@ def ingested(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """A folder of Markdown files ingested into a collection of the served knowledge base.
 
     Both files are about spools, so a search returns both, and a path is shown relative
-    to the folder holding them (`graph.sources.relative_sources`).
+    to the folder holding them (`core.sources.relative_sources`).
     """
     root = tmp_path_factory.mktemp("served-docs")
     (root / "guides").mkdir()

@@ -51,7 +51,7 @@ def test_citations_are_numbered_in_the_text_and_open_the_supporting_sentence() -
     assert grain["text"][start:end] == "The bulk terminal's silos store 60,000 tonnes of grain."
     assert (grain["title"], grain["source"], grain["pages"]) == (
         "Capacity Report",
-        "capacity.pdf",  # a machine path is shown relative to its folder (graph.sources)
+        "capacity.pdf",  # a machine path is shown relative to its folder (core.sources)
         "3",
     )
     assert grain["found_by"] == {"turn": 1, "query": "grain silos"}  # found again on turn 2

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from arcana_loop.graph.models import ModelSpecError
 from arcana_loop.graph.run import check_run_options
+from arcana_loop.nodes.models import ModelSpecError
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer
 from tests.reliability.test_bad_input import REJECTED
 

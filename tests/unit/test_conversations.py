@@ -8,9 +8,9 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from arcana_loop.core.context import LoopContext
 from arcana_loop.graph import arun, run
 from arcana_loop.graph.build import build_graph, make_deps
-from arcana_loop.graph.context import LoopContext
 from arcana_loop.graph.trace import trace
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, give_up, search
 

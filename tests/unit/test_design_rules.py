@@ -6,14 +6,14 @@ import ast
 import dataclasses
 import inspect
 
+from arcana_loop.core.context import CONTEXT_FIELDS
+from arcana_loop.core.state import RESULT_KEYS, LoopOutput
 from arcana_loop.graph.build import make_deps
-from arcana_loop.graph.context import CONTEXT_FIELDS
 from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, split_options
-from arcana_loop.graph.state import RESULT_KEYS, LoopOutput
 from tests.fixtures.source import ROOT, offenders
 
 LOOP_RUNNERS = {"run", "run_coroutine_threadsafe", "new_event_loop", "run_until_complete", "Runner"}
-"""What waits on a coroutine from synchronous code: only `graph.bridge` may."""
+"""What waits on a coroutine from synchronous code: only `core.bridge` may."""
 
 
 def _loop_runner_calls(tree: ast.AST) -> list[str]:
@@ -34,9 +34,9 @@ def _loop_runner_calls(tree: ast.AST) -> list[str]:
 
 
 def test_only_the_bridge_waits_on_coroutines_from_sync_code():
-    assert offenders(_loop_runner_calls, skip={ROOT / "graph" / "bridge.py"}) == {}
+    assert offenders(_loop_runner_calls, skip={ROOT / "core" / "bridge.py"}) == {}
     assert _loop_runner_calls(
-        ast.parse((ROOT / "graph" / "bridge.py").read_text())
+        ast.parse((ROOT / "core" / "bridge.py").read_text())
     )  # the check sees the bridge's
 
 

@@ -232,7 +232,7 @@ def test_bad_economy_options_are_rejected(options):
 
 
 def test_min_support_without_a_grounder_is_a_configuration_error():
-    from arcana_loop.graph.deps import ConfigurationError
+    from arcana_loop.nodes.deps import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="grounder"):
         run(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from arcana_loop.graph.deps import (
+from arcana_loop.nodes.deps import (
     EMPTY_COLLECTION,
     EMPTY_KNOWLEDGE_BASE,
     unsearchable_reason,

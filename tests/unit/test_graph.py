@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from arcana_loop.core.context import LoopContext
 from arcana_loop.graph import arun, build_graph, make_deps, run
 from arcana_loop.graph.build import graph as served_graph
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.deps import LoopDeps
+from arcana_loop.nodes.deps import LoopDeps
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 from tests.unit.test_loop import assert_every_call_answered
 
@@ -194,7 +194,7 @@ def knowledge_base_holds_documents(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("knowledge_base_holds_documents")
 def test_served_graph_reads_models_from_the_context(monkeypatch):
-    from arcana_loop.graph import models
+    from arcana_loop.nodes import models
 
     model = ScriptedChatModel(responses=[answer("from context")])
     monkeypatch.setitem(models._cache, "scripted:test", models.resolve_model(model))

@@ -9,7 +9,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 
 from arcana_loop.graph import run
-from arcana_loop.graph.deps import ConfigurationError
+from arcana_loop.nodes.deps import ConfigurationError
 from tests.fakes import ScriptedSearch, answer, calls, chunk, give_up, scripted, search, tool_call
 
 

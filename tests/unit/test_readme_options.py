@@ -7,7 +7,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from arcana_loop.graph.context import LoopContext
+from arcana_loop.core.context import LoopContext
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| `(\w+)` \| `([^`]*)` \| `(ARCANA_LOOP_\w+)`")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage
 
-from arcana_loop.graph import run
-from arcana_loop.graph.sources import (
+from arcana_loop.core.sources import (
     EXTRACTED_NOTE,
     answer_text,
     cited_sources,
     render_citations,
     source_place,
 )
+from arcana_loop.graph import run
 from tests.fakes import ScriptedSearch, answer, chunk, scripted, search
 
 

@@ -8,10 +8,10 @@ from typing import Any
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk
 
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.sources import answer_text
 from arcana_loop.graph.build import build_graph, make_deps
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.models import ANSWER_TAG, CONTROLLER_TAG
-from arcana_loop.graph.sources import answer_text
+from arcana_loop.nodes.models import ANSWER_TAG, CONTROLLER_TAG
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 

@@ -10,8 +10,8 @@ from langchain_core.messages import AIMessageChunk
 from langchain_openai import ChatOpenAI
 
 from arcana_loop.graph import arun, run
-from arcana_loop.graph.models import ANSWER_TAG, CONTROLLER_TAG
 from arcana_loop.graph.streaming import AnswerTokens
+from arcana_loop.nodes.models import ANSWER_TAG, CONTROLLER_TAG
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 SEARCH = {"tool_calls": [{"name": "search", "arguments": {"query": "timeouts"}}]}

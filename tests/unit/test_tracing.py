@@ -14,10 +14,10 @@ from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.run_collector import RunCollectorCallbackHandler
 from langchain_core.tracers.schemas import Run
 
+from arcana_loop.core.context import LoopContext
 from arcana_loop.graph import arun, build_graph, make_deps, run
 from arcana_loop.graph.build import GRAPH_DESCRIPTION, GRAPH_NAME
 from arcana_loop.graph.build import graph as served_graph
-from arcana_loop.graph.context import LoopContext
 from tests.fakes import ScriptedSearch, answer, calls, chunk, scripted, search, tool_call
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

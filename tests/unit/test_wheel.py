@@ -75,7 +75,9 @@ def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
     files = set(zipfile.ZipFile(wheel).namelist())
     assert {
         "arcana_loop/py.typed",
+        "arcana_loop/core/state.py",
         "arcana_loop/graph/build.py",
+        "arcana_loop/nodes/models.py",
         "arcana_loop/knowledge/entities/search.py",
         "arcana_loop/evaluation/data/python_docs_realistic.json",
         "arcana_loop/ui/static/index.html",  # the page at /ui is served from the package

@@ -7,7 +7,7 @@
 "use strict";
 
 const ASSISTANT = "arcana-loop";
-// graph/models.py tags each model call's tokens with its role (graph/conversation.py)
+// nodes/models.py tags each model call's tokens with its role (nodes/conversation.py)
 const ANSWER_TAG = "arcana_loop:answer";
 const CONTROLLER_TAG = "arcana_loop:controller";
 const ANSWER_NAME = "answer";

@@ -2,7 +2,7 @@
 
 `LoopInput` is what a caller sends, `LoopOutput` is the public result, and
 `LoopState` is everything the nodes read and write. The growing fields (messages,
-tool history, chunks) are delta channels (see ``graph.channels``): checkpoints store
+tool history, chunks) are delta channels (see ``core.channels``): checkpoints store
 what each step added, not the whole list again. Every node returns a partial
 update; nothing is mutated in place (a mutation would be visible to later nodes
 in the live run but missing from every checkpoint, so replay would diverge).
@@ -16,10 +16,10 @@ from langchain_core.messages import AnyMessage
 from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
-from arcana_loop.graph.channels import (
+from arcana_loop.core.channels import (
     add_usage as add_usage,  # re-exported: nodes sum usage with it
 )
-from arcana_loop.graph.channels import fold_appended, fold_chunks, fold_messages, fold_usages
+from arcana_loop.core.channels import fold_appended, fold_chunks, fold_messages, fold_usages
 from arcana_loop.knowledge.types import Chunk
 
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
@@ -80,13 +80,13 @@ class ToolEvent(TypedDict):
 
 
 Coverage = Literal["supported", "partially_supported", "unsupported"]
-"""How much of a grounded answer the evidence holds (see ``graph.evidence``)."""
+"""How much of a grounded answer the evidence holds (see ``nodes.evidence``)."""
 
 BudgetStop = Literal["iterations", "tokens", "seconds"]
 """Which budget ended a ``max_iterations`` run."""
 
 AnswerKind = Literal["written", "extracted"]
-"""How an answer was made (``graph.sources.answer_kind``).
+"""How an answer was made (``core.sources.answer_kind``).
 
 - ``written``: a model wrote it.
 - ``extracted``: passages quoted as the searches found them (the offline controller); no model wrote it.
@@ -99,7 +99,7 @@ class LoopInput(TypedDict):
     Chat clients (LangGraph Studio's chat view, agent-chat-ui, ``useStream``) send
     ``{"messages": [{"type": "human", "content": ...}]}``; programmatic callers send
     ``{"question": ...}``. On a thread that already holds a conversation, either starts
-    a new question in it (see ``graph.conversation``).
+    a new question in it (see ``nodes.conversation``).
     """
 
     question: NotRequired[str]
@@ -157,7 +157,7 @@ class AnswerOutput(TypedDict):
     """``extracted`` for passages quoted as found (no model wrote them), ``written`` for a model's answer."""
     error: str | None
     sources: list[dict[str, Any]]
-    """The chunks the answer cites (`graph.sources.Source`: title, source, section, pages, chunk id, cited text)."""
+    """The chunks the answer cites (`core.sources.Source`: title, source, section, pages, chunk id, cited text)."""
 
 
 RESULT_KEYS = tuple(LoopOutput.__annotations__)
@@ -187,7 +187,7 @@ class LoopState(LoopInput):
     """Controller turns run so far for this question, the failing one included."""
     terminated_by: NotRequired[TerminatedBy | None]
     sources: NotRequired[list[dict[str, Any]]]
-    """The chunks the question's answer cites (`graph.sources`), written when it ends."""
+    """The chunks the question's answer cites (`core.sources`), written when it ends."""
     answer_kind: NotRequired[AnswerKind | None]
     """How the question's answer was made (`AnswerKind`), written when it ends; ``None`` without one."""
     answer: NotRequired[str | None]
@@ -204,7 +204,7 @@ class LoopState(LoopInput):
     """``{"ran", "unsupported_claims", "score_before", "score_after"}`` once a repair ran."""
     coverage: NotRequired[Coverage | None]
     search_nudged: NotRequired[bool]
-    """An answer made before any search was sent back (see ``graph.policy``); only once per run."""
+    """An answer made before any search was sent back (see ``nodes.policy``); only once per run."""
     options: NotRequired[dict[str, Any]]
     """The run's options (its `LoopContext` as JSON). LangGraph does not checkpoint the context,
     and resumes, traces and recorded replays need it: `run` sends them with its input

@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from typing_extensions import TypedDict
 
-from arcana_loop.graph.state import AnswerKind
+from arcana_loop.core.state import AnswerKind
 from arcana_loop.knowledge.sections import document_title, page_label
 
 CITED_TEXT_CHARS = 300

@@ -95,6 +95,7 @@ def scrub_deep(value: Any, _depth: int = 0) -> Any:
 
 
 MAX_QUESTION_CHARS = 32_000
+"""Longest question accepted: past this it is a document, not a question, and would crowd the model's context."""
 
 
 def check_question(question: Any) -> str:

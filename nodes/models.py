@@ -22,8 +22,9 @@ from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
-from arcana_loop.graph import bridge
-from arcana_loop.graph.text import scrub, scrub_deep
+from arcana_loop.core import bridge
+from arcana_loop.core.text import scrub, scrub_deep
+from arcana_loop.core.usage import streams_usage
 from arcana_loop.tools.execute import (
     KEPT_ARGUMENT_CHARS,
     REFUSED_MARK,
@@ -71,7 +72,7 @@ def kept_reply(reply: Any, opts: Mapping[str, Any]) -> AIMessage:
 
 
 def scrub_reply(reply: AIMessage) -> AIMessage:
-    """Return the reply with lone surrogates replaced by U+FFFD (see ``graph.text``).
+    """Return the reply with lone surrogates replaced by U+FFFD (see ``core.text``).
 
     A provider may send them as JSON escapes; stored as they are, they would break the
     checkpointer and the message ids. The reply itself is returned when it holds none.
@@ -196,21 +197,6 @@ def stream_config(opts: Mapping[str, Any]) -> RunnableConfig:
     return {"tags": [*inherited, tag]}
 
 
-def streams_usage(model: BaseChatModel) -> BaseChatModel:
-    """Return the model set to report its token usage when it streams, unless its owner chose.
-
-    A run streamed for its tokens (``on_token``, a server client's ``messages`` stream)
-    streams every model call. LangChain's OpenAI client asks for a stream's usage
-    (``stream_options.include_usage``) by default only from OpenAI itself: pointed at an
-    OpenAI-compatible server (``base_url``, ``OPENAI_BASE_URL``), it leaves ``stream_usage``
-    unset and the server sends no usage, so the run would count no tokens and
-    ``max_tokens_total`` would never stop it. A ``stream_usage`` set on the model is kept.
-    """
-    if "stream_usage" in type(model).model_fields and getattr(model, "stream_usage", False) is None:
-        return model.model_copy(update={"stream_usage": True})
-    return model
-
-
 def _temperature_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
     temperature = opts.get("temperature")
     return {} if temperature is None else {"temperature": temperature}
@@ -257,7 +243,7 @@ class FunctionCaller:
     def invoke(
         self, messages: list[BaseMessage], tools: Sequence[ToolSchema], opts: Mapping[str, Any]
     ) -> AIMessage:
-        """Call the function; an ``async def`` one is awaited through `graph.bridge`."""
+        """Call the function; an ``async def`` one is awaited through `core.bridge`."""
         return kept_reply(bridge.call(self.fn, messages, list(tools), self._opts(opts)), opts)
 
 
@@ -266,7 +252,7 @@ ModelCaller = ChatModelCaller | FunctionCaller
 
 def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
     if spec == OFFLINE:
-        from arcana_loop.graph.offline import OfflineController
+        from arcana_loop.nodes.offline import OfflineController
 
         offline: BaseChatModel = OfflineController(**kwargs)
         return offline

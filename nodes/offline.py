@@ -9,8 +9,8 @@ the searches returned, per question part the passages that match it best (see
 they hold, and the rank the search gave them), each its best sentences, led by what
 it documents and citing its chunk id. When no passage scores `MIN_SCORE` it gives up.
 Without tools (synthesis, answer rewrite) it replies with the same quotes. Every reply
-says so in its ``response_metadata`` (`graph.sources.ANSWER_KIND_KEY`), which is how a
-result tells an extracted answer from a written one (`graph.sources.answer_kind`).
+says so in its ``response_metadata`` (`core.sources.ANSWER_KIND_KEY`), which is how a
+result tells an extracted answer from a written one (`core.sources.answer_kind`).
 
 In a conversation it answers the last question, reading only that question's search
 results. A follow-up that only makes sense with the question before it (it starts
@@ -36,7 +36,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessag
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
-from arcana_loop.graph.sources import ANSWER_KIND_KEY, EXTRACTED, named
+from arcana_loop.core.sources import ANSWER_KIND_KEY, EXTRACTED, named
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title
@@ -317,7 +317,7 @@ def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
     The question is the last human message that is the user's (not one of the loop's
     own instructions); the position is that message's, so only later results count.
     """
-    from arcana_loop.graph.conversation import is_user_turn
+    from arcana_loop.nodes.conversation import is_user_turn
 
     question, position, earlier = "", 0, ""
     for index, message in enumerate(messages):

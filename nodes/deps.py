@@ -14,8 +14,8 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.models import ModelCaller, cached_model
+from arcana_loop.core.context import LoopContext
+from arcana_loop.nodes.models import ModelCaller, cached_model
 from arcana_loop.tools.execute import SearchFn
 from arcana_loop.tools.schemas import SEARCH, Toolset
 from arcana_loop.tools.scoping import Scope
@@ -53,7 +53,7 @@ class LoopDeps:
             return self.controller_llm
         if ctx.controller_model is not None:
             return cached_model(ctx.controller_model)
-        from arcana_loop.graph.models import default_controller_spec
+        from arcana_loop.nodes.models import default_controller_spec
 
         return cached_model(default_controller_spec())
 

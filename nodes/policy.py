@@ -18,8 +18,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from arcana_loop.graph.budget import turn_limit
-from arcana_loop.graph.context import LoopContext
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import LoopState
+from arcana_loop.nodes.budget import turn_limit
 from arcana_loop.tools.schemas import CONTROL_TOOL_NAMES, SEARCH, SYNTHESIS
 
 _GREETING = r"(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))(?: there| all| everyone| you)?"
@@ -66,7 +67,7 @@ def has_gathered(history: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def should_send_back(
-    state: Mapping[str, Any], ctx: LoopContext, turns_used: int, offered: Sequence[str]
+    state: LoopState, ctx: LoopContext, turns_used: int, offered: Sequence[str]
 ) -> bool:
     """Whether an answer made now, with no search before it, goes back to the controller.
 
@@ -83,7 +84,7 @@ def should_send_back(
     )
 
 
-def sent_back_last_turn(state: Mapping[str, Any]) -> bool:
+def sent_back_last_turn(state: LoopState) -> bool:
     """Whether the last turn's plain-text reply was sent back to search first (it is the last message)."""
     messages = state.get("messages") or []
     return (

@@ -42,7 +42,7 @@ reply, the controller's plain-text reply, or, without an answer, why there is no
 Streaming (``stream_mode="messages"``, ``"messages-tuple"`` on a server): the answer
 model's and the synthesis' tokens carry the tag ``arcana_loop:answer`` in their
 metadata's ``tags``, the controller's the tag ``arcana_loop:controller``
-(``graph.models``). A client that shows only the answer shows the chunks tagged
+(``nodes.models``). A client that shows only the answer shows the chunks tagged
 ``arcana_loop:answer``, the controller's text chunks of a reply that has no tool
 calls (a plain-text answer), and any complete assistant message named ``answer``
 (the ``answer`` tool's text, a give-up or an error, which arrive whole, once); a
@@ -66,9 +66,10 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from arcana_loop.graph.channels import USAGE_RESET, replacing
-from arcana_loop.graph.sources import Source, answer_content, answer_text
-from arcana_loop.graph.text import MAX_QUESTION_CHARS
+from arcana_loop.core.channels import USAGE_RESET, replacing
+from arcana_loop.core.sources import Source, answer_content, answer_text
+from arcana_loop.core.state import LoopState
+from arcana_loop.core.text import MAX_QUESTION_CHARS
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
 from arcana_loop.tools.scoping import Scope, normalize_scope
 
@@ -147,7 +148,7 @@ class NewQuestion:
         return str(self.message.id)
 
 
-def new_question(state: Mapping[str, Any], scope: Scope) -> NewQuestion | None:
+def new_question(state: LoopState, scope: Scope) -> NewQuestion | None:
     """Return the question a run under ``scope`` starts, or ``None`` when it continues the current one.
 
     Raises:
@@ -223,7 +224,7 @@ _FRESH: dict[str, Any] = {
 """The per-question fields as a question starts (besides its tool history, chunks and usage)."""
 
 
-def fresh_state(asked: NewQuestion, state: Mapping[str, Any]) -> dict[str, Any]:
+def fresh_state(asked: NewQuestion, state: LoopState) -> dict[str, Any]:
     """Return the writes that start a question: its text and opening, and every per-question field afresh.
 
     Only fields that hold something are written: a channel never written stays out of
@@ -373,7 +374,7 @@ def sendable(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
       is dropped: OpenAI-style APIs refuse the whole request over one.
     * A message longer than `MAX_SENT_MESSAGE_CHARS` is cut, saying so: a client can
       send any message in a conversation, and it would be re-sent every turn.
-    * An earlier answer that carries its citations (`graph.sources`) is sent as its
+    * An earlier answer that carries its citations (`core.sources`) is sent as its
       text alone: annotations and the sources list are for people, and not every
       provider accepts annotations back.
     * A question's recorded scope (`SCOPE_KEY`) is the loop's bookkeeping, not the
@@ -442,7 +443,7 @@ def closing_message(
     reply that already holds the answer (the controller's plain text, the answer model's
     or the synthesis' reply) is named under its own id, so it replaces itself and a
     streaming client, which has its tokens under that id, gets no second copy. An
-    answer that cites chunks carries ``sources`` (the chunks it cites, `graph.sources`)
+    answer that cites chunks carries ``sources`` (the chunks it cites, `core.sources`)
     as citation annotations, and with ``sources_footer`` a plain-text list after it.
     """
     text = closing_text(view)

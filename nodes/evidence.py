@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from arcana_loop.graph import prompts
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.conversation import instruction as instruction_message
-from arcana_loop.graph.state import Coverage
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import Coverage, LoopState
+from arcana_loop.nodes import prompts
+from arcana_loop.nodes.conversation import instruction as instruction_message
 
 MAX_LISTED_CLAIMS = 10
 
@@ -65,7 +65,7 @@ def unsupported_claims(grounding: Mapping[str, Any]) -> list[str]:
 
 
 def ground_update(
-    state: Mapping[str, Any], ctx: LoopContext, grounding: dict[str, Any] | None
+    state: LoopState, ctx: LoopContext, grounding: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Return the ``ground`` node's update: the grounding, its coverage, and a repair when due."""
     update: dict[str, Any] = {

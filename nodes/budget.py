@@ -8,14 +8,13 @@ call, so the conversation itself never changes), and the run ends like a spent
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from arcana_loop.graph import prompts
-from arcana_loop.graph.context import LoopContext
-from arcana_loop.graph.state import SEARCH, BudgetStop
+from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import SEARCH, BudgetStop, LoopState
+from arcana_loop.nodes import prompts
 
 
 def usage_of(role: str, message: Any) -> dict[str, Any]:
@@ -34,19 +33,17 @@ def usage_record(role: str, tokens: dict[str, int] | None) -> dict[str, Any]:
     return {role: tokens, "total": tokens} if tokens else {}
 
 
-def tokens_used(state: Mapping[str, Any]) -> int:
+def tokens_used(state: LoopState) -> int:
     """Return the tokens all models have used so far in this run."""
     return int(((state.get("usage") or {}).get("total") or {}).get("total_tokens", 0))
 
 
-def turn_limit(state: Mapping[str, Any], ctx: LoopContext) -> int:
+def turn_limit(state: LoopState, ctx: LoopContext) -> int:
     """Return the controller turns allowed, counting the extra turns each repair grants."""
     return ctx.max_iterations + int(state.get("repairs") or 0) * ctx.repair_turns
 
 
-def exhausted(
-    state: Mapping[str, Any], ctx: LoopContext, now: float | None = None
-) -> BudgetStop | None:
+def exhausted(state: LoopState, ctx: LoopContext, now: float | None = None) -> BudgetStop | None:
     """Return which budget is spent, or ``None`` while the run may take another turn."""
     if int(state.get("iterations") or 0) >= turn_limit(state, ctx):
         return "iterations"
@@ -62,7 +59,7 @@ def exhausted(
     return None
 
 
-def budget_section(state: Mapping[str, Any], ctx: LoopContext, now: float | None = None) -> str:
+def budget_section(state: LoopState, ctx: LoopContext, now: float | None = None) -> str:
     """Return the budget status section of the system prompt for the coming turn."""
     if not ctx.budget_ledger:
         return ""
