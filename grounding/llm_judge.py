@@ -170,33 +170,40 @@ class LLMJudgeGrounder:
         self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
     ) -> GroundingResult:
         """Judge the answer's claims against the chunks."""
-        if not answer.strip():
-            return GroundingResult(score=1.0)
-        if not chunks:
-            return GroundingResult(score=0.0)
+        if (settled := _without_judge(answer, chunks)) is not None:
+            return settled
         reply = self._model(opts.get("judge_model")).invoke(
             self._messages(answer, chunks, question), **self._kwargs(opts)
         )
-        return _with_usage(
-            result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))),
-            reply,
-        )
+        return _judged(answer, chunks, reply)
 
     async def aground(
         self, answer: str, chunks: list[dict[str, Any]], *, question: str, **opts: Any
     ) -> GroundingResult:
         """Judge the answer's claims against the chunks on the event loop."""
-        if not answer.strip():
-            return GroundingResult(score=1.0)
-        if not chunks:
-            return GroundingResult(score=0.0)
+        if (settled := _without_judge(answer, chunks)) is not None:
+            return settled
         reply = await self._model(opts.get("judge_model")).ainvoke(
             self._messages(answer, chunks, question), **self._kwargs(opts)
         )
-        return _with_usage(
-            result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))),
-            reply,
-        )
+        return _judged(answer, chunks, reply)
+
+
+def _without_judge(answer: str, chunks: list[dict[str, Any]]) -> GroundingResult | None:
+    """The result when no call is needed: an empty answer is grounded, one without chunks is not."""
+    if not answer.strip():
+        return GroundingResult(score=1.0)
+    if not chunks:
+        return GroundingResult(score=0.0)
+    return None
+
+
+def _judged(answer: str, chunks: list[dict[str, Any]], reply: Any) -> GroundingResult:
+    """The result of the judge's reply: its claims scored against the chunks, with its usage."""
+    return _with_usage(
+        result_from_claims(answer, chunks, _claims_of(parse_judge_json(str(reply.content)))),
+        reply,
+    )
 
 
 def _with_usage(result: GroundingResult, reply: Any) -> GroundingResult:
