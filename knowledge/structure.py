@@ -711,10 +711,18 @@ def _split_code(code: str, chunk_size: int) -> list[str]:
         opening, closing, body = "", "", lines
     frame = len(opening) + len(closing) + 2 if opening else 0
     budget = max(1, chunk_size - frame)
+    pieces = _packed_lines(body, budget)
+    if not opening:
+        return ["\n".join(piece) for piece in pieces]
+    return [f"{opening}\n" + "\n".join(piece) + f"\n{closing}" for piece in pieces]
+
+
+def _packed_lines(lines: list[str], budget: int) -> list[list[str]]:
+    """The lines in order, in groups whose lines and newlines fit ``budget``; a longer line is cut first."""
     pieces: list[list[str]] = []
     current: list[str] = []
     size = 0
-    for line in _cut_long_lines(body, budget):
+    for line in _cut_long_lines(lines, budget):
         if current and size + len(line) + 1 > budget:
             pieces.append(current)
             current, size = [], 0
@@ -722,9 +730,7 @@ def _split_code(code: str, chunk_size: int) -> list[str]:
         size += len(line) + 1
     if current:
         pieces.append(current)
-    if not opening:
-        return ["\n".join(piece) for piece in pieces]
-    return [f"{opening}\n" + "\n".join(piece) + f"\n{closing}" for piece in pieces]
+    return pieces
 
 
 def _cut_long_lines(lines: list[str], budget: int) -> list[str]:
@@ -744,15 +750,4 @@ def _split_table(table: str, chunk_size: int) -> list[str]:
     rows = lines[len(header) :]
     head_text = "\n".join(header)
     budget = max(1, chunk_size - len(head_text) - 1)
-    pieces: list[list[str]] = []
-    current: list[str] = []
-    size = 0
-    for row in _cut_long_lines(rows, budget):
-        if current and size + len(row) + 1 > budget:
-            pieces.append(current)
-            current, size = [], 0
-        current.append(row)
-        size += len(row) + 1
-    if current:
-        pieces.append(current)
-    return ["\n".join([*header, *piece]) for piece in pieces]
+    return ["\n".join([*header, *piece]) for piece in _packed_lines(rows, budget)]
