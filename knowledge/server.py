@@ -523,13 +523,10 @@ def _placement(target: Path) -> Path:
         return real
     if target.is_symlink() or (target.is_dir() and any(target.iterdir())):
         closed = _closed_ancestor(real) or real.parent
-        raise DatabaseUnavailable(
-            ROOT_UNREACHABLE.format(
-                what=f"the data directory {target}",
-                closed=closed,
-                mode=stat.S_IMODE(closed.stat().st_mode),
-                remedy=f"set {PGDATA_ENV} to a directory every user can enter, or use {DATABASE_URL_ENV}",
-            )
+        raise _unreachable(
+            f"the data directory {target}",
+            closed,
+            f"set {PGDATA_ENV} to a directory every user can enter, or use {DATABASE_URL_ENV}",
         )
     home = _root_home(target)
     if target.is_dir():
@@ -550,14 +547,7 @@ def _root_home(target: Path) -> Path:
         )  # the project's own directory, which the server's user must enter
     closed = _closed_ancestor(home)
     if closed is not None:
-        raise DatabaseUnavailable(
-            ROOT_UNREACHABLE.format(
-                what=f"its data in {ROOT_DATA_HOME}",
-                closed=closed,
-                mode=stat.S_IMODE(closed.stat().st_mode),
-                remedy=f"use {DATABASE_URL_ENV}",
-            )
-        )
+        raise _unreachable(f"its data in {ROOT_DATA_HOME}", closed, f"use {DATABASE_URL_ENV}")
     home.mkdir(exist_ok=True)
     return home
 
@@ -568,14 +558,20 @@ def _check_programs_reachable() -> None:
     for bin_path in POSTGRES_VERSIONS.values():
         closed = _closed_ancestor(bin_path)
         if closed is not None:
-            raise DatabaseUnavailable(
-                ROOT_UNREACHABLE.format(
-                    what=f"its programs in {bin_path}",
-                    closed=closed,
-                    mode=stat.S_IMODE(closed.stat().st_mode),
-                    remedy=f"install arcana-loop where every user can read it, or use {DATABASE_URL_ENV}",
-                )
+            raise _unreachable(
+                f"its programs in {bin_path}",
+                closed,
+                f"install arcana-loop where every user can read it, or use {DATABASE_URL_ENV}",
             )
+
+
+def _unreachable(what: str, closed: Path, remedy: str) -> DatabaseUnavailable:
+    """The error of a root run whose server user cannot reach `what` through `closed`."""
+    return DatabaseUnavailable(
+        ROOT_UNREACHABLE.format(
+            what=what, closed=closed, mode=stat.S_IMODE(closed.stat().st_mode), remedy=remedy
+        )
+    )
 
 
 def _closed_ancestor(path: Path) -> Path | None:
