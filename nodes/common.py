@@ -73,21 +73,22 @@ def loop_opts(
     return opts
 
 
-def render_system_prompt(
+def system_message(
     deps: LoopDeps,
     ctx: LoopContext,
     state: LoopState,
     opts: Mapping[str, Any],
     offered: Sequence[ToolSchema] | None = None,
-) -> str:
-    """Return the system prompt: the function given, else the context's string, else the default.
+) -> SystemMessage:
+    """Return the system message sent ahead of the conversation.
 
+    Its text is the function given, else the context's string, else the default prompt.
     ``offered``: the controller's tools this turn, when the caller has them already.
     """
     if deps.system_prompt is not None:
-        return _checked(deps.system_prompt(dict(opts)), "system_prompt")
+        return SystemMessage(content=_checked(deps.system_prompt(dict(opts)), "system_prompt"))
     if ctx.system_prompt is not None:
-        return ctx.system_prompt
+        return SystemMessage(content=ctx.system_prompt)
     scope = scope_of(state)
     section = ""
     if scope.kind == "pick":
@@ -96,7 +97,7 @@ def render_system_prompt(
     if offered is None:
         offered = offered_tools(deps, scope, ctx)
     offered_names = {tool_name(schema) for schema in offered}
-    return prompts.SYSTEM_PROMPT.format(
+    text = prompts.SYSTEM_PROMPT.format(
         tool_guidance=tool_guidance(offered),
         collections_section=section,
         last_step=prompts.GIVE_UP_STEP if GIVE_UP in offered_names else prompts.NO_GIVE_UP_STEP,
@@ -104,6 +105,7 @@ def render_system_prompt(
         max_iterations=ctx.max_iterations,
         budget_section=budget_section(state, ctx),
     )
+    return SystemMessage(content=text)
 
 
 def tool_guidance(offered: Sequence[ToolSchema]) -> str:
@@ -137,17 +139,6 @@ def _checked(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} function returned {type(value).__name__}, expected str")
     return value
-
-
-def system_message(
-    deps: LoopDeps,
-    ctx: LoopContext,
-    state: LoopState,
-    opts: Mapping[str, Any],
-    offered: Sequence[ToolSchema] | None = None,
-) -> SystemMessage:
-    """Return the system message sent ahead of the conversation."""
-    return SystemMessage(content=render_system_prompt(deps, ctx, state, opts, offered))
 
 
 def controller_request(
