@@ -40,6 +40,7 @@ from arcana_loop.cli.common import (
     shown,
     shown_again,
 )
+from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, loop_flags, with_help
 
 NEW = "/new"
 HELP = "/help"
@@ -81,6 +82,13 @@ def _read_line() -> str | None:
         return None
 
 
+@loop_flags(
+    *with_help(
+        RUN_FLAGS,
+        answer_model="Optional model that rewrites each answer.",
+        max_iterations="Most controller turns per question (default 10).",
+    )
+)
 def chat(
     collection: Annotated[
         list[str] | None,
@@ -88,20 +96,7 @@ def chat(
             "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
         ),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline."),
-    ] = None,
-    answer_model: Annotated[
-        str | None, typer.Option("--answer-model", help="Optional model that rewrites each answer.")
-    ] = None,
-    max_iterations: Annotated[
-        int | None,
-        typer.Option("--max-iterations", help="Most controller turns per question (default 10)."),
-    ] = None,
-    ground: Annotated[
-        str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")
-    ] = "local",
+    options: dict[str, Any] = FROM_FLAGS,
     checkpointer: Annotated[
         str,
         typer.Option(
@@ -130,13 +125,11 @@ def chat(
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
     scope, kb = prepare_scope(collection)
+    model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
-    options: dict[str, Any] = {  # every question's, checked once before the first
+    options |= {  # every question's, checked once before the first
         "collection": scope,
         "controller_llm": spec,
-        "answer_llm": answer_model,
-        "max_iterations": max_iterations,
-        "grounder": ground,
         "search_fn": kb.search,
         "checkpointer": saver,
     }

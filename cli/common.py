@@ -241,7 +241,9 @@ def controller_spec(model: str | None, *, announce: bool = True) -> str:
     With ``announce``, say now when it is the offline controller by default; otherwise
     the caller says it (`announce_offline`) once the run has passed its checks.
     """
-    spec = model or os.environ.get("ARCANA_LOOP_CONTROLLER_MODEL") or _default_spec()
+    from arcana_loop.core.context import option_setting
+
+    spec = model or option_setting("controller_model").read() or _default_spec()
     if announce:
         announce_offline(model, spec)
     return spec

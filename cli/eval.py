@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from arcana_loop.cli.flags import FROM_FLAGS, Flag, loop_flags
 from arcana_loop.evaluation.report import format_delta, format_metric
 
 eval_app = typer.Typer(
@@ -171,15 +172,8 @@ def retrieval(
     _emit(report, as_json, out_path, table)
 
 
-def _loop_options(
-    option: list[str] | None,
-    duplicate_guard: bool | None,
-    show_chunks_once: bool | None,
-    budget_ledger: bool | None,
-    max_parallel_searches: int | None,
-    min_support: float | None,
-    max_iterations: int | None,
-) -> dict[str, Any]:
+def _named_options(option: list[str] | None) -> dict[str, Any]:
+    """The ``--option NAME=VALUE`` flags as run options (a value is JSON, else the string)."""
     options: dict[str, Any] = {}
     for item in option or []:
         name, sep, raw = item.partition("=")
@@ -192,15 +186,7 @@ def _loop_options(
             options[name.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             options[name.strip()] = raw
-    named = {
-        "duplicate_guard": duplicate_guard,
-        "show_chunks_once": show_chunks_once,
-        "budget_ledger": budget_ledger,
-        "max_parallel_searches": max_parallel_searches,
-        "min_support": min_support,
-        "max_iterations": max_iterations,
-    }
-    return {**options, **{k: v for k, v in named.items() if v is not None}}
+    return options
 
 
 def _loop_table(report: dict[str, Any]) -> Table:
@@ -257,6 +243,14 @@ def _options_table(report: dict[str, Any]) -> Table:
 
 
 @eval_app.command("loop")
+@loop_flags(
+    Flag("duplicate_guard", help="Answer repeated searches from the history."),
+    Flag("show_chunks_once", help="Show a chunk's text only the first time."),
+    Flag("budget_ledger", help="Show the controller its budget every turn."),
+    Flag("max_parallel_searches", help="Searches of one turn run at once."),
+    Flag("min_support", help="Send answers grounded below this back once."),
+    Flag("max_iterations", help="Most controller turns."),
+)
 def loop(
     cases_path: CasesOption = None,
     set_name: SetOption = "realistic",
@@ -274,37 +268,7 @@ def loop(
     grounder: Annotated[
         str, typer.Option("--grounder", help="Grounder: local, llm_judge, or none.")
     ] = "local",
-    duplicate_guard: Annotated[
-        bool | None,
-        typer.Option(
-            "--duplicate-guard/--no-duplicate-guard",
-            help="Answer repeated searches from the history.",
-        ),
-    ] = None,
-    show_chunks_once: Annotated[
-        bool | None,
-        typer.Option(
-            "--show-chunks-once/--no-show-chunks-once",
-            help="Show a chunk's text only the first time.",
-        ),
-    ] = None,
-    budget_ledger: Annotated[
-        bool | None,
-        typer.Option(
-            "--budget-ledger/--no-budget-ledger", help="Show the controller its budget every turn."
-        ),
-    ] = None,
-    max_parallel_searches: Annotated[
-        int | None,
-        typer.Option("--max-parallel-searches", help="Searches of one turn run at once."),
-    ] = None,
-    min_support: Annotated[
-        float | None,
-        typer.Option("--min-support", help="Send answers grounded below this back once."),
-    ] = None,
-    max_iterations: Annotated[
-        int | None, typer.Option("--max-iterations", help="Most controller turns.")
-    ] = None,
+    options: dict[str, Any] = FROM_FLAGS,
     option: Annotated[
         list[str] | None,
         typer.Option("--option", help="Any other loop option as NAME=VALUE; repeatable."),
@@ -340,15 +304,7 @@ def loop(
     scope = collection or cases.collection
     kb = _prepare_kb(scope)
     main = _cli()
-    options = _loop_options(
-        option,
-        duplicate_guard,
-        show_chunks_once,
-        budget_ledger,
-        max_parallel_searches,
-        min_support,
-        max_iterations,
-    )
+    options = {**_named_options(option), **options}
     try:
         if compare_options:
             if options:

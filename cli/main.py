@@ -44,6 +44,7 @@ from arcana_loop.cli.doctor import doctor, merge_pending
 from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
+from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, loop_flags
 from arcana_loop.cli.help import FlagHelpGroup
 from arcana_loop.cli.reembed import reembed
 from arcana_loop.cli.server import server_app
@@ -182,22 +183,8 @@ def ingest(
     print_ingest_summary(collection, rows)
 
 
-# the loop's options as `ask` and `mcp` both take them
-ModelOption = Annotated[
-    str | None,
-    typer.Option("--model", help="Controller model, e.g. openai:gpt-4o-mini or offline."),
-]
-AnswerModelOption = Annotated[
-    str | None,
-    typer.Option("--answer-model", help="Optional model that rewrites the final answer."),
-]
-MaxIterationsOption = Annotated[
-    int | None, typer.Option("--max-iterations", help="Most controller turns (default 10).")
-]
-GroundOption = Annotated[str | None, typer.Option("--ground", help="Grounder: local or llm_judge.")]
-
-
 @app.command()
+@loop_flags(*RUN_FLAGS)
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
     collection: Annotated[
@@ -206,10 +193,7 @@ def ask(
             "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
         ),
     ] = None,
-    model: ModelOption = None,
-    answer_model: AnswerModelOption = None,
-    max_iterations: MaxIterationsOption = None,
-    ground: GroundOption = "local",
+    options: dict[str, Any] = FROM_FLAGS,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the whole result as JSON.")
     ] = False,
@@ -250,6 +234,7 @@ def ask(
     search_filter = where_filter(where or [])
     saver = checkpointer_spec_of(checkpointer)
     scope, kb = prepare_scope(collection)
+    model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
 
     def on_event(event: dict[str, Any], status: Any) -> None:
@@ -266,9 +251,6 @@ def ask(
                 question,
                 collection=scope,
                 controller_llm=spec,
-                answer_llm=answer_model,
-                max_iterations=max_iterations,
-                grounder=ground,
                 search_fn=kb.search,
                 search_opts={"filter": search_filter} if search_filter else None,
                 checkpointer=saver,
@@ -276,6 +258,7 @@ def ask(
                 on_event=lambda event: on_event(event, status),
                 # on a terminal the answer prints as it is written; a pipe or --json gets it whole
                 on_token=streamed.token if out.is_terminal and not as_json else None,
+                **options,
             )
     except ModelSpecError as exc:
         fail(str(exc), MODEL_HINT)
@@ -403,6 +386,7 @@ def _delete_documents(kb: Any, collection: str, source: str, *, dry_run: bool, y
 
 
 @app.command("mcp")
+@loop_flags(*RUN_FLAGS)
 def mcp_server(
     collection: Annotated[
         list[str] | None,
@@ -412,10 +396,7 @@ def mcp_server(
             help="Lock the server to this collection (repeatable): clients read only these.",
         ),
     ] = None,
-    model: ModelOption = None,
-    answer_model: AnswerModelOption = None,
-    max_iterations: MaxIterationsOption = None,
-    ground: GroundOption = "local",
+    options: dict[str, Any] = FROM_FLAGS,
     http: Annotated[
         bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio.")
     ] = False,
@@ -432,15 +413,14 @@ def mcp_server(
         from arcana_loop.cli.mcp import serve
     except ImportError as exc:
         fail(f"the MCP server needs the mcp package ({exc}).", "pip install 'arcana-loop[mcp]'")
+    model = options.pop("controller_llm", None)
     serve(
         collections=collection,
         http=http,
         host=host,
         port=port,
         controller_llm=controller_spec(model, announce=False),
-        answer_llm=answer_model,
-        max_iterations=max_iterations,
-        grounder=ground,
+        **options,
     )
 
 

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from arcana_loop.cli.common import cell, fail, out, print_result, shown
+from arcana_loop.cli.flags import FROM_FLAGS, Flag, loop_flags
 
 DEFAULT_CHECKPOINTER = "postgres"
 CheckpointerOption = Annotated[
@@ -127,6 +128,10 @@ def resolve_checkpoint(given: str, steps: list[Any]) -> str:
     return matches[0] if matches else given
 
 
+@loop_flags(
+    Flag("controller_model", "--model", "Controller model for the re-run (default the thread's)."),
+    Flag("max_iterations", help="Override the thread's max_iterations."),
+)
 def replay_command(
     thread_id: Annotated[
         str | None, typer.Argument(help="The thread to re-run (omit with --record).")
@@ -143,13 +148,7 @@ def replay_command(
         Path | None,
         typer.Option("--record", help="Replay a record file instead: no model, no database."),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="Controller model for the re-run (default the thread's)."),
-    ] = None,
-    max_iterations: Annotated[
-        int | None, typer.Option("--max-iterations", help="Override the thread's max_iterations.")
-    ] = None,
+    options: dict[str, Any] = FROM_FLAGS,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
@@ -170,7 +169,6 @@ def replay_command(
                 if from_checkpoint is not None
                 else steps[0].checkpoint_id
             )
-            options: dict[str, Any] = {"max_iterations": max_iterations, "controller_model": model}
             result = replay(thread_id, checkpointer=checkpointer, checkpoint_id=start, **options)
             differences = []
     except ReplayError as exc:

@@ -1,22 +1,28 @@
-"""Run options: the JSON-able knobs of one run, with their defaults and environment fallbacks.
+"""Run options: the JSON-able knobs of one run, each declared once as a `LoopContext` field.
 
-Every field can be set per run (``run(...)`` keyword arguments, or the ``context``
-of a LangGraph server run). A field not given falls back to an environment
-variable ``ARCANA_LOOP_<FIELD>`` (for example ``ARCANA_LOOP_MAX_ITERATIONS=6``),
-then to the default below: explicit > environment > default. The environment is
-read when a context is created, never inside a node.
+A field is the option's one declaration: its name and type, and in `option(...)` its
+default, help text and bounds or choices. From it follow the environment variable
+(``ARCANA_LOOP_<FIELD>``, for example ``ARCANA_LOOP_MAX_ITERATIONS=6``), its reading and
+checking (`knowledge.settings.Setting`, as the knowledge base's settings), the validation of
+a value however it came, the CLI flags (`cli.flags`) and the README's options table (a test
+keeps it in step).
+
+Every field can be set per run (``run(...)`` keyword arguments, or the ``context`` of a
+LangGraph server run). A field not given falls back to its environment variable, then to
+its default: explicit > environment > default. "Not given" is a field left out of the
+constructor (its default factory runs), never a value equal to the default. The
+environment is read when a context is created, never inside a node.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import math
-import os
-from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, Literal
+from dataclasses import Field, dataclass, field, fields
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-ENV_PREFIX = "ARCANA_LOOP_"
+from arcana_loop.settings import ENV_PREFIX, Setting
+
 OPERATOR_ONLY = ("system_prompt", "answer_prompt", "synthesis_prompt")
 """Options whose environment value is the operator's, never shown to a client.
 
@@ -30,278 +36,180 @@ RequireSearch = Literal["off", "on", "auto"]
 REQUIRE_SEARCH_VALUES: tuple[RequireSearch, ...] = ("off", "on", "auto")
 
 
-def _parse_env(name: str, raw: str, kind: type) -> Any:
-    try:
-        if kind is bool:
-            lowered = raw.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-        if kind is dict:
-            value = json.loads(raw)
-            if not isinstance(value, dict):
-                raise ValueError(raw)
-            return value
-        return raw
-    except ValueError:
-        raise ValueError(
-            f"environment variable {ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.__name__}"
-        ) from None
+class _FromEnvironment:
+    """A field's default factory: its environment value, else its default (`declare` binds it)."""
+
+    setting: Setting
+
+    def __init__(self, default: Any, help: str, bounds: dict[str, Any]) -> None:
+        self.default, self.help, self.bounds = default, help, bounds
+
+    def __call__(self) -> Any:
+        return self.setting.read()
 
 
-def _env(name: str, default: Any, kind: type) -> Any:
-    def factory() -> Any:
-        raw = os.environ.get(ENV_PREFIX + name.upper())
-        if raw is None or raw == "":
-            return dict(default) if isinstance(default, dict) else default
-        return _parse_env(name, raw, kind)
+def option(default: Any, help: str, **bounds: Any) -> Any:
+    """Declare a `LoopContext` field: its default, its help, and `Setting` bounds or choices.
 
-    return factory
-
-
-def _opt(name: str, default: Any, kind: type, description: str) -> Any:
+    The name and the type are the field's own; `declare` makes the `Setting` from them.
+    """
     return field(
-        default_factory=_env(name, default, kind),
-        metadata={
-            "description": description,
-            "documented_default": default,
-            "env": ENV_PREFIX + name.upper(),
-        },
+        default_factory=_FromEnvironment(default, help, bounds), metadata={"description": help}
     )
 
 
+def _kind(hint: Any) -> tuple[type, tuple[str, ...]]:
+    """The value type of a field's annotation (``None`` aside), and a ``Literal``'s choices."""
+    if get_origin(hint) in (Union, UnionType):
+        (hint,) = (arg for arg in get_args(hint) if arg is not type(None))
+    if get_origin(hint) is Literal:
+        return str, tuple(get_args(hint))
+    return get_origin(hint) or hint, ()
+
+
+def declare(cls: type[Any]) -> type[Any]:
+    """Bind each field of an options dataclass to its `Setting`, made from the field's declaration."""
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        factory = f.default_factory
+        assert isinstance(factory, _FromEnvironment), f"{f.name} is not declared with option()"
+        kind, choices = _kind(hints[f.name])
+        factory.setting = Setting(
+            env=ENV_PREFIX + f.name.upper(),
+            kind=kind,
+            default=factory.default,
+            help=factory.help,
+            choices=choices,
+            **factory.bounds,
+        )
+    return cls
+
+
+@declare
 @dataclass(kw_only=True)
 class LoopContext:
     """Options of one loop run. Every field has a default; see the module docstring for precedence."""
 
-    controller_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
-        "controller_model",
+    controller_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = option(
         None,
-        str,
         "Model of the controller that picks a tool each turn, as 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'.",
     )
-    answer_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
-        "answer_model",
+    answer_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = option(
         None,
-        str,
         "Optional stronger model that rewrites the final answer and writes the fallback synthesis.",
     )
-    max_iterations: int = _opt(
-        "max_iterations",
-        10,
-        int,
-        "Most controller turns before the run stops (then synthesis runs).",
+    max_iterations: int = option(
+        10, "Most controller turns before the run stops (then synthesis runs).", minimum=0
     )
-    chunk_cap: int = _opt(
-        "chunk_cap", 30, int, "Most chunks kept across searches; the lowest scores are evicted."
+    chunk_cap: int = option(
+        30, "Most chunks kept across searches; the lowest scores are evicted.", minimum=0
     )
-    system_prompt: str | None = _opt(
-        "system_prompt",
+    system_prompt: str | None = option(
         None,
-        str,
         "Replaces the default system prompt, used as given (pass a function to run() to build it from the options).",
     )
-    answer_prompt: str | None = _opt(
-        "answer_prompt", None, str, "Replaces the instruction sent to the answer model."
+    answer_prompt: str | None = option(None, "Replaces the instruction sent to the answer model.")
+    synthesis_prompt: str | None = option(
+        None, "Replaces the instruction of the fallback synthesis call."
     )
-    synthesis_prompt: str | None = _opt(
-        "synthesis_prompt", None, str, "Replaces the instruction of the fallback synthesis call."
+    fallback_synthesis: bool = option(
+        True, "Write an answer from the gathered chunks when max_iterations is hit."
     )
-    fallback_synthesis: bool = _opt(
-        "fallback_synthesis",
-        True,
-        bool,
-        "Write an answer from the gathered chunks when max_iterations is hit.",
+    temperature: float | None = option(
+        None, "Temperature of every model call, unless a role's own is set.", minimum=0
     )
-    temperature: float | None = _opt(
-        "temperature", None, float, "Temperature of every model call, unless a role's own is set."
+    controller_temperature: float | None = option(
+        None, "Temperature of the controller's calls.", minimum=0
     )
-    controller_temperature: float | None = _opt(
-        "controller_temperature", None, float, "Temperature of the controller's calls."
+    answer_temperature: float | None = option(
+        None, "Temperature of the answer model's rewrite.", minimum=0
     )
-    answer_temperature: float | None = _opt(
-        "answer_temperature", None, float, "Temperature of the answer model's rewrite."
+    fallback_temperature: float | None = option(
+        None, "Temperature of the fallback synthesis call.", minimum=0
     )
-    fallback_temperature: float | None = _opt(
-        "fallback_temperature", None, float, "Temperature of the fallback synthesis call."
+    grounder: str | None = option(
+        None, "Grounder that scores the answer: 'local' (offline heuristic) or 'llm_judge'."
     )
-    grounder: str | None = _opt(
-        "grounder",
+    judge_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = option(
         None,
-        str,
-        "Grounder that scores the answer: 'local' (offline heuristic) or 'llm_judge'.",
-    )
-    judge_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = _opt(
-        "judge_model",
-        None,
-        str,
         "Model of the 'llm_judge' grounder (defaults to the answer model, then the controller).",
     )
-    search_opts: dict[str, Any] = _opt(
-        "search_opts",
-        {},
-        dict,
-        "Extra keyword options for every search call (e.g. mode, threshold).",
+    search_opts: dict[str, Any] = option(
+        {}, "Extra keyword options for every search call (e.g. mode, threshold)."
     )
-    max_tool_calls_per_turn: int = _opt(
-        "max_tool_calls_per_turn",
-        16,
-        int,
-        "Tool calls of one turn past this many are answered as skipped, not run.",
+    max_tool_calls_per_turn: int = option(
+        16, "Tool calls of one turn past this many are answered as skipped, not run.", minimum=1
     )
-    max_parallel_searches: int = _opt(
-        "max_parallel_searches",
+    max_parallel_searches: int = option(
         4,
-        int,
         "Searches of one turn that run at once (worker threads in run(), tasks in arun()).",
+        minimum=1,
     )
-    budget_ledger: bool = _opt(
-        "budget_ledger",
+    budget_ledger: bool = option(
         True,
-        bool,
         "Show the controller its budget status (turns, searches, chunks, tokens, time) every turn.",
     )
-    max_tokens_total: int | None = _opt(
-        "max_tokens_total",
-        None,
-        int,
-        "End the loop (with synthesis) once the models have used this many tokens.",
+    max_tokens_total: int | None = option(
+        None, "End the loop (with synthesis) once the models have used this many tokens.", minimum=1
     )
-    max_seconds: float | None = _opt(
-        "max_seconds",
+    max_seconds: float | None = option(
         None,
-        float,
         "End the loop (with synthesis) once this many seconds have passed; grounding gets only the time left.",
+        minimum=0,
     )
-    ground_timeout: float = _opt(
-        "ground_timeout",
+    ground_timeout: float = option(
         60.0,
-        float,
         "Seconds the grounder may take; past them (or past max_seconds) grounding is None and error says so.",
+        positive=True,
     )
-    duplicate_guard: bool = _opt(
-        "duplicate_guard",
-        True,
-        bool,
-        "Answer a repeated search from the history instead of sending it again.",
+    duplicate_guard: bool = option(
+        True, "Answer a repeated search from the history instead of sending it again."
     )
-    duplicate_similarity: float | None = _opt(
-        "duplicate_similarity",
+    duplicate_similarity: float | None = option(
         None,
-        float,
         "Also treat a query as repeated when its embedding's cosine similarity to an earlier one is at least this.",
+        minimum=0,
+        maximum=1,
     )
-    show_chunks_once: bool = _opt(
-        "show_chunks_once",
-        True,
-        bool,
-        "Show a chunk's full text only in the first result that returned it.",
+    show_chunks_once: bool = option(
+        True, "Show a chunk's full text only in the first result that returned it."
     )
-    min_support: float | None = _opt(
-        "min_support",
+    min_support: float | None = option(
         None,
-        float,
         "Send an answer whose grounding score is below this back to the controller once.",
+        minimum=0,
+        maximum=1,
     )
-    max_repairs: int = _opt(
-        "max_repairs", 1, int, "Most times an under-supported answer goes back to the controller."
+    max_repairs: int = option(
+        1, "Most times an under-supported answer goes back to the controller.", minimum=0
     )
-    repair_turns: int = _opt("repair_turns", 2, int, "Extra controller turns each repair is given.")
-    explore_tool: bool = _opt(
-        "explore_tool",
+    repair_turns: int = option(2, "Extra controller turns each repair is given.", minimum=0)
+    explore_tool: bool = option(
         False,
-        bool,
         "Offer the controller an 'explore' tool over the knowledge graph (an entity's description, neighbours and community).",
     )
-    sources_footer: bool = _opt(
-        "sources_footer",
+    sources_footer: bool = option(
         True,
-        bool,
         "End the closing message with a plain-text list of the sources it cites, for clients that show "
         "text only; run() and the CLI turn it off (they have LoopResult.sources).",
     )
-    require_search: RequireSearch = _opt(
-        "require_search",
+    require_search: RequireSearch = option(
         "auto",
-        str,
         "Send an answer made before any search back once with a note to search first: 'on', 'off', or 'auto' "
         "(on unless the question is small talk: a greeting, thanks, 'who are you').",
     )
 
-    def __post_init__(self) -> None:  # noqa: C901  # a flat list of checks, one per option group
-        """Reject values of the wrong type or range before anything runs."""
-        for name in ("max_iterations", "chunk_cap", "max_repairs", "repair_turns"):
-            _check_int(name, getattr(self, name), minimum=0)
-        if self.max_tokens_total is not None:
-            _check_int("max_tokens_total", self.max_tokens_total, minimum=1)
-        for name in ("max_seconds", "duplicate_similarity", "min_support"):
-            _check_number(name, getattr(self, name))
-        ground_timeout: Any = (
-            self.ground_timeout
-        )  # typed as a float, but server clients send any JSON
-        _check_number("ground_timeout", ground_timeout)
-        if ground_timeout is None or ground_timeout == 0:
-            raise ValueError(
-                f"ground_timeout must be a number of seconds > 0, got {ground_timeout!r}"
-            )
-        for name in ("duplicate_similarity", "min_support"):
-            value = getattr(self, name)
-            if value is not None and value > 1:
-                raise ValueError(f"{name} must be between 0 and 1, got {value}")
-        for name in ("max_tool_calls_per_turn", "max_parallel_searches"):
-            _check_int(name, getattr(self, name), minimum=1)
-        for name in (
-            "temperature",
-            "controller_temperature",
-            "answer_temperature",
-            "fallback_temperature",
-        ):
-            _check_number(name, getattr(self, name))
-        for name in (
-            "controller_model",
-            "answer_model",
-            "system_prompt",
-            "answer_prompt",
-            "synthesis_prompt",
-            "grounder",
-            "judge_model",
-        ):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
-        for name in (
-            "fallback_synthesis",
-            "budget_ledger",
-            "duplicate_guard",
-            "show_chunks_once",
-            "explore_tool",
-            "sources_footer",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        require_search: Any = (
-            self.require_search
-        )  # typed as a Literal, but server clients send any JSON
-        if require_search not in REQUIRE_SEARCH_VALUES:
-            raise ValueError(
-                f"require_search must be one of {', '.join(REQUIRE_SEARCH_VALUES)}, got {require_search!r}"
-            )
-        search_opts: Any = self.search_opts  # typed as a dict, but server clients send any JSON
-        if not isinstance(search_opts, dict) or not all(isinstance(k, str) for k in search_opts):
-            raise TypeError("search_opts must be a dict with string keys")
-        if "filter" in search_opts:
+    def __post_init__(self) -> None:
+        """Reject values of the wrong type or range before anything runs (server clients send any JSON)."""
+        for name, setting in OPTIONS.items():
+            setting.check(name, getattr(self, name))
+        if "filter" in self.search_opts:
             # the knowledge base's metadata filter: one it would refuse is refused now, before
             # the first model call, rather than by every search of the run
             from arcana_loop.knowledge.filters import check_filter
 
-            check_filter(search_opts["filter"])
-        check_storable("search_opts", search_opts)
+            check_filter(self.search_opts["filter"])
+        check_storable("search_opts", self.search_opts)
 
     def as_options(self) -> dict[str, Any]:
         """Return the options as a JSON-ready dict (what a run records in its state).
@@ -325,8 +233,8 @@ class LoopContext:
         """Whether an operator-only option holds what the server's environment set (see `OPERATOR_ONLY`)."""
         if name not in OPERATOR_ONLY:
             return False
-        raw = os.environ.get(ENV_PREFIX + name.upper())
-        return bool(raw) and getattr(self, name) == raw
+        raw = OPTIONS[name].given()
+        return raw is not None and getattr(self, name) == raw
 
     def role_temperature(self, role: str) -> float | None:
         """Return the temperature for ``controller``, ``answer`` or ``fallback``: the role's own, else the shared one."""
@@ -364,25 +272,22 @@ def check_storable(name: str, value: Any) -> None:
         )
 
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}: {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+def _setting(f: Field[Any]) -> Setting:
+    factory = f.default_factory
+    assert isinstance(factory, _FromEnvironment)
+    return factory.setting
 
 
-def _check_number(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number or None, got {type(value).__name__}: {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+OPTIONS: dict[str, Setting] = {f.name: _setting(f) for f in fields(LoopContext)}
+"""Every run option's declaration, by field name, in the order of the fields."""
+CONTEXT_FIELDS = frozenset(OPTIONS)
 
 
-CONTEXT_FIELDS = frozenset(f.name for f in fields(LoopContext))
+def option_setting(name: str) -> Setting:
+    """The declaration of the run option `name` (its variable, type, default, help, bounds)."""
+    return OPTIONS[name]
 
 
 def context_defaults() -> dict[str, Any]:
-    """Return each option's documented default (the environment ignored)."""
-    return {f.name: f.metadata["documented_default"] for f in fields(LoopContext)}
+    """Return each option's declared default (the environment ignored)."""
+    return {name: setting.default for name, setting in OPTIONS.items()}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -18,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
-from arcana_loop.core.context import CONTEXT_FIELDS, ENV_PREFIX, MAX_OPTION_DEPTH, LoopContext
+from arcana_loop.core.context import CONTEXT_FIELDS, MAX_OPTION_DEPTH, OPTIONS, LoopContext
 from arcana_loop.core.sources import Source, cited_sources, readable_answer
 from arcana_loop.core.state import (
     RESULT_KEYS,
@@ -300,7 +299,7 @@ def _checked_context(collection: Any, deps: dict[str, Any], options: dict[str, A
     if deps["controller_llm"] is None and context.controller_model is None:
         raise ConfigurationError(
             "run() needs a controller: pass controller_llm= (a 'provider:model' string, a chat model or a "
-            "function) or set ARCANA_LOOP_CONTROLLER_MODEL"
+            f"function) or set {OPTIONS['controller_model'].env}"
         )
     if context.min_support is not None and deps["grounder"] is None and context.grounder is None:
         raise ConfigurationError(
@@ -344,9 +343,7 @@ def _checked_inputs(
         raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
     check_thread_id(thread_id)
     deps, context_options = split_options(options)
-    if "sources_footer" not in context_options and not os.environ.get(
-        ENV_PREFIX + "SOURCES_FOOTER"
-    ):
+    if "sources_footer" not in context_options and OPTIONS["sources_footer"].given() is None:
         # the list is for clients that show text only; run()'s caller has LoopResult.sources
         context_options["sources_footer"] = False
     return deps, context_options

@@ -137,12 +137,13 @@ def test_bad_run_input_is_rejected_before_anything_runs(kind, kwargs, error, fra
 
 
 ENV_REJECTED = [
-    ("ARCANA_LOOP_MAX_ITERATIONS", "abc", "not a valid int"),
-    ("ARCANA_LOOP_SEARCH_OPTS", "[1]", "not a valid dict"),
-    ("ARCANA_LOOP_SEARCH_OPTS", "{not json", "not a valid dict"),
-    ("ARCANA_LOOP_BUDGET_LEDGER", "maybe", "not a valid bool"),
-    ("ARCANA_LOOP_CHUNK_CAP", "-3", "chunk_cap must be at least 0"),
-    ("ARCANA_LOOP_TEMPERATURE", "warm", "not a valid float"),
+    ("ARCANA_LOOP_MAX_ITERATIONS", "abc", "MAX_ITERATIONS must be a whole number of at least 0"),
+    ("ARCANA_LOOP_SEARCH_OPTS", "[1]", "SEARCH_OPTS must be a JSON object"),
+    ("ARCANA_LOOP_SEARCH_OPTS", "{not json", "SEARCH_OPTS must be a JSON object"),
+    ("ARCANA_LOOP_BUDGET_LEDGER", "maybe", "BUDGET_LEDGER must be true or false"),
+    ("ARCANA_LOOP_CHUNK_CAP", "-3", "CHUNK_CAP must be a whole number of at least 0, got '-3'"),
+    ("ARCANA_LOOP_TEMPERATURE", "warm", "TEMPERATURE must be a number of at least 0"),
+    ("ARCANA_LOOP_REQUIRE_SEARCH", "always", "REQUIRE_SEARCH must be one of off, on, auto"),
     ("ARCANA_LOOP_GROUNDER", "oracle", "unknown grounder"),
 ]
 

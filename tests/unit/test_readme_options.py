@@ -1,13 +1,12 @@
-"""The README's options table and `LoopContext` name the same options, defaults and variables."""
+"""The README's options table and the options' declarations name the same options, defaults and variables."""
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import fields
 from pathlib import Path
 
-from arcana_loop.core.context import LoopContext
+from arcana_loop.core.context import OPTIONS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| `(\w+)` \| `([^`]*)` \| `(ARCANA_LOOP_\w+)`")
@@ -28,9 +27,8 @@ def _table() -> dict[str, tuple[str, str]]:
 
 def test_every_option_is_in_the_table_with_its_default_and_variable():
     table = _table()
-    options = {f.name: f.metadata for f in fields(LoopContext)}
-    assert set(table) == set(options)
-    for name, meta in options.items():
+    assert set(table) == set(OPTIONS)
+    for name, setting in OPTIONS.items():
         default, env = table[name]
-        assert env == meta["env"], name
-        assert ast.literal_eval(default) == meta["documented_default"], name
+        assert env == setting.env, name
+        assert ast.literal_eval(default) == setting.default, name

@@ -1,0 +1,120 @@
+"""The loop's options as command-line flags, made from the options' declarations.
+
+A command names the options it takes with `loop_flags`; each flag's type (and so its
+placeholder in help), its ``--name`` and its help come from the option's declaration
+(`LoopContext`), so ``ask``, ``chat``, ``mcp``, ``replay`` and ``eval loop`` write no flag
+blocks of their own. A command may give a flag another name or help of its own where
+its wording says more (``--model`` for ``controller_model``). The command receives the
+flags the user gave as one ``options`` dict, keyed by the keyword each goes to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from arcana_loop.core.context import option_setting
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+OPTIONS = "options"
+"""The parameter of a command that receives the flags given, as a dict."""
+FROM_FLAGS: Any = None
+"""The declared default of that parameter (``options: dict[str, Any] = FROM_FLAGS``): the
+command's wrapper always passes the dict, so the body never sees this."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One loop option offered as a flag by a command."""
+
+    option: str
+    """The `LoopContext` field whose declaration gives the flag's type, name and help."""
+    name: str | None = None
+    """The flag as typed (default ``--`` and the option's name with dashes)."""
+    help: str | None = None
+    """Help of the command's own (default: the declaration's)."""
+    default: Any = None
+    """The value when the flag is not given; ``None`` leaves the option out of ``options``."""
+    keyword: str | None = None
+    """The key in ``options``: the keyword the command passes it as (default: the option's name)."""
+
+    @property
+    def key(self) -> str:
+        """The flag's key in ``options`` (and its parameter's name)."""
+        return self.keyword or self.option
+
+    def parameter(self) -> inspect.Parameter:
+        """The command parameter Typer reads this flag from."""
+        setting = option_setting(self.option)
+        name = self.name or "--" + self.option.replace("_", "-")
+        if setting.kind is bool and "/" not in name:
+            name = f"{name}/--no-{name.removeprefix('--')}"
+        option = typer.Option(name, help=self.help or setting.help)
+        return inspect.Parameter(
+            self.key,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=self.default,
+            annotation=Annotated[setting.kind | None, option],
+        )
+
+
+RUN_FLAGS = (
+    Flag(
+        "controller_model",
+        "--model",
+        "Controller model, e.g. openai:gpt-4o-mini or offline.",
+        keyword="controller_llm",
+    ),
+    Flag(
+        "answer_model",
+        help="Optional model that rewrites the final answer.",
+        keyword="answer_llm",
+    ),
+    Flag("max_iterations", help="Most controller turns (default 10)."),
+    Flag("grounder", "--ground", "Grounder: local or llm_judge.", default="local"),
+)
+"""The flags of the commands that run the loop (`ask`, `chat`, `mcp`), as `run`'s keywords."""
+
+
+def with_help(flags: tuple[Flag, ...], **helps: str) -> tuple[Flag, ...]:
+    """`flags` with the help of the options named (by option) worded for one command."""
+    return tuple(
+        dataclasses.replace(f, help=helps[f.option]) if f.option in helps else f for f in flags
+    )
+
+
+def loop_flags(*flags: Flag) -> Callable[[Command], Command]:
+    """Give a command the flags of `flags`, in place of its ``options`` parameter.
+
+    The command is called with ``options``: the flags given (a value other than ``None``),
+    keyed by `Flag.key`.
+    """
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        own = list(signature.parameters.values())
+        at = [p.name for p in own].index(OPTIONS)
+        params = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in (*own[:at], *(f.parameter() for f in flags), *own[at + 1 :])
+        ]
+        keys = [f.key for f in flags]
+
+        @functools.wraps(command)
+        def with_options(**kwargs: Any) -> Any:
+            given = {key: kwargs.pop(key) for key in keys}
+            options = {key: value for key, value in given.items() if value is not None}
+            return command(**kwargs, **{OPTIONS: options})
+
+        # Typer reads the parameters and their types from these, not from the wrapped command
+        with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]  # read by inspect.signature
+        with_options.__annotations__ = {p.name: p.annotation for p in params}
+        return with_options  # type: ignore[return-value]  # same call, the flags gathered
+
+    return decorate
