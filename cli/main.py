@@ -123,7 +123,7 @@ def ingest(
         ),
     ] = None,
 ) -> None:
-    """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF) into a collection.
+    """Ingest files or directories (text, Markdown, reStructuredText, HTML, PDF, Word, Excel) into a collection.
 
     Unchanged files are skipped; a changed file re-embeds only its changed chunks.
     """
@@ -177,7 +177,7 @@ def ingest(
                 except (KnowledgeBaseError, OSError) as exc:
                     fail(
                         f"could not ingest {path}: {exc}",
-                        "text files (UTF-8), HTML and PDF can be ingested",
+                        "text (UTF-8), Markdown, reStructuredText, HTML, PDF, Word and Excel files can be ingested",
                     )
             rows.append((str(path), result))
     print_ingest_summary(collection, rows)

@@ -33,6 +33,7 @@ from arcana_loop.knowledge.errors import (
     EmbeddingMismatch,
     IngestError,
     KnowledgeBaseError,
+    UnsupportedFormat,
 )
 from arcana_loop.knowledge.loaders import MissingExtra
 from arcana_loop.knowledge.reembed import ReembedResult
@@ -66,6 +67,7 @@ __all__ = [
     "MissingExtra",
     "ReembedResult",
     "SearchMode",
+    "UnsupportedFormat",
     "WordLlamaEmbeddings",
     "aingest",
     "asearch",

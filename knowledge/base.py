@@ -62,6 +62,7 @@ from arcana_loop.knowledge.loading import (
     langchain_documents,
     path_text,
     read_file,
+    read_files,
     text_document,
     walk_directory,
 )
@@ -1066,13 +1067,8 @@ class KnowledgeBase:
             raise IngestError(f"{path_text(path)}: no such file or directory")
         if not path.is_dir():
             return [read_file(path, max_bytes=max_bytes, metadata=metadata)], False
-        docs = []
-        for file in walk_directory(path, include=include, exclude=exclude, skip=skip):
-            try:
-                docs.append(read_file(file, max_bytes=max_bytes, metadata=metadata))
-            except IngestError as exc:
-                skip(file, str(exc).removeprefix(f"{path_text(file)}: "))
-        return docs, True
+        files = walk_directory(path, include=include, exclude=exclude, skip=skip)
+        return read_files(files, max_bytes=max_bytes, metadata=metadata, skip=skip), True
 
     # -- search --------------------------------------------------------------------
 

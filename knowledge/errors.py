@@ -60,3 +60,14 @@ class EmbedderUnavailable(KnowledgeBaseError, ValueError):
 
 class ModelFileMismatch(EmbedderUnavailable):
     """A model or tokenizer file differs from the sha256 it is pinned to (or is missing)."""
+
+
+class UnsupportedFormat(IngestError):
+    """A file of no type ingest reads: binary, and of no extension `knowledge.formats` lists.
+
+    The message lists the supported types; `detail` is what the file is, without them.
+    """
+
+    def __init__(self, message: str, *, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail

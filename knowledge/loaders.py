@@ -1,19 +1,26 @@
 """Read PDF and HTML files as text that the splitter and `knowledge.sections` understand.
 
+Also what every reader shares (`Extracted`, `MissingExtra`, `pipe_table`,
+`library_log`); `knowledge.formats` lists the readers by file type.
+
 Each format needs an optional extra (`arcana-loop[pdf]`: pypdf, `arcana-loop[html]`:
 beautifulsoup4 with the standard library's HTML parser), imported only when a
 file of that type is read. Without it, reading such a file raises `MissingExtra`
 (an `IngestError`), which names the extra: a directory walk skips the file with
-that reason, a file named directly fails before anything is written.
+that reason, a file named directly fails before anything is written. What the
+parsing library logs or warns while it reads goes to this module's logger
+(`library_log`), never to the terminal.
 
 HTML becomes Markdown, read from the page's main content: the one `<main>` (or
 `role="main"`) element, else the one `<article>`, else the body; inside it,
-navigation, banners, footers, sidebars and cookie notices are dropped (by element,
-ARIA role, or a class or id naming them), as are scripts and styles. `h1`..`h6`
-become `#` headings, `<pre>` a fenced code block, a `<table>` a pipe table, so the
-structure parser (`knowledge.structure`) reads the page as it reads Markdown.
-Each element is visited once, however deep, so the reading time grows with
-the page's size, not its shape (`read_html`).
+navigation, banners, footers, sidebars, comment threads and cookie notices are
+dropped (by element, ARIA role, or a class naming them, or an id on a page that
+does not mark its content; never a heading nor the element holding most of the
+page's text: `_Page.furniture`), as are scripts, styles and HTML comments.
+`h1`..`h6` become `#` headings, `<pre>` a fenced code block, a `<table>` a pipe
+table, so the structure parser (`knowledge.structure`) reads the page as it reads
+Markdown. Each element is visited a bounded number of times, however deep, so the
+reading time grows with the page's size, not its shape (`read_html`).
 Why not a general extractor: on real documentation pages (mdBook, rustdoc,
 texinfo) trafilatura dropped most code blocks of an API page (202 of 552 fences
 kept) and the blank lines inside code, and readability-lxml emptied every heading
@@ -26,19 +33,23 @@ chunk records its first and last page.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
+import logging
 import re
+import threading
+import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from arcana_loop.knowledge.errors import IngestError
 
-PDF_SUFFIXES = frozenset({".pdf"})
-HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
+logger = logging.getLogger(__name__)
+
 _DROPPED_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
 _BLOCK_TAGS = (
     "address", "article", "aside", "blockquote", "dd", "details", "div", "dl", "dt",
@@ -46,19 +57,26 @@ _BLOCK_TAGS = (
     "ol", "p", "section", "summary", "table", "tr", "ul",
 )  # fmt: skip
 _CELL_TAGS = ("td", "th")
-_BOILERPLATE_TAGS = ("nav", "footer", "aside", "dialog", "button", "form", "menu")
+_BOILERPLATE_TAGS = ("nav", "footer", "aside", "dialog", "button", "menu")
 _BOILERPLATE_ROLES = frozenset(
     {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar", "dialog"}
 )
 _BOILERPLATE_WORDS = frozenset(
     {
-        "nav", "navbar", "navigation", "sidebar", "breadcrumb", "breadcrumbs", "cookie",
-        "cookies", "consent", "banner", "footer", "menu", "toc", "skip", "share", "social",
-        "pagination", "pager", "headerlink", "copyright", "masthead", "topbar",
+        "nav", "navbar", "navigation", "sidebar", "sidenav", "topnav", "breadcrumb",
+        "breadcrumbs", "cookie", "cookies", "consent", "banner", "footer", "menu", "toc",
+        "skip", "share", "social", "pagination", "pager", "headerlink", "copyright",
+        "masthead", "topbar", "toolbar", "comments",
     }
 )  # fmt: skip
-"""Words that, as a part of an element's class or id, mark it as page furniture, not content."""
-_CLASS_WORD = re.compile(r"[a-z]+")
+"""Words that, as a part of an element's class or id, mark it as page furniture, not content.
+
+A name's words are split at ``-``, ``_`` and case changes, and two neighbours also
+count joined: ``top-bar``, ``sideBar`` and ``site_footer`` all name furniture."""
+_HEADER_NAMES = frozenset({"header", "siteheader", "globalheader", "topheader", "mainheader"})
+"""Whole class or id names (``-`` and ``_`` aside) of a site's header: not ``card-header``
+or ``page-header``, which hold a title."""
+_NAME_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 _DIGITS = re.compile(r"\d+")
 _PAGE_NUMBER = re.compile(r"(?:page\s*)?\d{1,4}(?:\s*(?:/|of)\s*\d{1,4})?", re.IGNORECASE)
 _SIGNATURE_KEYWORDS = frozenset(
@@ -72,6 +90,69 @@ _BLANK_LINES = re.compile(r"\n{3,}")
 
 class MissingExtra(IngestError):
     """A file needs an optional dependency that is not installed."""
+
+
+def missing_extra(path: Path, kind: str, extra: str) -> MissingExtra:
+    """The error for a `kind` file (``"PDF"``) read without its `extra` installed."""
+    return MissingExtra(
+        f"{path}: reading {kind} files needs the '{extra}' extra (pip install 'arcana-loop[{extra}]')"
+    )
+
+
+_READING = threading.Lock()
+"""Held while a library reads a file with its log and warnings routed (`library_log`):
+``warnings.catch_warnings`` changes process-wide state, which two at once would tangle."""
+
+
+class _Forward(logging.Handler):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger.info("%s: %s: %s", self.path, record.name, record.getMessage())
+
+
+@contextlib.contextmanager
+def library_log(path: Path, library: str) -> Iterator[None]:
+    """Log what `library` logs or warns while it reads `path` here, at INFO, naming the file.
+
+    pypdf logs each repair it makes to a damaged file at WARNING, and openpyxl warns
+    of workbook features it drops: with no logging configured, Python printed them
+    to the terminal, unattributed, mid-ingest. The file is read all the same (one it
+    cannot read is an `IngestError`), so they are notes about the file, for
+    ``arcana-loop -v`` or an application's own log of `arcana_loop`. While one file
+    is read so, a warning from another thread is logged here too.
+    """
+    source = logging.getLogger(library)
+    handler = _Forward(path)
+    with _READING, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        propagate = source.propagate
+        source.addHandler(handler)
+        source.propagate = False  # the library's own records stop at the forwarding handler
+        try:
+            yield
+        finally:
+            source.removeHandler(handler)
+            source.propagate = propagate
+            for note in caught:
+                logger.info("%s: %s: %s", path, note.category.__name__, note.message)
+
+
+def pipe_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cell texts as a Markdown pipe table: the first row is the header.
+
+    A cell's line breaks and runs of spaces become one space and its ``|`` is
+    escaped; empty rows are left out, short rows padded. ``""`` for no rows.
+    """
+    cells = [[" ".join(cell.split()).replace("|", "\\|") for cell in row] for row in rows]
+    cells = [row for row in cells if any(row)]
+    if not cells:
+        return ""
+    width = max(len(r) for r in cells)
+    lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in cells]
+    return "\n".join([lines[0], "|" + "---|" * width, *lines[1:]])
 
 
 @dataclass(frozen=True)
@@ -88,22 +169,7 @@ class Extracted:
 
 
 Loader = Callable[[bytes, Path], Extracted]
-
-
-def loader_for(path: Path) -> Loader | None:
-    """Return the loader for `path`'s suffix, or `None` for a file read as plain text."""
-    suffix = path.suffix.lower()
-    if suffix in PDF_SUFFIXES:
-        return read_pdf
-    if suffix in HTML_SUFFIXES:
-        return read_html
-    return None
-
-
-def _missing(path: Path, kind: str, extra: str) -> MissingExtra:
-    return MissingExtra(
-        f"{path}: reading {kind} files needs the '{extra}' extra (pip install 'arcana-loop[{extra}]')"
-    )
+"""A reader: the file's bytes and path in, its text out (`knowledge.formats` lists them)."""
 
 
 def read_pdf(raw: bytes, path: Path) -> Extracted:
@@ -117,13 +183,15 @@ def read_pdf(raw: bytes, path: Path) -> Extracted:
     try:
         from pypdf import PdfReader
     except ImportError:
-        raise _missing(path, "PDF", "pdf") from None
+        raise missing_extra(path, "PDF", "pdf") from None
     try:
-        reader = PdfReader(io.BytesIO(raw))
-        if reader.is_encrypted:
-            raise IngestError(f"{path}: the PDF is encrypted")
-        pages = _without_running_lines([_clean(page.extract_text() or "") for page in reader.pages])
-        title = _pdf_title(reader.metadata)
+        with library_log(path, "pypdf"):
+            reader = PdfReader(io.BytesIO(raw))
+            if reader.is_encrypted:
+                raise IngestError(f"{path}: the PDF is encrypted")
+            pages = [clean_text(page.extract_text() or "") for page in reader.pages]
+            title = _pdf_title(reader.metadata)
+        pages = _without_running_lines(pages)
     except IngestError:
         raise
     except Exception as exc:  # pypdf raises assorted errors on damaged files
@@ -198,7 +266,7 @@ _PLACEHOLDER_TITLE = re.compile(r"(?:untitled|no title)(?:[\s-]*(?:document|\d+)
 def _pdf_title(info: Any) -> str | None:
     """A PDF's own title; ``None`` for an empty or placeholder one (the file's name titles it then)."""
     title = getattr(info, "title", None) if info is not None else None
-    cleaned = _clean(title).strip() if isinstance(title, str) else ""
+    cleaned = clean_text(title).strip() if isinstance(title, str) else ""
     return cleaned if cleaned and not _PLACEHOLDER_TITLE.fullmatch(cleaned) else None
 
 
@@ -219,15 +287,17 @@ def read_html(raw: bytes, path: Path) -> Extracted:
     try:
         soup = _parse(raw)
     except ImportError:
-        raise _missing(path, "HTML", "html") from None
+        raise missing_extra(path, "HTML", "html") from None
     title = soup.title.get_text(" ", strip=True) if soup.title is not None else ""
     root = _main_content(soup)
-    document = _Document(collapse=root.find_parent("pre") is None)
-    _walk(root, root.find_parent(_MAIN_TAGS) is not None, document)
+    in_main = root.find_parent(_MAIN_TAGS) is not None
+    page = _Page(root, in_main)
+    document = _Document(page, collapse=root.find_parent("pre") is None)
+    _walk(root, in_main, document, page)
     text = _tidy("".join(document.pieces))
     if not text.strip():
         raise IngestError(f"{path}: the HTML page has no text")
-    return Extracted(text=text, markdown=True, title=_clean(title).strip() or None)
+    return Extracted(text=text, markdown=True, title=clean_text(title).strip() or None)
 
 
 _HEADING_LEVELS = {f"h{level}": level for level in range(1, 7)}
@@ -293,11 +363,11 @@ class _Visitor(Protocol):
         """Meet a string of text (comments, doctypes and the like are never met)."""
 
 
-def _walk(tag: Any, in_main: bool, visitor: _Visitor, *, content: bool = True) -> None:
+def _walk(tag: Any, in_main: bool, visitor: _Visitor, page: _Page | None) -> None:
     """Visit what `tag` holds in document order: each element once, with a stack, not recursion.
 
-    Scripts, styles and the other `_DROPPED_TAGS` are never visited, nor, in the page's
-    content (`content`), its furniture (`_is_furniture`). `in_main`: whether `tag` is
+    Scripts, styles and the other `_DROPPED_TAGS` are never visited, nor, given the
+    `page` being read, its furniture (`_Page.furniture`). `in_main`: whether `tag` is
     inside a `<main>` or an `<article>`.
     """
     tag_type, text_type, cdata_type = _node_types()
@@ -315,16 +385,98 @@ def _walk(tag: Any, in_main: bool, visitor: _Visitor, *, content: bool = True) -
         elif isinstance(child, tag_type):
             if child.name in voids:
                 # it holds what follows it (`_parse`): its own part, then that, never dropped
-                if not (content and _is_furniture(child, inside)):
+                if page is None or not page.furniture(child, inside):
                     visitor.open(child, inside)
                 stack.append((iter(child.contents), None, inside))
                 continue
-            if child.name in _DROPPED_TAGS or (content and _is_furniture(child, inside)):
+            if child.name in _DROPPED_TAGS or (page is not None and page.furniture(child, inside)):
                 continue
             if visitor.open(child, inside):
                 stack.append((iter(child.contents), child, inside or child.name in _MAIN_TAGS))
         elif type(child) is text_type or type(child) is cdata_type:  # what get_text reads
             visitor.text(child)
+
+
+@dataclass
+class _Sizes:
+    """One pass over the content: the characters of text each element holds, and which hold a heading."""
+
+    chars: dict[int, int] = field(default_factory=dict)
+    """By `id()` of the element."""
+    headed: set[int] = field(default_factory=set)
+    open_elements: list[list[int]] = field(default_factory=lambda: [[0, 0, 0]])
+    """`[id, characters, holds a heading]` of each element open, the content's own first."""
+
+    def open(self, tag: Any, in_main: bool) -> bool:
+        if tag.name not in _void_tags():  # a void element's text is its parent's (`_parse`)
+            self.open_elements.append([id(tag), 0, int(tag.name in _HEADING_LEVELS)])
+        return True
+
+    def close(self, tag: Any) -> None:
+        key, chars, headed = self.open_elements.pop()
+        self.chars[key] = chars
+        if headed:
+            self.headed.add(key)
+        parent = self.open_elements[-1]
+        parent[1] += chars
+        parent[2] |= headed
+
+    def text(self, string: str) -> None:
+        self.open_elements[-1][1] += len(string.strip())
+
+
+class _Page:
+    """What decides which elements of a page's content are furniture (`furniture`)."""
+
+    def __init__(self, root: Any, in_main: bool) -> None:
+        self.sizes = _Sizes()
+        _walk(root, in_main, self.sizes, None)
+        self.total = self.sizes.open_elements[0][1]
+        """Characters of text in the whole content."""
+        self.marked = in_main or root.name in _MAIN_TAGS or root.get("role") == "main"
+        """Whether the page marks its content (`<main>`, `<article>`, ``role="main"``)."""
+
+    def furniture(self, tag: Any, in_main: bool) -> bool:
+        """Whether an element is navigation, a header or footer, a sidebar, comments or a notice.
+
+        By element or ARIA role, always. By a class or id naming it, or as a `<form>`
+        (ASP.NET pages wrap the whole page in one), only when it holds at most half
+        of the content's text: a guess from a name never drops the page itself.
+        """
+        if tag.name in _BOILERPLATE_TAGS:
+            return True
+        if str(tag.get("role") or "").lower() in _BOILERPLATE_ROLES:
+            return True
+        if tag.name == "header" and not in_main:  # a site header; an article's own holds its title
+            return True
+        guessed = tag.name == "form" or self._named(tag, in_main)
+        return guessed and self.sizes.chars.get(id(tag), 0) * 2 <= self.total
+
+    def _named(self, tag: Any, in_main: bool) -> bool:
+        """Whether a class, or on a page that does not mark its content an id, names furniture.
+
+        A heading is never judged by its names. Within marked content, ids are
+        generated from titles and names (Sphinx's ``<section id="cookies">``,
+        rustdoc's ``id="method.skip"``, mdBook's ``<h2 id="comments">``): only a page
+        without one is laid out by hand-named ids (``<div id="comments">``).
+        """
+        if tag.name in _HEADING_LEVELS:
+            return False
+        # a site header: a block outside the article, unless it holds a heading (page titles do)
+        header = tag.name in ("div", "section") and not in_main and id(tag) not in self.sizes.headed
+        names = [*(tag.get("class") or ())]
+        if not self.marked and tag.get("id"):
+            names.append(str(tag.get("id")))
+        return any(_names_furniture(name, header=header) for name in names)
+
+
+def _names_furniture(name: str, *, header: bool) -> bool:
+    """Whether a class or id names furniture by its words (`_BOILERPLATE_WORDS`), or a site header."""
+    words = [word.lower() for word in _NAME_WORD.findall(name)]
+    joined = map(str.__add__, words, words[1:])
+    if not _BOILERPLATE_WORDS.isdisjoint([*words, *joined]):
+        return True
+    return header and "".join(words) in _HEADER_NAMES
 
 
 class _Candidates:
@@ -354,29 +506,18 @@ class _Candidates:
 def _main_content(soup: Any) -> Any:
     """The element holding the page's content: its one `<main>`, else its one `<article>`, else the body."""
     found = _Candidates()
-    _walk(soup, False, found, content=False)
+    _walk(soup, False, found, None)
     for candidates in (found.main, found.article):
         if len(candidates) == 1:
             return candidates[0]
     return found.body or soup
 
 
-def _is_furniture(tag: Any, in_main: bool) -> bool:
-    """Whether an element is navigation, a footer, a sidebar or a notice: by element, ARIA role or class/id words."""
-    if tag.name in _BOILERPLATE_TAGS:
-        return True
-    role = str(tag.get("role") or "").lower()
-    names = " ".join([*tag.get("class", []), str(tag.get("id") or "")]).lower()
-    if role in _BOILERPLATE_ROLES or _BOILERPLATE_WORDS & set(_CLASS_WORD.findall(names)):
-        return True
-    # a site header; an article's own header holds its title
-    return tag.name == "header" and not in_main
-
-
 class _Document:
     """The content as Markdown: headings as ``#`` lines, `<pre>` fenced, tables as pipe tables."""
 
-    def __init__(self, *, collapse: bool) -> None:
+    def __init__(self, page: _Page, *, collapse: bool) -> None:
+        self.page = page
         self.pieces: list[str] = []
         self.collapse = collapse
         """Whether runs of whitespace are one space, as a browser shows text outside `<pre>`."""
@@ -386,13 +527,13 @@ class _Document:
         if name in _VOID_BREAKS:
             self.pieces.append(_VOID_BREAKS[name])
         elif name == "table":
-            self.pieces.append(f"\n\n{_table_markdown(tag, in_main)}\n\n")
+            self.pieces.append(f"\n\n{_table_markdown(tag, in_main, self.page)}\n\n")
         elif name in _HEADING_LEVELS:
-            self.pieces.append(_heading_markdown(tag, in_main))
+            self.pieces.append(_heading_markdown(tag, in_main, self.page))
         elif name == "pre":
             # fenced, so the structure parser keeps code whole and the tidy-up keeps its indentation
-            code = _PreText()
-            _walk(tag, in_main, code)
+            code = _PreText(self.page)
+            _walk(tag, in_main, code, self.page)
             self.pieces.append(f"\n\n{_FENCE}\n{''.join(code.pieces).strip(chr(10))}\n{_FENCE}\n\n")
         else:
             if name == "li":
@@ -418,14 +559,15 @@ class _Document:
 class _PreText:
     """The text of a `<pre>`: its strings as written, a line break for `<br>`; tables and headings as in the content."""
 
-    def __init__(self) -> None:
+    def __init__(self, page: _Page) -> None:
+        self.page = page
         self.pieces: list[str] = []
 
     def open(self, tag: Any, in_main: bool) -> bool:
         if tag.name == "table":
-            self.pieces.append(f"\n\n{_table_markdown(tag, in_main)}\n\n")
+            self.pieces.append(f"\n\n{_table_markdown(tag, in_main, self.page)}\n\n")
         elif tag.name in _HEADING_LEVELS:
-            self.pieces.append(_heading_markdown(tag, in_main))
+            self.pieces.append(_heading_markdown(tag, in_main, self.page))
         elif tag.name == "br":
             self.pieces.append("\n")
         else:
@@ -442,14 +584,15 @@ class _PreText:
 class _HeadingText:
     """The strings of a heading (a table in it as a pipe table), and of the first `<code>` in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, page: _Page) -> None:
+        self.page = page
         self.pieces: list[str] = []
         self.code: Any = None
         self.code_span = (0, 0)
 
     def open(self, tag: Any, in_main: bool) -> bool:
         if tag.name == "table":
-            self.pieces.append(f"\n\n{_table_markdown(tag, in_main)}\n\n")
+            self.pieces.append(f"\n\n{_table_markdown(tag, in_main, self.page)}\n\n")
             return False
         if tag.name == "code" and self.code is None:
             self.code, self.code_span = tag, (len(self.pieces), len(self.pieces))
@@ -474,10 +617,10 @@ def _stripped(pieces: list[str]) -> str:
     return "".join(piece.strip() for piece in pieces)
 
 
-def _heading_markdown(tag: Any, in_main: bool) -> str:
+def _heading_markdown(tag: Any, in_main: bool, page: _Page) -> str:
     """A heading element as a Markdown heading line (a signature heading as the name it declares)."""
-    words = _HeadingText()
-    _walk(tag, in_main, words)
+    words = _HeadingText(page)
+    _walk(tag, in_main, words, page)
     heading = " ".join(" ".join(words.pieces).split())
     if words.is_code(tag):
         heading = _code_heading_name(heading)
@@ -561,17 +704,11 @@ class _TableRows:
             self.words.extend(string.split())
 
 
-def _table_markdown(table: Any, in_main: bool) -> str:
+def _table_markdown(table: Any, in_main: bool, page: _Page) -> str:
     """A `<table>` as a Markdown pipe table: the first row is the header."""
     found = _TableRows()
-    _walk(table, in_main, found)
-    rows = [[" ".join(words).replace("|", "\\|") for words in row] for row in found.rows]
-    rows = [row for row in rows if any(row)]
-    if not rows:
-        return ""
-    width = max(len(r) for r in rows)
-    lines = ["| " + " | ".join(r + [""] * (width - len(r))) + " |" for r in rows]
-    return "\n".join([lines[0], "|" + "---|" * width, *lines[1:]])
+    _walk(table, in_main, found, page)
+    return pipe_table([[" ".join(words) for words in row] for row in found.rows])
 
 
 def _tidy(text: str) -> str:
@@ -586,6 +723,6 @@ def _tidy(text: str) -> str:
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip() + "\n"
 
 
-def _clean(text: str) -> str:
+def clean_text(text: str) -> str:
     """Drop what PostgreSQL text cannot hold: NUL characters and lone surrogates."""
     return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")

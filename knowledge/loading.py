@@ -5,13 +5,14 @@ How `source` is read: a `pathlib.Path` (any `os.PathLike`) is always a path; a
 Text gets the source name `text:<sha256 prefix>` unless `name=` is given, so
 re-ingesting the same text is skipped and, with a `name`, changed text replaces it.
 
-PDF and HTML files are read by `knowledge.loaders` (optional extras); every
-other file must be UTF-8 text. LangChain `Document`s are ingested as text named
-by their `source` metadata (`documents_from_langchain`).
+HTML, PDF, Word and Excel files are read by their readers (optional extras;
+`knowledge.formats` lists every type); every other file must be UTF-8 text, and a
+binary one is refused with the list of supported types. LangChain `Document`s are
+ingested as text named by their `source` metadata (`documents_from_langchain`).
 
 Chunking reads the document's structure first (`knowledge.structure`): Markdown
-(`.md`/`.markdown` files, HTML pages, which are converted to Markdown, and text
-with Markdown headings) through a CommonMark parser, reStructuredText
+(`.md`/`.markdown` files, HTML pages and Office files, which are converted to
+Markdown, and text with Markdown headings) through a CommonMark parser, reStructuredText
 (`.rst`/`.rest`) through docutils, anything else as paragraphs. Chunks are then
 filled with whole paragraphs, lists, code blocks and tables of one section; only
 a block longer than a chunk is split (code at lines, tables at rows, prose by the
@@ -37,10 +38,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
-from arcana_loop.knowledge.errors import IngestError
-from arcana_loop.knowledge.loaders import loader_for
+from arcana_loop.knowledge.errors import IngestError, UnsupportedFormat
+from arcana_loop.knowledge.formats import Syntax, format_for, unsupported
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.structure import (
@@ -55,11 +56,8 @@ from arcana_loop.knowledge.structure import (
 DEFAULT_CHUNK_SIZE = 800
 DEFAULT_CHUNK_OVERLAP = 100
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
-MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
-RST_SUFFIXES = frozenset({".rst", ".rest"})
 STRUCTURE_VERSION = "blocks-2"
 """Names how documents are read and chunked; a change re-chunks every document on its next ingest."""
-Syntax = Literal["markdown", "rst", "plain"]
 _MAX_PATH_CHARS = 4096
 _HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
 CHUNK_ID_CHARS = 32
@@ -234,7 +232,7 @@ def _check_stored_text(value: str, what: str) -> None:
 
 
 def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> SourceDoc:
-    """Read one regular file into a document: PDF and HTML by their loaders, the rest as text.
+    """Read one regular file into a document: by its format's reader, or as text (`knowledge.formats`).
 
     The size limit holds for what is read, not only for what the file reports:
     at most `max_bytes + 1` bytes are read, so a file that grows meanwhile is
@@ -242,16 +240,18 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
 
     Raises:
         IngestError: if the file is missing, unreadable, not a regular file (a
-            FIFO, a device, a directory), too large, binary, not UTF-8, or empty,
-            or if its path is not UTF-8 (it could not be stored as the source).
-        MissingExtra: (an `IngestError`) for a PDF or HTML file whose extra is
-            not installed.
+            FIFO, a device, a directory), too large, not UTF-8, or empty, or if
+            its path is not UTF-8 (it could not be stored as the source).
+        UnsupportedFormat: (an `IngestError`) for a binary file of no supported
+            type; the message lists them.
+        MissingExtra: (an `IngestError`) for a file whose reader's extra is not
+            installed.
     """
     _check_name(path)
     raw = _read_bounded(path, max_bytes)
-    loader = loader_for(path)
-    if loader is not None:
-        extracted = loader(raw, path)
+    fmt = format_for(path)
+    if fmt.read is not None:
+        extracted = fmt.read(raw, path)
         if "\x00" in extracted.text:
             # a NUL in markup survives the parser; PostgreSQL text cannot hold it, and the
             # write would fail only after the documents read before it were being stored
@@ -267,17 +267,19 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
             metadata=meta,
             page_starts=extracted.page_starts,
         )
+    known = next((name for start, name in BINARY_SIGNATURES if raw.startswith(start)), None)
+    if known is not None:
+        raise unsupported(str(path), f"binary file ({known})")
     if b"\x00" in raw:
-        raise IngestError(f"{path}: binary file (contains NUL bytes)")
-    if raw.startswith(BINARY_SIGNATURES):
-        raise IngestError(f"{path}: binary file (its first bytes are a known binary format's)")
+        raise unsupported(str(path), "binary file (contains NUL bytes)")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise IngestError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
     if _control_share(text) > MAX_CONTROL_SHARE:
-        raise IngestError(
-            f"{path}: binary file (more than {MAX_CONTROL_SHARE:.0%} of its characters are control characters)"
+        raise unsupported(
+            str(path),
+            f"binary file (more than {MAX_CONTROL_SHARE:.0%} of its characters are control characters)",
         )
     if not text.strip():
         raise IngestError(f"{path}: file is empty")
@@ -285,7 +287,7 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     return SourceDoc(
         source=source,
         text=text,
-        syntax=_syntax_of(path),
+        syntax=fmt.syntax,
         metadata={**metadata, "source": source},
     )
 
@@ -310,20 +312,22 @@ def _check_name(path: Path) -> None:
 
 
 BINARY_SIGNATURES = (
-    b"\x89PNG",
-    b"GIF87a",
-    b"GIF89a",
-    b"\xff\xd8\xff",  # JPEG
-    b"PK\x03\x04",  # zip, and the formats built on it (docx, xlsx, jar, wheel)
-    b"\x1f\x8b",  # gzip
-    b"\xfd7zXZ",
-    b"7z\xbc\xaf",
-    b"\x7fELF",
-    b"\xca\xfe\xba\xbe",  # Mach-O universal, Java class
-    b"SQLite format 3",
-    b"\x28\xb5\x2f\xfd",  # zstd
+    (b"\x89PNG", "a PNG image"),
+    (b"GIF87a", "a GIF image"),
+    (b"GIF89a", "a GIF image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"PK\x03\x04", "a zip archive, or a format built on one"),  # pptx, odt, epub, jar, wheel
+    (b"\xd0\xcf\x11\xe0", "an Office 97-2003 file: save it as .docx or .xlsx"),
+    (b"\x1f\x8b", "gzip-compressed"),
+    (b"\xfd7zXZ", "xz-compressed"),
+    (b"7z\xbc\xaf", "a 7-Zip archive"),
+    (b"\x7fELF", "an executable"),
+    (b"\xca\xfe\xba\xbe", "a Mach-O executable or Java class"),
+    (b"SQLite format 3", "an SQLite database"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
 )
-"""Opening bytes of common binary formats, refused before decoding: some hold no NUL early on."""
+"""Opening bytes of common binary formats and what they are, refused before decoding: some
+hold no NUL early on."""
 MAX_CONTROL_SHARE = 0.01
 """Text with more control characters than this share (tab, line breaks and form feed aside) is binary."""
 _CONTROL_CHARS = re.compile("[\x01-\x08\x0b\x0e-\x1f\x7f]")
@@ -391,6 +395,26 @@ def glob_patterns(value: str | Sequence[str] | None, what: str) -> tuple[str, ..
 
 SkipFn = Callable[[Path, str], None]
 """Called as `skip(path, reason)` for an entry a directory walk leaves out."""
+
+
+def read_files(
+    files: Sequence[Path], *, max_bytes: int, metadata: dict[str, Any], skip: SkipFn
+) -> list[SourceDoc]:
+    """Read the files a directory walk found, telling `skip` of each that cannot be read, and why.
+
+    The supported types are listed in the reason of the first binary file only:
+    a folder of images would otherwise repeat the list once per file.
+    """
+    docs, listed = [], False
+    for file in files:
+        try:
+            docs.append(read_file(file, max_bytes=max_bytes, metadata=metadata))
+        except IngestError as exc:
+            reason = str(exc).removeprefix(f"{path_text(file)}: ")
+            if isinstance(exc, UnsupportedFormat):
+                reason, listed = (exc.detail if listed else reason), True
+            skip(file, reason)
+    return docs
 
 
 def walk_directory(
@@ -635,15 +659,6 @@ def document_structure(
             f" than Python's recursion limit of {sys.getrecursionlimit()})"
         ) from None
     return parsed.blocks, parsed.map.dump()
-
-
-def _syntax_of(path: Path) -> Syntax:
-    suffix = path.suffix.lower()
-    if suffix in MARKDOWN_SUFFIXES:
-        return "markdown"
-    if suffix in RST_SUFFIXES:
-        return "rst"
-    return "plain"
 
 
 def given_section(metadata: dict[str, Any]) -> str | None:

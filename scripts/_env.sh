@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
 # The extras to install come from the calling script (ARCANA_LOOP_EXTRAS): the CLI needs
-# the runtime ones only (pdf,html,onnx), the test command the development tools (dev, which
+# the runtime ones only (pdf,html,office,onnx,mcp), the test command the development tools (dev, which
 # includes the runtime extras, so its install serves the CLI too).
 extras="${ARCANA_LOOP_EXTRAS:-dev}"
 # Keyed on pyproject.toml and the list of modules: the editable install links each module

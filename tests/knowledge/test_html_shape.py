@@ -86,3 +86,17 @@ def test_a_signature_heading_with_generics_nested_fifty_thousand_deep_reads_as_i
     page = f'<main><h3 class="code-header">{signature}</h3><p>Docks a ship.</p></main>'.encode()
     assert len(page) < DEFAULT_MAX_BYTES
     assert read_html(page, tmp_path / "api.html").text == "### dock\n\nDocks a ship.\n"
+
+
+@pytest.mark.timeout(60)
+def test_a_page_nested_forty_thousand_deep_in_furniture_names_is_judged_in_one_pass(
+    tmp_path: Path,
+) -> None:
+    # Every level is named as a sidebar and holds the whole page, so none may be dropped:
+    # each level's share of the text is looked up from one pass over the page, where
+    # counting each level's text again would visit the chain once per level.
+    page = (
+        "<html><body>" + '<div class="sidebar">' * LEVELS + "<p>Berth 7 is 12 m deep.</p>"
+        + "</div>" * LEVELS + '<div class="site-footer">Terms</div></body></html>'
+    ).encode()  # fmt: skip
+    assert read_html(page, tmp_path / "named.html").text == "Berth 7 is 12 m deep.\n"
