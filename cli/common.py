@@ -457,7 +457,12 @@ def print_answer(result: Any) -> None:
 
 
 def print_result(result: Any, *, answer_shown: bool = False) -> None:
-    """Print a run's answer (unless it streamed already), its sources, how it ended and its grounding."""
+    """Print a run's answer (unless it streamed already), its sources, how it ended and its grounding.
+
+    A follow-up whose earlier evidence changed since says so first.
+    """
+    if result.stale_evidence:
+        out.print(f"[yellow]{shown(result.stale_evidence['note'])}[/]")
     if not shown_again(result, answer_shown):
         print_answer(result)
     else:

@@ -15,7 +15,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from arcana_loop.cli import threads
+from arcana_loop.cli import evidence, threads
 from arcana_loop.cli.chat import chat
 from arcana_loop.cli.common import (
     MODEL_HINT,
@@ -44,6 +44,7 @@ from arcana_loop.cli.doctor import doctor, merge_pending
 from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
+from arcana_loop.cli.evidence import StaleWatch
 from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, loop_flags
 from arcana_loop.cli.help import FlagHelpGroup
 from arcana_loop.cli.reembed import reembed
@@ -144,6 +145,7 @@ def ingest(
         if sync and not path.is_dir():
             fail(f"--sync needs directories; {path} is not one.", "see arcana-loop ingest --help")
     kb = knowledge_base(embeddings)
+    watch = StaleWatch.before(kb, collection)
     rows = []
     with progress_bar() as progress:
         for path in paths:
@@ -181,6 +183,8 @@ def ingest(
                     )
             rows.append((str(path), result))
     print_ingest_summary(collection, rows)
+    if watch is not None:
+        watch.report(collection)
 
 
 @app.command()
@@ -425,6 +429,7 @@ def mcp_server(
 
 
 threads.register(app)
+evidence.register(app)
 
 
 app.command("chat")(chat)

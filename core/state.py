@@ -93,6 +93,46 @@ AnswerKind = Literal["written", "extracted"]
 """
 
 
+class EvidencePin(TypedDict):
+    """One chunk a finished answer rests on, as the run read it (`nodes.pins`)."""
+
+    chunk_id: str
+    collection: str | None
+    source: str | None
+    """The document's source as the run read it (a file's path relative to the folder ingested, a name)."""
+    document_id: str | None
+    """``None`` for a chunk that did not come from the knowledge base (a custom search function's)."""
+    document_hash: str | None
+    """The document's content hash when the answer was pinned, if the knowledge base could say."""
+    text_hash: str
+    """`knowledge.text_hash` of the chunk's own text, as the run read it."""
+    span: list[int] | None
+    """``[start, end]`` of the chunk's own text within the text the run read (its whole section);
+    ``None`` when the run read the chunk's text alone."""
+    section_chunks: list[str]
+    """The other chunks whose text the run read with it (its section's), by id."""
+    cited: bool
+    """The answer cites it; otherwise a supported claim of the grounding rests on it."""
+
+
+class StaleChunk(TypedDict):
+    """A chunk an answer rests on whose text has changed or gone since (`graph.stale`)."""
+
+    chunk_id: str
+    collection: str | None
+    source: str | None
+
+
+class StaleEvidence(TypedDict):
+    """What a follow-up says before answering when the evidence of the thread's previous answer has changed."""
+
+    note: str
+    changed: list[StaleChunk]
+    """Chunks whose document is still stored, with other text."""
+    deleted: list[StaleChunk]
+    """Chunks whose document is gone."""
+
+
 class LoopInput(TypedDict):
     """What a run starts from: a ``question``, or ``messages`` whose last human message is the question.
 
@@ -129,6 +169,7 @@ class LoopOutput(TypedDict):
     terminated_by: TerminatedBy | None
     answer_kind: AnswerKind | None
     error: str | None
+    stale_evidence: StaleEvidence | None
     coverage: Coverage | None
     question: str
     iterations: int
@@ -138,6 +179,7 @@ class LoopOutput(TypedDict):
     thread_usage: dict[str, Any]
     question_index: int
     budget_stop: BudgetStop | None
+    evidence: list[EvidencePin]
     tool_history: list[ToolEvent]
     chunks: list[Chunk]
     messages: list[AnyMessage]
@@ -190,6 +232,10 @@ class LoopState(LoopInput):
     """The chunks the question's answer cites (`core.sources`), written when it ends."""
     answer_kind: NotRequired[AnswerKind | None]
     """How the question's answer was made (`AnswerKind`), written when it ends; ``None`` without one."""
+    evidence: NotRequired[list[EvidencePin]]
+    """The chunks the question's answer rests on, with their versions (`nodes.pins`), written when it ends."""
+    stale_evidence: NotRequired[StaleEvidence | None]
+    """Written when a question opens on a thread whose previous answer's evidence has changed since."""
     answer: NotRequired[str | None]
     error: NotRequired[str | None]
     grounding: NotRequired[dict[str, Any] | None]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports them
     from arcana_loop.core.context import LoopContext
     from arcana_loop.graph.build import build_graph, make_deps
+    from arcana_loop.graph.diff import RunDiff, diff_runs
     from arcana_loop.graph.replay import (
         Record,
         fork,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr_
         verify_record,
     )
     from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, arun, ground, run
+    from arcana_loop.graph.stale import StaleAnswer, stale_answers
     from arcana_loop.graph.trace import TraceStep, trace
     from arcana_loop.tools.schemas import DEFAULT_TOOLS, default_tools
 
@@ -36,6 +38,10 @@ _HOMES = {
     "build_graph": "arcana_loop.graph.build",
     "make_deps": "arcana_loop.graph.build",
     "LoopContext": "arcana_loop.core.context",
+    "RunDiff": "arcana_loop.graph.diff",
+    "diff_runs": "arcana_loop.graph.diff",
+    "StaleAnswer": "arcana_loop.graph.stale",
+    "stale_answers": "arcana_loop.graph.stale",
     **dict.fromkeys(
         ["Record", "fork", "record_of", "replay", "replay_record", "resume", "verify_record"],
         "arcana_loop.graph.replay",
@@ -92,10 +98,13 @@ __all__ = [
     "LoopContext",
     "LoopResult",
     "Record",
+    "RunDiff",
+    "StaleAnswer",
     "TraceStep",
     "arun",
     "build_graph",
     "default_tools",
+    "diff_runs",
     "fork",
     "ground",
     "make_deps",
@@ -104,6 +113,7 @@ __all__ = [
     "replay_record",
     "resume",
     "run",
+    "stale_answers",
     "trace",
     "verify_record",
 ]

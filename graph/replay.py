@@ -212,13 +212,20 @@ class Record:
     answerer_reply: dict[str, Any] | None = None
     synthesis_reply: dict[str, Any] | None = None
     searches: list[dict[str, Any]] = field(default_factory=list)
-    """``{"query", "result": [chunks] | None, "error": text | None}`` per search sent, in order."""
+    """``{"query", "collection", "result": [chunks] | None, "error": text | None}`` per search sent, in order
+    (``collection`` is the scope the controller asked for, ``None`` for the run's; older records lack it)."""
     expected: dict[str, Any] = field(default_factory=dict)
     """The original run's answer, terminated_by, iterations, tool_history and chunks."""
     question_index: int = 0
     """Which question of its thread's conversation this is (0-based)."""
     conversation: list[dict[str, Any]] = field(default_factory=list)
     """The conversation before the question (LangChain message dicts), for a follow-up; empty for a first question."""
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    """The chunks the answer rests on, with their versions (`graph.state.EvidencePin`); empty in records written before pins."""
+    grounding: dict[str, Any] | None = None
+    """The run's grounding (its claims and their support), when it was grounded."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """The run's tokens and seconds (`LoopResult.usage`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
@@ -289,6 +296,9 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
         expected={k: final.get(k) for k in _COMPARED},
         question_index=int(wanted or 0),
         conversation=_conversation_before(final),
+        evidence=[dict(p) for p in final.get("evidence") or []],
+        grounding=final.get("grounding"),
+        usage=dict(final.get("usage") or {}),
     )
     for _, task in own:
         result = task.result if isinstance(task.result, dict) else None
@@ -347,15 +357,21 @@ def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
             continue
         ids = list(event.get("returned_chunk_ids") or [])
         error = event.get("error")
+        # the scope the search was sent with (an ignored argument was not used)
+        scope = None if "collection" in event.get("ignored_args", ()) else args.get("collection")
         if not ids and isinstance(error, str):
             # the entry says why the search failed (entries stored before it did replay as a
             # search that found nothing, and the replay reports the difference)
-            record.searches.append({"query": args.get("query"), "result": None, "error": error})
+            record.searches.append(
+                {"query": args.get("query"), "collection": scope, "result": None, "error": error}
+            )
             continue
         taken, found = found[: len(ids)], found[len(ids) :]
         if [c["id"] for c in taken] != ids:
             raise ReplayError("the thread's stored search results do not match its tool history")
-        record.searches.append({"query": args.get("query"), "result": taken, "error": None})
+        record.searches.append(
+            {"query": args.get("query"), "collection": scope, "result": taken, "error": None}
+        )
 
 
 class _ReplayedError(Exception):

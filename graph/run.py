@@ -25,6 +25,8 @@ from arcana_loop.core.state import (
     BudgetStop,
     CollectionSpec,
     Coverage,
+    EvidencePin,
+    StaleEvidence,
     TerminatedBy,
     ToolEvent,
 )
@@ -77,6 +79,11 @@ class LoopResult:
     answer_kind: AnswerKind | None = None
     """``extracted``: passages quoted as the searches found them, no model wrote them (the offline
     controller); ``written``: a model wrote the answer; ``None`` without an answer."""
+    evidence: list[EvidencePin] = field(default_factory=list)
+    """The chunks the answer rests on, cited first, with the versions it read (`nodes.pins`):
+    what `stale_answers` later checks against the knowledge base."""
+    stale_evidence: StaleEvidence | None = None
+    """On a follow-up: that the previous answer's evidence has changed since, and which chunks."""
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], thread_id: str | None = None) -> LoopResult:
@@ -101,6 +108,8 @@ class LoopResult:
             thread_usage=dict(state.get("thread_usage") or state.get("usage") or {}),
             sources=cited_sources(state.get("answer"), state.get("chunks") or []),
             answer_kind=state.get("answer_kind"),
+            evidence=list(state.get("evidence") or []),
+            stale_evidence=state.get("stale_evidence"),
         )
 
     @property

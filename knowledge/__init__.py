@@ -47,10 +47,12 @@ from arcana_loop.knowledge.types import (
     IngestResult,
     SearchMode,
 )
+from arcana_loop.knowledge.versions import ChunkVersions, text_hash
 
 __all__ = [
     "SEARCH_MODES",
     "Chunk",
+    "ChunkVersions",
     "CollectionInfo",
     "CollectionNotFound",
     "DataDirectoryFull",
@@ -71,6 +73,7 @@ __all__ = [
     "WordLlamaEmbeddings",
     "aingest",
     "asearch",
+    "chunk_versions",
     "database_url",
     "default_embedder_name",
     "default_embeddings",
@@ -79,6 +82,7 @@ __all__ = [
     "ingest",
     "resolve_embeddings",
     "search",
+    "text_hash",
 ]
 
 P = ParamSpec("P")
@@ -157,4 +161,8 @@ search = _on_default(
 )
 asearch = _on_default_async(
     KnowledgeBase.asearch, "Search the default knowledge base without blocking the event loop."
+)
+chunk_versions = _on_default(
+    KnowledgeBase.chunk_versions,
+    "The current versions of chunks and documents in the default knowledge base; see `KnowledgeBase.chunk_versions`.",
 )

@@ -97,6 +97,7 @@ from arcana_loop.knowledge.types import (
     IngestResult,
     ProgressFn,
 )
+from arcana_loop.knowledge.versions import ChunkVersions, read_versions
 from arcana_loop.knowledge.writer import (
     DEFAULT_BATCH_SIZE,
     CollectionRef,
@@ -633,6 +634,17 @@ class KnowledgeBase:
             if row is not None and row[0]:
                 entity_store.after_chunks_removed(conn, row[1])
         return matches
+
+    def chunk_versions(
+        self, chunk_ids: Sequence[str], document_ids: Sequence[str] = ()
+    ) -> ChunkVersions:
+        """The current text hash of each of these chunks and content hash of each of these documents.
+
+        An id the knowledge base does not hold (a chunk an edit changed or a delete
+        removed) is left out of the result.
+        """
+        with self._server_errors(), self.pool().connection() as conn:
+            return read_versions(conn, chunk_ids, document_ids)
 
     def find_documents(
         self, source: str | os.PathLike[str], *, collection: str = "default"

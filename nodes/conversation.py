@@ -220,6 +220,8 @@ _FRESH: dict[str, Any] = {
     "repairs": 0,
     "budget_stop": None,
     "search_nudged": False,
+    "evidence": [],
+    "stale_evidence": None,
 }
 """The per-question fields as a question starts (besides its tool history, chunks and usage)."""
 

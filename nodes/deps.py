@@ -16,6 +16,7 @@ from langchain_core.tools import BaseTool
 
 from arcana_loop.core.context import LoopContext
 from arcana_loop.nodes.models import ModelCaller, cached_model
+from arcana_loop.nodes.pins import VersionsFn
 from arcana_loop.tools.execute import SearchFn
 from arcana_loop.tools.schemas import SEARCH, Toolset
 from arcana_loop.tools.scoping import Scope
@@ -94,6 +95,21 @@ class LoopDeps:
         except Exception:  # reported by the first search, with its own message
             return None
         return unsearchable_reason(scope, chunks)
+
+    def versions(self) -> VersionsFn | None:
+        """The lookup of what the knowledge base searched holds now (`nodes.pins`), or ``None``.
+
+        The default knowledge base's without a `search_fn`; a knowledge base's own when
+        the `search_fn` is one of its methods (``kb.search``): the object a bound method
+        belongs to is how a function says whose data it searches. Another search
+        function's chunks have no stored versions to look up.
+        """
+        if self.search_fn is None:
+            from arcana_loop import knowledge
+
+            return knowledge.chunk_versions
+        lookup = getattr(getattr(self.search_fn, "__self__", None), "chunk_versions", None)
+        return lookup if callable(lookup) else None
 
     def search(self) -> SearchFn:
         """Return the search function (sync or ``async def``); the knowledge base's by default."""

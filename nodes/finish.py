@@ -1,8 +1,9 @@
 """The ``finish`` node: where every ending of a question routes, and the one place it ends.
 
 It adds the question's closing message (its answer, or why it has none) to the
-conversation, records the sources the answer cites and how the answer was made (written
-or extracted), adds the question's usage to the thread's, and sends the run's stop event.
+conversation, records the sources the answer cites, how the answer was made (written
+or extracted) and the evidence it rests on, pinned with its versions (`nodes.pins`),
+adds the question's usage to the thread's, and sends the run's stop event.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing_extensions import TypedDict
 
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.sources import EXTRACTED, answer_kind, cited_sources, noting_extracted
-from arcana_loop.core.state import AnswerKind, LoopState
+from arcana_loop.core.state import AnswerKind, EvidencePin, LoopState
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
 from arcana_loop.nodes.conversation import closing_message, opening_index
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import stop_event
+from arcana_loop.nodes.pins import pin_evidence
 
 
 class FinishUpdate(TypedDict, total=False):
@@ -29,6 +31,7 @@ class FinishUpdate(TypedDict, total=False):
     thread_usage: dict[str, Any]
     sources: list[dict[str, Any]]
     answer_kind: AnswerKind | None
+    evidence: list[EvidencePin]
 
 
 def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> FinishUpdate:
@@ -52,4 +55,13 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
         closing = noting_extracted(closing)  # a chat client shows only the message's text
     if closing is not None:
         update["messages"] = [closing]
+    pins = (
+        pin_evidence(
+            state.get("answer"), state.get("chunks") or [], state.get("grounding"), deps.versions()
+        )
+        if update["answer_kind"] is not None
+        else []
+    )
+    if pins:  # a channel never written stays out of the checkpoints (`start` resets it)
+        update["evidence"] = pins
     return update

@@ -106,3 +106,13 @@ Your last reply answered without searching the knowledge base. Search it first a
 from what it returns, with the `answer` tool. Answer without searching only if the question \
 needs nothing from the knowledge base.
 """
+
+STALE_EVIDENCE_NOTE = (
+    "Earlier evidence has changed: the previous answer in this conversation rests on {changes}."
+)
+"""What a follow-up says, before its answer, when the previous answer's evidence changed since."""
+
+STALE_EVIDENCE_INSTRUCTION = """\
+{note} Do not rely on that answer or on the passages it quoted: search again, and tell the \
+user that the earlier evidence has changed before answering."""
+"""The same, as the controller reads it before the follow-up question."""

@@ -2,14 +2,16 @@
 
 A run brings a new question (a ``question``, or a chat client's human message) or
 continues an interrupted one (see ``nodes.conversation``). A new question is checked,
-its per-question fields start afresh, and the run's options are recorded; then, before
-any model call, a scope that holds nothing to search ends it as a give-up that names
+its per-question fields start afresh (a follow-up is told when the previous answer's
+evidence has changed since, `nodes.pins`), and the run's options are recorded; then,
+before any model call, a scope that holds nothing to search ends it as a give-up that names
 what is missing. Everything here is an ordinary state write, so the controller reads
 the opened question as LangGraph's reducers made it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
@@ -17,12 +19,14 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import LoopState, TerminatedBy
+from arcana_loop.core.state import LoopState, StaleEvidence, TerminatedBy
 from arcana_loop.core.text import check_question
+from arcana_loop.nodes import prompts
 from arcana_loop.nodes.common import emit, offered_tools, scope_of
-from arcana_loop.nodes.conversation import fresh_state, new_question
+from arcana_loop.nodes.conversation import fresh_state, instruction, new_question
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import start_event
+from arcana_loop.nodes.pins import stale_evidence
 from arcana_loop.tools.execute import GIVE_UP_ANSWER
 
 
@@ -38,6 +42,16 @@ class StartUpdate(TypedDict, total=False):
     terminated_by: TerminatedBy | None
     answer: str | None
     options: dict[str, Any]
+    stale_evidence: StaleEvidence | None
+
+
+def _told_of_changes(state: LoopState, update: Mapping[str, Any], deps: LoopDeps) -> dict[str, Any]:
+    """When the previous answer's evidence changed since: the note, to the output and to the controller."""
+    stale = stale_evidence(state.get("evidence") or [], deps.versions())
+    if stale is None:
+        return {}
+    told = instruction(prompts.STALE_EVIDENCE_INSTRUCTION.format(note=stale["note"]))
+    return {"stale_evidence": stale, "messages": [*update["messages"], told]}
 
 
 def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> StartUpdate:
@@ -53,6 +67,7 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
     if asked is not None:
         check_question(asked.text)
         update = fresh_state(asked, state)
+        update.update(_told_of_changes(state, update, deps))
         reason = deps.unsearchable(scope)
         if reason is not None:
             # a question about nothing stored is no question for a model

@@ -1,0 +1,87 @@
+"""`arcana-loop stale`, `diff`, and what a sync says of the answers it made stale, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.fixtures.processes import clean_env
+
+pytestmark = pytest.mark.postgres
+
+DEPLOY = """# Deploy
+
+## Rollout
+
+A release rolls out to the canary hosts first, then to every region after one hour.
+"""
+
+
+def cli(*args, env):
+    return subprocess.run(
+        [sys.executable, "-m", "arcana_loop.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+
+
+def test_a_sync_counts_the_answers_it_made_stale_and_stale_lists_them(pg_url, tmp_path):
+    env = {**clean_env(), "DATABASE_URL": pg_url}
+    name = f"stale-{uuid.uuid4().hex[:8]}"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "deploy.md").write_text(DEPLOY)
+    assert cli("ingest", str(docs), "-c", name, env=env).returncode == 0
+    asked = cli("ask", "How does a release roll out to the hosts?", "-c", name, "--json", env=env)
+    assert asked.returncode == 0, asked.stderr
+    thread = json.loads(asked.stdout)["thread_id"]
+    assert json.loads(asked.stdout)["evidence"]
+
+    (docs / "deploy.md").write_text(DEPLOY.replace("one hour", "two hours"))
+    synced = cli("ingest", str(docs), "-c", name, "--sync", env=env)
+    assert synced.returncode == 0, synced.stderr
+    assert "Made 1 past answer stale" in synced.stdout
+
+    listed = cli("stale", "-c", name, "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    [stale] = json.loads(listed.stdout)
+    assert stale["thread_id"] == thread and stale["deleted"] == []
+    assert [c["source"] for c in stale["changed"]] == ["deploy.md"]
+    shown = cli("stale", "-c", name, env=env)
+    assert f"Thread {thread}:" in shown.stdout and "changed: " in shown.stdout
+
+    record = tmp_path / "run.json"
+    assert cli("record", thread, "-o", str(record), env=env).returncode == 0
+    compared = cli("diff", thread, str(record), "--json", env=env)
+    assert compared.returncode == 0, compared.stderr
+    assert json.loads(compared.stdout)["same"] is True
+
+
+def test_diff_of_two_record_files_needs_no_database(tmp_path):
+    from arcana_loop.graph.replay import Record
+
+    def record(found):
+        return Record(
+            question="Q?",
+            collection="all",
+            options={},
+            controller_replies=[],
+            searches=[{"query": "crane", "collection": None, "result": found, "error": None}],
+            expected={"answer": "A crane lifts containers."},
+        )
+
+    crane = {"id": "c1", "text": "The crane lifts containers.", "score": 1.0}
+    record([crane]).save(tmp_path / "a.json")
+    record([]).save(tmp_path / "b.json")
+    env = {**clean_env(), "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    shown = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "Search 'crane' found other chunks: only in A c1" in shown.stdout
+    missing = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "nothing.json"), env=env)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
