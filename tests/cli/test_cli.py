@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from tests.fixtures.processes import clean_env
+from tests.fixtures.processes import run_cli as cli
 
 pytestmark = pytest.mark.postgres
-
-
-def cli(*args, env):
-    return subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
 
 
 @pytest.fixture

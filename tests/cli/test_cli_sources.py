@@ -12,22 +12,9 @@ from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
 from tests.fixtures.processes import clean_env
+from tests.fixtures.processes import run_cli as cli
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def cli(
-    *args: str, env: dict[str, str], cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        cwd=cwd,
-        check=False,
-    )
 
 
 def _base_env() -> dict[str, str]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
 
 from tests.fixtures.processes import clean_env
+from tests.fixtures.processes import run_cli as cli
 
 pytestmark = pytest.mark.postgres
 
@@ -19,16 +18,6 @@ DEPLOY = """# Deploy
 
 A release rolls out to the canary hosts first, then to every region after one hour.
 """
-
-
-def cli(*args, env):
-    return subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
 
 
 def test_a_sync_counts_the_answers_it_made_stale_and_stale_lists_them(pg_url, tmp_path):

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.processes import clean_env
+from tests.fixtures.processes import run_cli as cli
 
 pytestmark = pytest.mark.postgres
-
-
-def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
 
 
 def counts(done: subprocess.CompletedProcess[str]) -> list[str]:
