@@ -39,6 +39,7 @@ from arcana_loop.cli.common import (
     report,
     shown,
     shown_again,
+    stale_line,
 )
 from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, loop_flags, with_help
 
@@ -55,6 +56,8 @@ _COMMAND_SHAPE = re.compile(r"/[A-Za-z][\w-]*")
 
 def _step_line(event: dict[str, Any]) -> str | None:
     """A step as it happens, on one line (``None`` for the events the chat does not show)."""
+    if event.get("event") == "loop_start":
+        return stale_line(event.get("stale_evidence"))  # a follow-up's earlier evidence changed
     if event.get("event") != "tool_call":
         return None
     turn = f"[cyan]{event['iteration'] + 1}[/]"

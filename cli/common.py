@@ -456,13 +456,20 @@ def print_answer(result: Any) -> None:
     out.print(shown(text) if text else "[dim](no answer)[/]", highlight=False)
 
 
-def print_result(result: Any, *, answer_shown: bool = False) -> None:
+def stale_line(stale: Any) -> str | None:
+    """A follow-up's note that its earlier evidence changed since (`LoopResult.stale_evidence`), as a line."""
+    return f"[yellow]{shown(stale['note'])}[/]" if stale else None
+
+
+def print_result(result: Any, *, answer_shown: bool = False, stale_shown: bool = False) -> None:
     """Print a run's answer (unless it streamed already), its sources, how it ended and its grounding.
 
-    A follow-up whose earlier evidence changed since says so first.
+    A follow-up whose earlier evidence changed since says so first (unless it was said as
+    the run started: ``stale_shown``).
     """
-    if result.stale_evidence:
-        out.print(f"[yellow]{shown(result.stale_evidence['note'])}[/]")
+    note = None if stale_shown else stale_line(getattr(result, "stale_evidence", None))
+    if note:
+        out.print(note)
     if not shown_again(result, answer_shown):
         print_answer(result)
     else:

@@ -37,6 +37,7 @@ from arcana_loop.cli.common import (
     progress_bar,
     shown,
     shown_path,
+    stale_line,
     step_note,
     where_filter,
 )
@@ -241,9 +242,15 @@ def ask(
     model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
 
+    said: list[str] = []
+
     def on_event(event: dict[str, Any], status: Any) -> None:
         if event.get("event") == "loop_start":  # the run passed its checks: now say which model
             announce_offline(model, spec)
+            note = None if as_json else stale_line(event.get("stale_evidence"))
+            if note:  # before the answer, which may stream
+                err.print(note)
+                said.append(note)
         if not streamed.started:  # once the answer prints, the spinner has stopped
             status.update(step_note(event))
 
@@ -271,7 +278,7 @@ def ask(
     if as_json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))  # machine output
         return
-    print_result(result, answer_shown=streamed.close(result.answer))
+    print_result(result, answer_shown=streamed.close(result.answer), stale_shown=bool(said))
     if result.thread_id:
         out.print(
             f"[dim]Thread {shown(result.thread_id)} (arcana-loop trace {shown(result.thread_id)}; a follow-up: arcana-loop ask QUESTION --thread-id {shown(result.thread_id)})[/]"

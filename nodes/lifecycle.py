@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import ToolEvent
+from arcana_loop.core.state import StaleEvidence, ToolEvent
 
 LOOP_START = "loop_start"
 LOOP_STOP = "loop_stop"
@@ -19,14 +19,19 @@ LOOP_EXCEPTION = "loop_exception"
 TOOL_CALL = "tool_call"
 
 
-def start_event(question: str, ctx: LoopContext, tool_count: int) -> dict[str, Any]:
-    """Return the run's start event."""
-    return {
+def start_event(
+    question: str, ctx: LoopContext, tool_count: int, stale: StaleEvidence | None = None
+) -> dict[str, Any]:
+    """Return the run's start event; a follow-up whose earlier evidence changed carries that too."""
+    event: dict[str, Any] = {
         "event": LOOP_START,
         "question": question,
         "max_iterations": ctx.max_iterations,
         "tool_count": tool_count,
     }
+    if stale is not None:  # said before the answer, as it streams
+        event["stale_evidence"] = stale
+    return event
 
 
 def tool_call_event(entry: ToolEvent, history_size: int) -> dict[str, Any]:

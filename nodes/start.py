@@ -73,7 +73,8 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
             # a question about nothing stored is no question for a model
             update.update(terminated_by="gave_up", answer=GIVE_UP_ANSWER.format(reason=reason))
         else:
-            emit(runtime, start_event(asked.text, ctx, len(offered_tools(deps, scope, ctx))))
+            tool_count = len(offered_tools(deps, scope, ctx))
+            emit(runtime, start_event(asked.text, ctx, tool_count, update.get("stale_evidence")))
     # LangGraph does not checkpoint the context; resumes, traces and recorded replays need it.
     # `run` sends it with the input; a served run's input holds none, and every run (each
     # question of a conversation, a question carried on) may come with other options

@@ -49,7 +49,7 @@ def saver(tmp_path):
     return f"sqlite:{tmp_path / 'threads.db'}"
 
 
-def _ask(kb, saver, query, collection, claim, *, thread_id=None):
+def _ask(kb, saver, query, collection, claim, *, thread_id=None, on_event=None):
     """A scripted run that searches `query` and answers `claim` citing the first hit."""
     hit = kb.search(query, collection=collection, limit=3)[0]
     model = ScriptedChatModel(responses=[search(query), answer(f"{claim} [{hit['id']}]")])
@@ -61,6 +61,7 @@ def _ask(kb, saver, query, collection, claim, *, thread_id=None):
         checkpointer=saver,
         thread_id=thread_id,
         grounder="local",
+        on_event=on_event,
     )
     assert result.terminated_by == "answered"
     return result, hit, model
@@ -140,6 +141,7 @@ def test_a_follow_up_says_first_that_earlier_evidence_changed(kb, corpus, saver)
     (corpus / "deploy.md").write_text(EDITED)
     kb.ingest(corpus, collection="guides", sync=True)
 
+    events = []
     follow_up, _, model = _ask(
         kb,
         saver,
@@ -147,8 +149,10 @@ def test_a_follow_up_says_first_that_earlier_evidence_changed(kb, corpus, saver)
         "guides",
         "A release reaches every region after two hours.",
         thread_id=first.thread_id,
+        on_event=events.append,
     )
     told = follow_up.stale_evidence
+    assert events[0]["event"] == "loop_start" and events[0]["stale_evidence"] == told
     assert told is not None and [c["chunk_id"] for c in told["changed"]] == [rollout["id"]]
     assert told["note"].startswith("Earlier evidence has changed") and "deploy.md" in told["note"]
     sent = [m for m in model.calls[0]["messages"] if isinstance(m, HumanMessage)]

@@ -45,6 +45,11 @@ def test_a_sync_counts_the_answers_it_made_stale_and_stale_lists_them(pg_url, tm
     shown = cli("stale", "-c", name, env=env)
     assert f"Thread {thread}:" in shown.stdout and "changed: " in shown.stdout
 
+    again = cli("ask", "When does every region get it?", "-c", name, "--thread-id", thread, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "Earlier evidence has changed" in again.stderr and "deploy.md" in again.stderr
+    assert "Earlier evidence" not in again.stdout  # said once, as the run started
+
     record = tmp_path / "run.json"
     assert cli("record", thread, "-o", str(record), env=env).returncode == 0
     compared = cli("diff", thread, str(record), "--json", env=env)
@@ -74,3 +79,13 @@ def test_diff_of_two_record_files_needs_no_database(tmp_path):
     assert "Search 'crane' found other chunks: only in A c1" in shown.stdout
     missing = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "nothing.json"), env=env)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
+
+
+def test_the_chat_says_before_the_steps_that_earlier_evidence_changed():
+    from arcana_loop.cli.chat import _step_line
+
+    stale = {"note": "Earlier evidence has changed: ...", "changed": [], "deleted": []}
+    assert "Earlier evidence has changed" in _step_line(
+        {"event": "loop_start", "stale_evidence": stale}
+    )
+    assert _step_line({"event": "loop_start"}) is None
