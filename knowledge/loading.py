@@ -36,18 +36,24 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from arcana_loop.knowledge.errors import IngestError, UnsupportedFormat
 from arcana_loop.knowledge.formats import Syntax, format_for, unsupported
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.structure import (
+    KEY_BYTES,
     Block,
     MarkdownMap,
+    PackedMarkdown,
+    Piece,
     pack,
+    pack_markdown,
     parse_markdown,
     plain_blocks,
     rst_blocks,
@@ -565,14 +571,27 @@ def split_document(
     ).rows
 
 
+class Placed(NamedTuple):
+    """A chunk carried over unchanged from the document's earlier version: its id and new place."""
+
+    id: str
+    position: int
+    start: int
+    """Its `start_index`: where its text now starts in the document's text."""
+
+
 @dataclass(frozen=True)
 class Chunked:
     """A document's chunks, and the map of its structure to store with it."""
 
     rows: list[ChunkRow]
+    """The chunks built in full: all of them, unless some were `carried`."""
     structure: bytes | None
     """A Markdown document's block map (`structure.MarkdownMap`), from which its next
-    version is parsed in part; `None` for other documents."""
+    version is parsed and packed in part; `None` for other documents."""
+    carried: list[Placed] = field(default_factory=list)
+    """The chunks the earlier version's map gave unchanged (same text, section and id),
+    with their new places: what a small edit moves costs no row to build."""
 
 
 def chunk_document(
@@ -595,70 +614,178 @@ def chunk_document(
         chunk_size: The most characters in a chunk.
         chunk_overlap: Characters shared by consecutive pieces of one long paragraph.
         previous: The structure stored with the document's earlier version, if any:
-            its unchanged blocks are not parsed again (the chunks are the same).
+            its unchanged blocks are not parsed again, and the chunks of its unchanged
+            runs are `carried` instead of built (the chunks are the same). It must have
+            been stored with the same document metadata: a carried chunk's metadata
+            is taken to be the one already stored.
 
     Raises:
         IngestError: for a document nested deeper than its parser can recurse.
     """
     check_chunking(chunk_size, chunk_overlap)
     given = given_section(doc.metadata)
-    blocks, structure = document_structure(doc, structured=given is None, previous=previous)
-    pieces = pack(blocks, doc.text, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     doc_id = document_id(collection, doc.source)
     title = document_title(doc.source, doc.metadata)
-    rows = []
+    if given is None and doc.syntax == "markdown" and not doc.page_starts:
+        stored = MarkdownMap.load(previous) if previous is not None else None
+        try:
+            return _chunk_markdown(doc, doc_id, title, stored, chunk_size, chunk_overlap)
+        except RecursionError:
+            raise _too_deep(doc) from None
+    blocks = document_structure(doc, structured=given is None)
+    pieces = pack(blocks, doc.text, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    return Chunked(_rows(doc, doc_id, title, given, pieces), None)
+
+
+def _rows(
+    doc: SourceDoc, doc_id: str, title: str, given: str | None, pieces: Sequence[Piece]
+) -> list[ChunkRow]:
+    """Every non-blank piece as a chunk, its id told apart from identical ones by their order."""
+    rows: list[ChunkRow] = []
     seen: Counter[str] = Counter()
-    for position, piece in enumerate(p for p in pieces if p.text.strip()):
+    for piece in pieces:
+        if not piece.text.strip():
+            continue
         section = given or " > ".join(piece.section)
-        metadata = dict(doc.metadata)
-        if piece.start is not None:
-            metadata["start_index"] = piece.start
-        if section:
-            metadata.setdefault("section", section)
-        if piece.page is not None:
-            metadata.setdefault("page", piece.page)
-            metadata.setdefault("page_end", piece.page_end)
         context = context_line(title, section)
         searchable = searchable_text(context, piece.text)
-        rows.append(
-            ChunkRow(
-                id=chunk_id(doc_id, searchable, seen[searchable]),
-                position=position,
-                text=piece.text,
-                metadata=metadata,
-                context=context,
-            )
-        )
+        chunk = chunk_id(doc_id, searchable, seen[searchable])
         seen[searchable] += 1
-    return Chunked(rows, structure)
+        rows.append(_row(doc, piece, chunk, len(rows), section, context))
+    return rows
 
 
-def document_structure(
-    doc: SourceDoc, *, structured: bool = True, previous: bytes | None = None
-) -> tuple[list[Block], bytes | None]:
-    """The document's blocks, and the map to store of a Markdown document's structure.
+def _chunk_markdown(
+    doc: SourceDoc,
+    doc_id: str,
+    title: str,
+    stored: MarkdownMap | None,
+    chunk_size: int,
+    chunk_overlap: int,
+) -> Chunked:
+    """Chunk a Markdown document, carrying the chunks of its unchanged runs over from `stored`.
 
-    `previous` is the map stored with an earlier version: what it still holds is
-    not parsed again. A map that cannot be read is ignored (the text is parsed whole).
+    Each piece's key in the stored packing is its chunk's id (zeros for a blank piece),
+    labelled with the document and its title: a carried chunk takes its id from there,
+    unless identical chunks make an id depend on their order (then all are built).
+    """
+    label = f"{doc_id}\x00{title}"
+    if stored is not None and stored.packing is not None and stored.packing.label != label:
+        stored = replace(stored, packing=None)  # keys made for another document or title
+    packed = pack_markdown(doc.text, stored, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    packing = packed.map.packing
+    assert packing is not None  # pack_markdown always packs
+    keys = np.zeros((len(packed.source), KEY_BYTES), dtype=np.uint8)
+    carried = packed.source >= 0
+    if stored is not None and stored.packing is not None and np.any(carried):
+        stored_keys = np.frombuffer(stored.packing.keys, dtype=np.uint8).reshape(-1, KEY_BYTES)
+        keys[carried] = stored_keys[packed.source[carried]]
+    built = np.flatnonzero(~carried).tolist()
+    contexts: dict[tuple[str, ...], tuple[str, str]] = {}
+    for at, piece in zip(built, packed.pieces, strict=True):
+        if piece.text.strip():
+            if piece.section not in contexts:
+                contexts[piece.section] = _context(title, piece.section)
+            key = chunk_id(doc_id, searchable_text(contexts[piece.section][1], piece.text))
+            keys[at] = np.frombuffer(bytes.fromhex(key), dtype=np.uint8)
+    chunk = np.asarray(keys.any(axis=1), dtype=bool)
+    width = 2 * KEY_BYTES
+    hexed = keys[chunk].tobytes().hex()
+    ids = [hexed[at : at + width] for at in range(0, len(hexed), width)]
+    if len(set(ids)) < len(ids):
+        anew = dict(zip(built, packed.pieces, strict=True))
+        _count_identical(doc, doc_id, title, packed, anew, np.flatnonzero(chunk).tolist(), ids)
+    positions = (np.cumsum(chunk) - 1).tolist()
+    is_chunk: list[bool] = chunk.tolist()
+    rows = []
+    for at, piece in zip(built, packed.pieces, strict=True):
+        if is_chunk[at]:
+            section, context = contexts[piece.section]
+            rows.append(_row(doc, piece, ids[positions[at]], positions[at], section, context))
+    starts = packed.starts.tolist()
+    kept = [
+        Placed(ids[positions[at]], positions[at], starts[at])
+        for at in np.flatnonzero(carried & chunk).tolist()
+    ]
+    keyed = replace(packing, keys=keys.tobytes(), label=label)
+    return Chunked(rows, replace(packed.map, packing=keyed).dump(), kept)
+
+
+def _count_identical(
+    doc: SourceDoc,
+    doc_id: str,
+    title: str,
+    packed: PackedMarkdown,
+    anew: dict[int, Piece],
+    pieces: list[int],
+    ids: list[str],
+) -> None:
+    """Give the second and later of identical chunks their own ids (`chunk_id`'s occurrence).
+
+    `ids` holds each chunk's key, the id its first occurrence has; `pieces` each
+    chunk's piece, `anew` the pieces packed anew by their index (the others are
+    slices of the text). Only the chunks that repeat one before them are hashed again.
+    """
+    seen: Counter[str] = Counter()
+    lengths = packed.map.packing.piece_lengths if packed.map.packing is not None else None
+    assert lengths is not None  # pack_markdown always packs
+    for position, key in enumerate(list(ids)):
+        occurrence = seen[key]
+        seen[key] += 1
+        if occurrence:
+            at = pieces[position]
+            start = int(packed.starts[at])
+            piece = anew.get(at)
+            text = piece.text if piece is not None else doc.text[start : start + int(lengths[at])]
+            context = _context(title, packed.sections[at])[1]
+            ids[position] = chunk_id(doc_id, searchable_text(context, text), occurrence)
+
+
+def _context(title: str, path: tuple[str, ...]) -> tuple[str, str]:
+    """A section path as `metadata["section"]` holds it, and the context line it gives."""
+    section = " > ".join(path)
+    return section, context_line(title, section)
+
+
+def _row(
+    doc: SourceDoc, piece: Piece, chunk: str, position: int, section: str, context: str
+) -> ChunkRow:
+    metadata = dict(doc.metadata)
+    if piece.start is not None:
+        metadata["start_index"] = piece.start
+    if section:
+        metadata.setdefault("section", section)
+    if piece.page is not None:
+        metadata.setdefault("page", piece.page)
+        metadata.setdefault("page_end", piece.page_end)
+    return ChunkRow(
+        id=chunk, position=position, text=piece.text, metadata=metadata, context=context
+    )
+
+
+def document_structure(doc: SourceDoc, *, structured: bool = True) -> list[Block]:
+    """The blocks of a document, read as its syntax says (Markdown, reStructuredText, plain text).
 
     Raises:
         IngestError: for a document nested deeper than its parser can recurse.
     """
     if not structured or doc.syntax == "plain" or doc.page_starts:
-        return plain_blocks(doc.text, doc.page_starts), None
+        return plain_blocks(doc.text, doc.page_starts)
     try:
         if doc.syntax == "rst":
-            return rst_blocks(doc.text), None
-        stored = MarkdownMap.load(previous) if previous is not None else None
-        parsed = parse_markdown(doc.text, stored)
+            return rst_blocks(doc.text)
+        return parse_markdown(doc.text).blocks
     except RecursionError:
-        # docutils recurses once per level of nesting: a few hundred nested block quotes
-        # exhaust Python's stack, and the error would otherwise end a whole folder's ingest
-        raise IngestError(
-            f"{doc.source}: nested too deeply to read (its {doc.syntax} structure is deeper"
-            f" than Python's recursion limit of {sys.getrecursionlimit()})"
-        ) from None
-    return parsed.blocks, parsed.map.dump()
+        raise _too_deep(doc) from None
+
+
+def _too_deep(doc: SourceDoc) -> IngestError:
+    # docutils recurses once per level of nesting: a few hundred nested block quotes
+    # exhaust Python's stack, and the error would otherwise end a whole folder's ingest
+    return IngestError(
+        f"{doc.source}: nested too deeply to read (its {doc.syntax} structure is deeper"
+        f" than Python's recursion limit of {sys.getrecursionlimit()})"
+    )
 
 
 def given_section(metadata: dict[str, Any]) -> str | None:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import itertools
 import json
 import re
 import zlib
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -109,10 +110,73 @@ class _Segment(NamedTuple):
 
 _KIND_CODES: tuple[BlockKind, ...] = ("heading", "text", "code", "table")
 _DIGEST_BYTES = 16
+GROUP_SEGMENTS = 32
+"""Segments checked at once where a text still matches its stored map (`MarkdownMap.groups`)."""
 _COLUMNS = "<u4"
 
 
-@dataclass(frozen=True)
+def _column(values: Any) -> np.ndarray[Any, Any]:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _same(a: Sequence[np.ndarray[Any, Any]], b: Sequence[np.ndarray[Any, Any]]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@dataclass(frozen=True, eq=False)
+class Packing:
+    """How a Markdown document's blocks were packed into chunks, run by run.
+
+    A run is a stretch of consecutive blocks under one section path: `pack` ends a
+    chunk where the section changes, so a run's chunks depend on its blocks alone.
+    An edited copy takes a run's chunks from here, moved with its text, when the run
+    is the same blocks under the same section path; only the other runs are packed.
+    """
+
+    chunk_size: int
+    chunk_overlap: int
+    run_first: np.ndarray[Any, Any]
+    """The (map-wide) index of each run's first block in the map's blocks."""
+    run_last: np.ndarray[Any, Any]
+    """The index of each run's last block."""
+    run_pieces: np.ndarray[Any, Any]
+    """How many pieces each run made."""
+    piece_starts: np.ndarray[Any, Any]
+    """Each piece's offset from its run's first block, plus one; 0 for a piece that is not a
+    slice of the text (of a split code block or table): its run is packed again."""
+    piece_lengths: np.ndarray[Any, Any]
+    keys: bytes = b""
+    """`KEY_BYTES` per piece that the caller gives them (`loading` keeps each chunk's id
+    there, and zeros for a blank piece); taken over with a run's pieces."""
+    label: str = ""
+    """What the keys belong to (`loading`: the document and its title)."""
+
+    def columns(self) -> tuple[np.ndarray[Any, Any], ...]:
+        """The integer columns, in the order they are stored."""
+        return (
+            self.run_first,
+            self.run_last,
+            self.run_pieces,
+            self.piece_starts,
+            self.piece_lengths,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Packing)
+            and (self.chunk_size, self.chunk_overlap, self.keys, self.label)
+            == (other.chunk_size, other.chunk_overlap, other.keys, other.label)
+            and _same(self.columns(), other.columns())
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside: compared by value
+
+
+KEY_BYTES = 16
+"""Bytes a piece's key takes in `Packing.keys`."""
+
+
+@dataclass(frozen=True, eq=False)
 class MarkdownMap:
     """Where a Markdown document's top-level blocks start, with a digest of the source between.
 
@@ -122,74 +186,160 @@ class MarkdownMap:
     and decides where the block ends by reading at most up to the first line of the
     block after next. So a block whose source and the two segments after it are
     unchanged parses as before, and only the rest is parsed again.
+
+    Held as columns (one entry per segment, one per block found), so a map is read,
+    spliced and written without an object per block; `packing` records the chunks
+    packed from it (`pack_markdown`).
     """
 
-    segments: tuple[_Segment, ...]
+    lengths: np.ndarray[Any, Any]
+    """Each segment's length in characters."""
+    digests: bytes
+    """Each segment's digest (`_DIGEST_BYTES` each)."""
+    counts: np.ndarray[Any, Any]
+    """Blocks found in each segment."""
+    starts: np.ndarray[Any, Any]
+    """Each block's offset from the start of its segment."""
+    spans: np.ndarray[Any, Any]
+    """Each block's length."""
+    codes: np.ndarray[Any, Any]
+    """Each block's kind (index in `_KIND_CODES`) times 8, plus a heading's level."""
+    titles: tuple[str, ...]
+    """The title of each heading, in order."""
+    groups: bytes = b""
+    """A digest of each whole group of `GROUP_SEGMENTS` segments: an unchanged stretch is
+    checked a group at a time, not a segment at a time."""
+    packing: Packing | None = None
+
+    def columns(self) -> tuple[np.ndarray[Any, Any], ...]:
+        """The integer columns, in the order they are stored."""
+        return (self.lengths, self.counts, self.starts, self.spans, self.codes)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, MarkdownMap)
+            and (self.digests, self.groups, self.titles, self.packing)
+            == (other.digests, other.groups, other.titles, other.packing)
+            and _same(self.columns(), other.columns())
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside: compared by value
+
+    @classmethod
+    def of(cls, segments: Sequence[_Segment]) -> MarkdownMap:
+        """The map of freshly parsed segments."""
+        found = [f for s in segments for f in s.found]
+        return cls(
+            lengths=_column([s.length for s in segments]),
+            digests=b"".join(s.digest for s in segments),
+            counts=_column([len(s.found) for s in segments]),
+            starts=_column([f.start for f in found]),
+            spans=_column([f.length for f in found]),
+            codes=_column([_KIND_CODES.index(f.kind) * 8 + f.level for f in found]),
+            titles=tuple(f.title for f in found if f.kind == "heading"),
+        )
 
     def dump(self) -> bytes:
         """The map as stored: compressed columns, tagged with the parser that made it."""
-        found = [f for s in self.segments for f in s.found]
+        packing = self.packing
         header = {
             "parser": _parser_version(),
-            "segments": len(self.segments),
-            "found": len(found),
-            "titles": [f.title for f in found if f.kind == "heading"],
+            "segments": len(self.lengths),
+            "found": len(self.starts),
+            "titles": list(self.titles),
+            "packing": None
+            if packing is None
+            else [
+                packing.chunk_size,
+                packing.chunk_overlap,
+                len(packing.run_first),
+                len(packing.piece_starts),
+                packing.label,
+                len(packing.keys),
+            ],
         }
-        columns = [
-            [s.length for s in self.segments],
-            [len(s.found) for s in self.segments],
-            [f.start for f in found],
-            [f.length for f in found],
-            [_KIND_CODES.index(f.kind) * 8 + f.level for f in found],
-        ]
+        columns = [*self.columns(), *(packing.columns() if packing is not None else ())]
         head = json.dumps(header, separators=(",", ":")).encode()
-        body = b"".join(np.asarray(c, dtype=_COLUMNS).tobytes() for c in columns)
-        digests = b"".join(s.digest for s in self.segments)
-        return zlib.compress(len(head).to_bytes(4, "little") + head + body + digests, 1)
+        body = b"".join(c.astype(_COLUMNS).tobytes() for c in columns)
+        packed = zlib.compress(len(head).to_bytes(4, "little") + head + body, 1)
+        # the digests are random bytes: stored as they are (compressing them only cost time)
+        tail = self.digests + self.groups + (packing.keys if packing is not None else b"")
+        return len(packed).to_bytes(4, "little") + packed + tail
 
     @classmethod
     def load(cls, data: bytes) -> MarkdownMap | None:
         """A stored map; `None` for one another parser version made, or one that cannot be read."""
         try:
-            raw = zlib.decompress(data)
+            packed = int.from_bytes(data[:4], "little")
+            raw = zlib.decompress(data[4 : 4 + packed])
             size = int.from_bytes(raw[:4], "little")
             header = json.loads(raw[4 : 4 + size])
             if header["parser"] != _parser_version():
                 return None
-            return cls(_segments(header, raw[4 + size :]))
+            return _read_map(header, raw[4 + size :], data[4 + packed :])
         except (zlib.error, ValueError, TypeError, KeyError, IndexError):
             return None
 
 
-def _segments(header: dict[str, Any], body: bytes) -> tuple[_Segment, ...]:
-    """The segments of a stored map's columns (see `MarkdownMap.dump`), checked to hold together."""
+def _read_map(header: dict[str, Any], body: bytes, tail: bytes) -> MarkdownMap:
+    """A stored map from its columns and digests (see `MarkdownMap.dump`), checked to hold together."""
     segments, found = int(header["segments"]), int(header["found"])
-    width = np.dtype(_COLUMNS).itemsize
+    titles = tuple(str(t) for t in header["titles"])
+    packed = header["packing"]
+    runs, pieces = (int(packed[2]), int(packed[3])) if packed is not None else (0, 0)
     sizes = [segments, segments, found, found, found]
-    if len(body) != width * sum(sizes) + _DIGEST_BYTES * segments:
+    if packed is not None:
+        sizes += [runs, runs, runs, pieces, pieces]
+    width = np.dtype(_COLUMNS).itemsize
+    keys = int(packed[5]) if packed is not None else 0
+    digests = _DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS) + keys
+    if min(sizes, default=0) < 0 or len(body) != width * sum(sizes) or len(tail) != digests:
         raise ValueError("a stored map of the wrong size")
     columns, at = [], 0
     for count in sizes:
-        columns.append(np.frombuffer(body, dtype=_COLUMNS, count=count, offset=at).tolist())
+        columns.append(np.frombuffer(body, dtype=_COLUMNS, count=count, offset=at).astype(np.int64))
         at += width * count
-    lengths, counts, starts, spans, codes = columns
-    if sum(counts) != found or max(codes, default=0) >= 8 * len(_KIND_CODES):
+    lengths, counts, starts, spans, codes = columns[:5]
+    if int(counts.sum()) != found or (found and int(codes.max()) >= 8 * len(_KIND_CODES)):
         raise ValueError("a stored map's blocks do not add up")
-    reach = np.add(starts, spans, dtype=np.int64)
-    if np.any(reach > np.repeat(np.asarray(lengths, dtype=np.int64), counts)):
+    if np.any(starts + spans > np.repeat(lengths, counts)):
         raise ValueError("a segment of a stored map does not hold its blocks")
-    titles = iter(header["titles"])
-    kinds = [_KIND_CODES[code // 8] for code in codes]
-    items = [
-        _Found(kind, start, span, code % 8, next(titles) if kind == "heading" else "")
-        for kind, start, span, code in zip(kinds, starts, spans, codes, strict=True)
-    ]
-    out, first = [], 0
-    for index, (length, count) in enumerate(zip(lengths, counts, strict=True)):
-        digest = body[at + _DIGEST_BYTES * index : at + _DIGEST_BYTES * (index + 1)]
-        out.append(_Segment(length, digest, tuple(items[first : first + count])))
-        first += count
-    return tuple(out)
+    if int(np.count_nonzero(codes < 8)) != len(titles):
+        raise ValueError("a stored map's headings do not match its titles")
+    packing = None
+    if packed is not None:
+        first, last, made, piece_starts, piece_lengths = columns[5:]
+        if (
+            int(made.sum()) != pieces
+            or keys not in (0, KEY_BYTES * pieces)
+            or np.any(first > last)
+            or (runs and int(last.max()) >= found)
+        ):
+            raise ValueError("a stored map's chunks do not add up")
+        packing = Packing(
+            chunk_size=int(packed[0]),
+            chunk_overlap=int(packed[1]),
+            run_first=first,
+            run_last=last,
+            run_pieces=made,
+            keys=tail[_DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS) :],
+            label=str(packed[4]),
+            piece_starts=piece_starts,
+            piece_lengths=piece_lengths,
+        )
+    return MarkdownMap(
+        lengths=lengths,
+        digests=tail[: _DIGEST_BYTES * segments],
+        groups=tail[
+            _DIGEST_BYTES * segments : _DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS)
+        ],
+        counts=counts,
+        starts=starts,
+        spans=spans,
+        codes=codes,
+        titles=titles,
+        packing=packing,
+    )
 
 
 @dataclass(frozen=True)
@@ -216,92 +366,470 @@ def parse_markdown(text: str, previous: MarkdownMap | None = None) -> MarkdownPa
     elsewhere the text is parsed again, a window at a time from a block boundary,
     keeping the blocks a window settles, until the stored map matches again.
     """
-    segments = _Reparse(text, previous.segments if previous else ()).run()
-    return MarkdownParse(_blocks(text, segments), MarkdownMap(tuple(segments)))
+    spliced = _splice(text, previous, _Reparse(text, previous).run())
+    layout = _Layout(spliced.map)
+    blocks = [
+        Block(_KIND_CODES[code // 8], text[start : start + span], layout.sections[section], start)
+        for code, start, span, section, kept in zip(
+            spliced.map.codes.tolist(),
+            layout.starts.tolist(),
+            spliced.map.spans.tolist(),
+            layout.section_of.tolist(),
+            layout.is_block.tolist(),
+            strict=True,
+        )
+        if kept
+    ]
+    return MarkdownParse(blocks, spliced.map)
+
+
+@dataclass(frozen=True)
+class PackedMarkdown:
+    """A Markdown document's pieces, as packed anew or taken over from an earlier version's map."""
+
+    pieces: list[Piece]
+    """The pieces packed anew, in order."""
+    source: np.ndarray[Any, Any]
+    """For every piece of the document, in order: its index in the earlier packing, or -1
+    for one of `pieces`."""
+    starts: np.ndarray[Any, Any]
+    """Where every piece starts in the text (-1: not a slice of it)."""
+    sections: list[tuple[str, ...]]
+    """Every piece's section path."""
+    map: MarkdownMap
+    """The map to store, its packing without keys (the caller's to give)."""
+
+
+def pack_markdown(
+    text: str, previous: MarkdownMap | None, *, chunk_size: int, chunk_overlap: int
+) -> PackedMarkdown:
+    """Parse and pack a Markdown document, redoing only what changed since `previous`.
+
+    The pieces, in order, equal `pack(parse_markdown(text).blocks, text, ...)`. A run
+    of blocks under one section path (see `Packing`) whose blocks all come, unchanged
+    and in one stretch, from `previous`, under the same section path and with the same
+    chunk size and overlap, takes its stored pieces moved with its text: it is
+    neither turned into blocks nor packed again.
+    """
+    spliced = _splice(text, previous, _Reparse(text, previous).run())
+    layout = _Layout(spliced.map)
+    stored = previous.packing if previous is not None else None
+    if stored is not None and (stored.chunk_size, stored.chunk_overlap) != (
+        chunk_size,
+        chunk_overlap,
+    ):
+        stored = None
+    taken = _taken_runs(layout, spliced, previous, stored) if stored is not None else None
+    codes, spans = spliced.map.codes.tolist(), spliced.map.spans.tolist()
+    starts, is_block = layout.starts.tolist(), layout.is_block.tolist()
+    firsts, lasts = layout.run_first.tolist(), layout.run_last.tolist()
+    runs = len(firsts)
+    made = np.zeros(runs, dtype=np.int64)
+    if taken is not None and stored is not None:
+        made[taken >= 0] = stored.run_pieces[taken[taken >= 0]]
+    pieces: list[Piece] = []
+    packed_at: list[int] = []  # the run of each piece of `pieces`
+    for run in np.flatnonzero(taken < 0).tolist() if taken is not None else range(runs):
+        section = layout.sections[int(layout.run_section[run])]
+        blocks = [
+            Block(
+                _KIND_CODES[codes[f] // 8],
+                text[starts[f] : starts[f] + spans[f]],
+                section,
+                starts[f],
+            )
+            for f in range(firsts[run], lasts[run] + 1)
+            if is_block[f]
+        ]
+        packed = pack(blocks, text, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+        pieces.extend(packed)
+        packed_at.extend([run] * len(packed))
+        made[run] = len(packed)
+    total = int(made.sum())
+    offsets = np.concatenate(([0], np.cumsum(made)))
+    source = np.full(total, -1, dtype=np.int64)
+    piece_starts = np.zeros(total, dtype=np.int64)
+    piece_lengths = np.zeros(total, dtype=np.int64)
+    base = layout.starts[layout.run_first] if runs else _column([])
+    if taken is not None and stored is not None and np.any(taken >= 0):
+        runs_taken = np.flatnonzero(taken >= 0)
+        at, kept = _ranges(offsets[runs_taken], made[runs_taken])
+        stored_at = np.concatenate(([0], np.cumsum(stored.run_pieces)))
+        old, _ = _ranges(stored_at[taken[runs_taken]], made[runs_taken])
+        source[at] = old
+        piece_starts[at] = stored.piece_starts[old]
+        piece_lengths[at] = stored.piece_lengths[old]
+    if pieces:
+        at = (offsets[packed_at] + _rank(packed_at)).astype(np.int64)
+        piece_starts[at] = [
+            p.start - int(base[r]) + 1 if p.start is not None else 0
+            for p, r in zip(pieces, packed_at, strict=True)
+        ]
+        piece_lengths[at] = [len(p.text) for p in pieces]
+    run_of_piece = np.repeat(np.arange(runs), made)
+    new_starts = np.where(piece_starts > 0, base[run_of_piece] + piece_starts - 1, -1)
+    packing = Packing(
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        run_first=layout.run_first,
+        run_last=layout.run_last,
+        run_pieces=made,
+        piece_starts=piece_starts,
+        piece_lengths=piece_lengths,
+    )
+    section_of = layout.run_section[run_of_piece].tolist()
+    paths = [layout.sections[number] for number in section_of]
+    return PackedMarkdown(pieces, source, new_starts, paths, replace(spliced.map, packing=packing))
+
+
+def _ranges(
+    starts: np.ndarray[Any, Any], counts: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The indexes of the ranges ``starts[i] .. starts[i] + counts[i]``, concatenated, and each one's range."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    before = np.concatenate(([0], np.cumsum(counts)))[:-1]
+    within = np.arange(int(counts.sum())) - before[owner]
+    return (starts[owner] + within).astype(np.int64), owner
+
+
+def _rank(values: list[int]) -> np.ndarray[Any, Any]:
+    """For each value of a sorted list, how many equal ones come before it."""
+    array = np.asarray(values, dtype=np.int64)
+    first = np.searchsorted(array, array, side="left")
+    return np.arange(len(array)) - first
+
+
+def _taken_runs(
+    layout: _Layout, spliced: _Spliced, previous: MarkdownMap | None, stored: Packing
+) -> np.ndarray[Any, Any]:
+    """For each run of the new text, the stored run it is unchanged from, or -1.
+
+    Unchanged: the same blocks (one stretch of stored segments, from the stored run's
+    first block to its last), under the same section path, every piece a slice of the text.
+    """
+    runs = len(layout.run_first)
+    if previous is None or runs == 0 or len(stored.run_first) == 0:
+        return np.full(runs, -1, dtype=np.int64)
+    before = _Layout(previous)
+    if not (
+        np.array_equal(before.run_first, stored.run_first)
+        and np.array_equal(before.run_last, stored.run_last)
+    ):
+        return np.full(runs, -1, dtype=np.int64)  # a packing that is not of this map
+    first, last = layout.run_first, layout.run_last
+    source_first, source_last = spliced.source[first], spliced.source[last]
+    run_at = np.full(len(previous.starts), -1, dtype=np.int64)
+    run_at[stored.run_first] = np.arange(len(stored.run_first))
+    candidate = np.where(source_first >= 0, run_at[np.maximum(source_first, 0)], -1)
+    known = np.maximum(candidate, 0)
+    same_section = np.asarray(
+        [layout.section_ids.get(section, -1) for section in before.sections], dtype=np.int64
+    )
+    piece_at = np.concatenate(([0], np.cumsum(stored.run_pieces)))
+    unsliced = np.concatenate(([0], np.cumsum(stored.piece_starts == 0)))
+    ok = (
+        (candidate >= 0)
+        & (spliced.stretch[first] == spliced.stretch[last])
+        & (stored.run_last[known] == source_last)
+        & (same_section[before.run_section[known]] == layout.run_section)
+        & (unsliced[piece_at[known + 1]] == unsliced[piece_at[known]])
+    )
+    return np.where(ok, candidate, -1)
+
+
+class _Layout:
+    """Where a map's blocks are in the text, the section path each is under, and its runs."""
+
+    def __init__(self, map: MarkdownMap) -> None:
+        segment_starts = np.concatenate(([0], np.cumsum(map.lengths)[:-1])).astype(np.int64)
+        self.starts: np.ndarray[Any, Any] = (
+            np.repeat(segment_starts, map.counts) + map.starts if len(map.starts) else _column([])
+        )
+        heading = map.codes < 8
+        at = np.flatnonzero(heading)
+        # the one loop over the document: its headings, as a stack (a heading closes those
+        # of its level and deeper; one without a title only closes them)
+        stack_levels: list[int] = []
+        stack_titles: list[str] = []
+        ids: dict[tuple[str, ...], int] = {(): 0}
+        self.section_ids = ids
+        self.sections: list[tuple[str, ...]] = [()]
+        after: list[int] = []
+        for level, title in zip((map.codes[at] % 8).tolist(), map.titles, strict=True):
+            while stack_levels and stack_levels[-1] >= level:
+                stack_levels.pop()
+                stack_titles.pop()
+            if title:
+                stack_levels.append(level)
+                stack_titles.append(title)
+            section = tuple(stack_titles)
+            number = ids.get(section)
+            if number is None:
+                number = ids[section] = len(self.sections)
+                self.sections.append(section)
+            after.append(number)
+        # each block is under the section its last heading (itself, for a heading) left open
+        latest = np.maximum.accumulate(np.where(heading, np.arange(len(heading)), -1))
+        opened = np.zeros(len(heading), dtype=np.int64)
+        opened[at] = after
+        self.section_of: np.ndarray[Any, Any] = np.where(
+            latest >= 0, opened[np.maximum(latest, 0)], 0
+        )
+        titled = np.ones(len(heading), dtype=bool)
+        titled[at] = [bool(t) for t in map.titles]
+        self.is_block: np.ndarray[Any, Any] = titled  # a heading without a title is no block
+        blocks = np.flatnonzero(titled)
+        sections = self.section_of[blocks]
+        change = np.flatnonzero(sections[1:] != sections[:-1]) + 1
+        first = np.concatenate(([0], change)).astype(np.int64) if len(blocks) else _column([])
+        last = (
+            np.concatenate((change - 1, [len(blocks) - 1])).astype(np.int64)
+            if len(blocks)
+            else _column([])
+        )
+        self.run_first: np.ndarray[Any, Any] = blocks[first]
+        self.run_last: np.ndarray[Any, Any] = blocks[last]
+        self.run_section: np.ndarray[Any, Any] = sections[first]
+
+
+@dataclass(frozen=True)
+class _Spliced:
+    """A new map, and where each of its blocks came from."""
+
+    map: MarkdownMap
+    source: np.ndarray[Any, Any]
+    """For each block, its index in the stored map, or -1 for a block parsed again."""
+    stretch: np.ndarray[Any, Any]
+    """For each block, which unbroken stretch of stored segments it came from (-1: parsed)."""
+
+
+def _add(out: list[range | _Segment], part: range) -> None:
+    """Append a stretch of stored segments, joined to the one before when it goes on from it."""
+    last = out[-1] if out else None
+    if isinstance(last, range) and last.stop == part.start:
+        out[-1] = range(last.start, part.stop)
+    else:
+        out.append(part)
+
+
+def _splice(text: str, stored: MarkdownMap | None, parts: list[range | _Segment]) -> _Spliced:
+    """The map of `text`: stretches of stored segments (``range``s) and parsed segments."""
+    columns: tuple[list[np.ndarray[Any, Any]], ...] = tuple([] for _ in range(7))
+    lengths, counts, starts, spans, codes, source, stretch = columns
+    digests: list[bytes] = []
+    titles: list[str] = []
+    parsed: list[_Segment] = []
+    if stored is not None:
+        found_at = np.concatenate(([0], np.cumsum(stored.counts))).tolist()
+        titles_at = np.concatenate(([0], np.cumsum(stored.codes < 8))).tolist()
+
+    def flush() -> None:
+        if parsed:
+            fresh = MarkdownMap.of(parsed)
+            for column, values in zip(
+                (lengths, counts, starts, spans, codes), fresh.columns(), strict=True
+            ):
+                column.append(values)
+            digests.append(fresh.digests)
+            titles.extend(fresh.titles)
+            source.append(np.full(len(fresh.starts), -1, dtype=np.int64))
+            stretch.append(source[-1])
+            parsed.clear()
+
+    for number, part in enumerate(parts):
+        if isinstance(part, _Segment):
+            parsed.append(part)
+            continue
+        flush()
+        assert stored is not None  # ranges index a stored map
+        a, b = part.start, part.stop
+        f, g = found_at[a], found_at[b]
+        lengths.append(stored.lengths[a:b])
+        counts.append(stored.counts[a:b])
+        starts.append(stored.starts[f:g])
+        spans.append(stored.spans[f:g])
+        codes.append(stored.codes[f:g])
+        digests.append(stored.digests[a * _DIGEST_BYTES : b * _DIGEST_BYTES])
+        titles.extend(stored.titles[titles_at[f] : titles_at[g]])
+        source.append(np.arange(f, g, dtype=np.int64))
+        stretch.append(np.full(g - f, number, dtype=np.int64))
+    flush()
+
+    def joined(parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
+        return np.concatenate(parts).astype(np.int64) if parts else _column([])
+
+    segment_lengths = joined(lengths)
+    new = MarkdownMap(
+        lengths=segment_lengths,
+        digests=b"".join(digests),
+        groups=_group_digests(text, segment_lengths),
+        counts=joined(counts),
+        starts=joined(starts),
+        spans=joined(spans),
+        codes=joined(codes),
+        titles=tuple(titles),
+    )
+    return _Spliced(new, joined(source), joined(stretch))
+
+
+def _group_digests(text: str, lengths: np.ndarray[Any, Any]) -> bytes:
+    """The digest of each whole group of `GROUP_SEGMENTS` consecutive segments of `text`."""
+    bounds = np.concatenate(([0], np.cumsum(lengths)))[::GROUP_SEGMENTS].tolist()
+    return b"".join(_digest(text[a:b]) for a, b in itertools.pairwise(bounds))
 
 
 class _Reparse:
     """One pass over a text: the stored segments that still match it, the rest parsed again."""
 
-    def __init__(self, text: str, stored: tuple[_Segment, ...]) -> None:
+    def __init__(self, text: str, stored: MarkdownMap | None) -> None:
         self.text = text
         self.stored = stored
-        self.by_digest: dict[bytes, list[int]] | None = None
+        self.lengths: list[int] = stored.lengths.tolist() if stored is not None else []
+        self.offsets: list[int] = np.concatenate(([0], np.cumsum(self.lengths))).tolist()
+        self.digests = stored.digests if stored is not None else b""
+        self.groups = stored.groups if stored is not None else b""
+        self.count = len(self.lengths)
+        self.found_at: list[int] | None = None
+        self.titles_at: list[int] = []
 
-    def run(self) -> list[_Segment]:
-        text, stored = self.text, self.stored
-        if not stored:
-            return _parse_window(text, 0, len(text), True)[0]
-        out: list[_Segment] = []
+    def run(self) -> list[range | _Segment]:
+        """The new text as stretches of stored segments and segments parsed again, in order."""
+        text = self.text
+        if not self.count:
+            return list(_parse_window(text, 0, len(text), True)[0])
+        out: list[range | _Segment] = []
         pos = 0
-        at: int | None = 0 if stored else None  # the stored segment expected at `pos`
+        at: int | None = 0  # the stored segment expected at `pos`
         checked = 0  # stored segments from `at` on known to match the text from `pos` on
-        size = WINDOW_CHARS
+        size: int | None = None
         while pos < len(text):
             if at is not None:
                 checked = self._extend(pos, at, checked)
-                if checked >= _SETTLED_AFTER or at + checked == len(stored):
-                    out.append(stored[at])
-                    pos += stored[at].length
-                    at, checked = at + 1, checked - 1
+                # a matched segment is settled once two more follow it, or it ends the text
+                take = checked if at + checked == self.count else checked - (_SETTLED_AFTER - 1)
+                if take > 0:
+                    _add(out, range(at, at + take))
+                    pos += self.offsets[at + take] - self.offsets[at]
+                    at, checked = at + take, checked - take
                     continue
+            size = size or self._window(at)
             end = _line_end(text, pos + size)
             parsed, settled = _parse_window(text, pos, end, end >= len(text))
             hint, at, checked = at, None, 0
             for index in range(settled):
-                out.append(parsed[index])
+                if hint is not None and self._unchanged(hint + index, parsed[index]):
+                    # parsed again only for want of lines after it: still the stored segment
+                    _add(out, range(hint + index, hint + index + 1))
+                else:
+                    out.append(parsed[index])
                 pos += parsed[index].length
                 following = parsed[index + 1] if index + 1 < len(parsed) else None
-                at = self._resync(pos, following, hint)
+                at, checked = self._resync(pos, following, hint)
                 if at is not None:
                     break
             # a window that settles nothing (an unclosed fence, say) or picks up nothing
             # stored (text rewritten) is followed by a larger one: a rewrite costs no more
             # than about two whole parses
-            size = WINDOW_CHARS if at is not None else size * 2
+            size = None if at is not None else size * 2
         return out
 
-    def _extend(self, pos: int, at: int, checked: int) -> int:
-        """How many stored segments from `at` on match the text from `pos` on (up to three).
+    def _unchanged(self, index: int, segment: _Segment) -> bool:
+        """Whether stored segment `index` is `segment`: the same source, the same blocks found in it."""
+        stored = self.stored
+        if stored is None or index >= self.count or self.lengths[index] != segment.length:
+            return False
+        if self.digests[index * _DIGEST_BYTES : (index + 1) * _DIGEST_BYTES] != segment.digest:
+            return False
+        if self.found_at is None:
+            self.found_at = np.concatenate(([0], np.cumsum(stored.counts))).tolist()
+            self.titles_at = np.concatenate(([0], np.cumsum(stored.codes < 8))).tolist()
+        first, end = self.found_at[index], self.found_at[index + 1]
+        titles = iter(stored.titles[self.titles_at[first] : self.titles_at[end]])
+        found = tuple(
+            _Found(kind, start, span, code % 8, next(titles) if kind == "heading" else "")
+            for kind, start, span, code in (
+                (_KIND_CODES[code // 8], start, span, code)
+                for start, span, code in zip(
+                    stored.starts[first:end].tolist(),
+                    stored.spans[first:end].tolist(),
+                    stored.codes[first:end].tolist(),
+                    strict=True,
+                )
+            )
+        )
+        return found == segment.found
 
-        The last stored segment counts only if the text ends with it, as it did.
+    def _window(self, at: int | None) -> int:
+        """Characters to parse where the text stops matching stored segment `at`.
+
+        What the stored map had there, six segments (the changed one, and enough block
+        starts after it to settle it), up to `WINDOW_CHARS`: parsing costs about
+        0.4 ms a kilobyte, and most edits change one block.
         """
-        for _ in range(checked):
-            pos += self.stored[at].length
-            at += 1
-        while checked < _SETTLED_AFTER and at < len(self.stored):
-            segment = self.stored[at]
-            fits = pos + segment.length <= len(self.text)
-            last = at + 1 == len(self.stored)
-            if not fits or (last and pos + segment.length != len(self.text)):
-                break
-            if _digest(self.text[pos : pos + segment.length]) != segment.digest:
-                break
-            pos += segment.length
-            at += 1
-            checked += 1
-        return checked
+        if at is None:
+            return WINDOW_CHARS
+        expected = self.offsets[min(at + 2 * _SETTLED_AFTER, self.count)] - self.offsets[at]
+        return max(1, min(WINDOW_CHARS, expected + 64))
 
-    def _resync(self, pos: int, following: _Segment | None, hint: int | None) -> int | None:
-        """The stored segment the text picks up again at `pos`, if one does."""
-        if not self.stored or pos >= len(self.text):
+    def _with_digest(self, digest: bytes, first: int) -> list[int]:
+        """The first few stored segments from `first` on whose digest is `digest`."""
+        found: list[int] = []
+        at = self.digests.find(digest, first * _DIGEST_BYTES)
+        while at >= 0 and len(found) < _MAX_CANDIDATES:
+            if at % _DIGEST_BYTES == 0:  # not a match straddling two digests
+                found.append(at // _DIGEST_BYTES)
+            at = self.digests.find(digest, at + 1)
+        return found
+
+    def _match(self, index: int, step: int, place: int) -> int | None:
+        """Where stored segments `index` to `index + step` end in the text if they match it from `place`.
+
+        One segment is checked by its digest, a whole group (`GROUP_SEGMENTS`) by the group's.
+        """
+        end = place + self.offsets[index + step] - self.offsets[index]
+        if end > len(self.text) or (index + step == self.count and end != len(self.text)):
             return None
+        digests, number = (self.groups, index // step) if step > 1 else (self.digests, index)
+        stored = digests[number * _DIGEST_BYTES : (number + 1) * _DIGEST_BYTES]
+        return end if _digest(self.text[place:end]) == stored else None
+
+    def _extend(self, pos: int, at: int, checked: int) -> int:
+        """How many stored segments from `at` on match the text from `pos` on.
+
+        `checked` of them are known to match already. The last stored segment
+        counts only if the text ends with it, as it did.
+        """
+        index = at + checked
+        place = pos + self.offsets[index] - self.offsets[at]
+        while index < self.count:
+            if index % GROUP_SEGMENTS == 0 and index + GROUP_SEGMENTS <= self.count:
+                end = self._match(index, GROUP_SEGMENTS, place)
+                if end is not None:
+                    place, index = end, index + GROUP_SEGMENTS
+                    continue
+            end = self._match(index, 1, place)
+            if end is None:
+                break
+            place, index = end, index + 1
+        return index - at
+
+    def _resync(
+        self, pos: int, following: _Segment | None, hint: int | None
+    ) -> tuple[int | None, int]:
+        """The stored segment the text picks up again at `pos`, if one does, and how many match from it."""
+        if pos >= len(self.text):
+            return None, 0
         candidates: list[int] = []
-        if hint is not None and hint < len(self.stored):
+        if hint is not None and hint < self.count:
             candidates.append(hint)  # text replaced in place: the map goes on where it stopped
         if following is not None:
-            if self.by_digest is None:
-                self.by_digest = {}
-                for index, segment in enumerate(self.stored):
-                    self.by_digest.setdefault(segment.digest, []).append(index)
-            same = self.by_digest.get(following.digest, [])
-            later = [i for i in same if hint is None or i >= hint]
-            candidates.extend((later or same)[:_MAX_CANDIDATES])
+            later = self._with_digest(following.digest, hint or 0)
+            candidates.extend(later or self._with_digest(following.digest, 0))
         for index in candidates:
             checked = self._extend(pos, index, 0)
-            if checked >= _SETTLED_AFTER or index + checked == len(self.stored):
-                return index
-        return None
+            if checked >= _SETTLED_AFTER or index + checked == self.count:
+                return index, checked
+        return None, 0
 
 
 def _digest(source: str) -> bytes:
@@ -366,34 +894,12 @@ _LISTS = frozenset({"bullet_list_open", "ordered_list_open"})
 _BLOCK_KINDS: dict[str, BlockKind] = {"fence": "code", "code_block": "code", "table_open": "table"}
 
 
-def _blocks(text: str, segments: Sequence[_Segment]) -> list[Block]:
-    """The blocks of `segments` laid over `text`, each under the headings open above it."""
-    blocks: list[Block] = []
-    stack: list[tuple[int, str]] = []
-    section: tuple[str, ...] = ()
-    offset = 0
-    for segment in segments:
-        for kind, start, length, level, title in segment.found:
-            start += offset
-            if kind == "heading":
-                while stack and stack[-1][0] >= level:
-                    stack.pop()
-                if title:
-                    stack.append((level, title))
-                section = tuple(h for _, h in stack)
-                if not title:
-                    continue
-            blocks.append(Block(kind, text[start : start + length], section, start))
-        offset += segment.length
-    return blocks
-
-
 @functools.cache
 def _parser_version() -> str:
     """Names the parser a stored map was made by: another version may read blocks otherwise."""
     import markdown_it
 
-    return f"blocks-map-1 markdown-it-py {markdown_it.__version__}"
+    return f"blocks-map-2 markdown-it-py {markdown_it.__version__}"
 
 
 @functools.cache

@@ -36,6 +36,7 @@ otherwise scan linearly (2.5 ms a query with a full 4 MB list).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -63,6 +64,7 @@ from arcana_loop.knowledge.errors import (
 )
 from arcana_loop.knowledge.loading import (
     CHUNK_ID_CHARS,
+    Chunked,
     ChunkRow,
     SkipFn,
     SourceDoc,
@@ -151,16 +153,24 @@ class CollectionRef:
 class _Planned:
     doc: SourceDoc
     doc_id: str
-    chunks: list[ChunkRow]
-    structure: bytes | None
-    """The document's structure map, stored with it (`loading.Chunked.structure`)."""
+    chunked: Chunked
+    """Its chunks: built in full, or carried unchanged from the stored version (`loading.Chunked`)."""
+    rechunk: Callable[[], Chunked]
+    """Chunks it whole, without the stored version: for when that changed since planning."""
+    base: str | None = None
+    """The content hash of the stored version it was chunked against, if any."""
     stored: frozenset[str] = frozenset()
-    """Ids of its chunks already stored when it was planned (a changed document's unchanged chunks)."""
+    """Ids of its built chunks already stored when it was planned (a changed document's unchanged chunks)."""
+
+    @property
+    def rows(self) -> list[ChunkRow]:
+        """The chunks built in full."""
+        return self.chunked.rows
 
     @property
     def fresh(self) -> list[ChunkRow]:
         """The chunks to embed: those not already stored."""
-        return [c for c in self.chunks if c.id not in self.stored]
+        return [c for c in self.rows if c.id not in self.stored]
 
 
 @dataclass
@@ -274,22 +284,13 @@ def write_documents(
     stored = _stored_versions(pool, doc_ids)
     planned = []
     for doc, doc_id in zip(pending, doc_ids, strict=True):
-        chunk_ids, structure = stored.get(doc_id, (frozenset(), None))
         try:
-            chunked = chunk_document(
-                doc,
-                collection=coll.name,
-                chunk_size=chunk_size,
-                chunk_overlap=chunk_overlap,
-                previous=structure,
-            )
+            item = _plan(doc, doc_id, stored.get(doc_id), coll, chunk_size, chunk_overlap)
         except IngestError as exc:
             if skip is None:
                 raise
             skip(Path(doc.source), str(exc).removeprefix(f"{doc.source}: "))
             continue
-        item = _Planned(doc, doc_id, chunked.rows, chunked.structure)
-        item.stored = frozenset(c.id for c in item.chunks) & chunk_ids
         planned.append(item)
     batches = _batches(planned, batch_size)
     total = sum(b.size for b in batches)
@@ -301,6 +302,38 @@ def write_documents(
     except psycopg.errors.DiskFull as exc:
         raise StorageFull(_disk_full_message(pool, coll, result, exc)) from exc
     return result
+
+
+def _plan(
+    doc: SourceDoc,
+    doc_id: str,
+    version: _Stored | None,
+    coll: CollectionRef,
+    chunk_size: int,
+    chunk_overlap: int,
+) -> _Planned:
+    """Chunk a document, against its stored version when there is one.
+
+    The stored structure is used only when the document's metadata is the same as
+    stored (a carried chunk keeps its stored metadata), and its carried chunks are
+    kept only if they are all stored (else the document is chunked whole).
+    """
+    rechunk = functools.partial(
+        chunk_document,
+        doc,
+        collection=coll.name,
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+    )
+    if version is None:
+        return _Planned(doc, doc_id, rechunk(), rechunk)
+    same_metadata = version.metadata == doc.metadata
+    chunked = rechunk(previous=version.structure if same_metadata else None)
+    if any(c.id not in version.chunk_ids for c in chunked.carried):
+        chunked = rechunk()
+    item = _Planned(doc, doc_id, chunked, rechunk, base=version.content_hash)
+    item.stored = frozenset(c.id for c in chunked.rows) & version.chunk_ids
+    return item
 
 
 @dataclass(frozen=True)
@@ -513,25 +546,37 @@ def _drop_unchanged(
     return list(pending.values())
 
 
-def _stored_versions(
-    pool: ConnectionPool[Any], doc_ids: list[str]
-) -> dict[str, tuple[frozenset[str], bytes | None]]:
-    """Of each stored one of `doc_ids` (a changed document): its chunks' ids and its structure map."""
+@dataclass(frozen=True)
+class _Stored:
+    """What a changed document is chunked against: its stored version."""
+
+    chunk_ids: frozenset[str]
+    structure: bytes | None
+    metadata: dict[str, Any]
+    content_hash: str
+
+
+def _stored_versions(pool: ConnectionPool[Any], doc_ids: list[str]) -> dict[str, _Stored]:
+    """Of each stored one of `doc_ids` (a changed document): its chunks' ids, structure map, metadata, hash."""
     if not doc_ids:
         return {}
     with pool.connection() as conn:
         rows = conn.execute(
-            "SELECT d.id, d.structure, ARRAY(SELECT c.id FROM kb_chunks c WHERE c.document_id = d.id)"
+            "SELECT d.id, d.structure, d.metadata, d.content_hash,"
+            " ARRAY(SELECT c.id FROM kb_chunks c WHERE c.document_id = d.id)"
             " FROM kb_documents d WHERE d.id = ANY(%s)",
             (doc_ids,),
         ).fetchall()
-    return {doc_id: (frozenset(ids), structure) for doc_id, structure, ids in rows}
+    return {
+        doc_id: _Stored(frozenset(ids), structure, metadata, content_hash)
+        for doc_id, structure, metadata, content_hash, ids in rows
+    }
 
 
 def _batches(planned: list[_Planned], batch_size: int) -> list[_Batch]:
     batches = [_Batch()]
     for item in planned:
-        if batches[-1].items and batches[-1].size + len(item.chunks) > batch_size:
+        if batches[-1].items and batches[-1].size + len(item.rows) > batch_size:
             batches.append(_Batch())
         batches[-1].items.append(item)
     return [b for b in batches if b.items]
@@ -634,7 +679,7 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
         for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
             if kept is None:
                 continue
-            new = [c for c in item.chunks if c.id not in kept]
+            new = [c for c in item.rows if c.id not in kept]
             embedded = dict(zip((c.id for c in item.fresh), vectors, strict=True))
             missing = [c for c in new if c.id not in embedded]
             if missing:  # another writer changed the document since it was planned: rare
@@ -710,7 +755,7 @@ def _upsert_documents(
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
             keep.append(None)
         elif item.doc_id in known:
-            keep.append(_replace_document(conn, item, delta))
+            keep.append(_replace_document(conn, item, known[item.doc_id], delta))
         else:  # inserted by another writer, then deleted before this one could lock it
             raise CollectionNotFound(
                 f"document {item.doc.source!r} of collection {coll.name!r} was deleted"
@@ -747,44 +792,53 @@ def _insert_documents(
             [item.doc.source for item in new],
             [item.doc.content_hash for item in new],
             [Jsonb(item.doc.metadata) for item in new],
-            [item.structure for item in new],
+            [item.chunked.structure for item in new],
         ),
     ).fetchall()
     return {row[0] for row in rows}
 
 
 def _replace_document(
-    conn: psycopg.Connection[Any], item: _Planned, delta: IngestResult
+    conn: psycopg.Connection[Any], item: _Planned, stored_hash: str, delta: IngestResult
 ) -> frozenset[str]:
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
 
     A kept chunk may have moved (text added before it): its new position and
     offset go into the document row's `moved` map (`placed.PLACED_CHUNK_SQL`),
     so a move costs no chunk row. A kept chunk whose other metadata changed (the
-    document's own metadata, a page) is rewritten. Returns the kept chunks' ids.
+    document's own metadata, a page) is rewritten; a carried chunk's cannot have
+    (it was chunked against this stored version, with the same metadata). A
+    document another writer replaced since it was planned is chunked whole again.
+    Returns the kept chunks' ids.
     """
-    new = {c.id: c for c in item.chunks}
-    stored = {
-        row[0]: (row[1], row[2])
-        for row in conn.execute(
-            "SELECT id, position, metadata FROM kb_chunks WHERE document_id = %s", (item.doc_id,)
-        ).fetchall()
+    stored = _stored_chunks(conn, item)
+    if item.chunked.carried and (
+        stored_hash != item.base or any(c.id not in stored for c in item.chunked.carried)
+    ):
+        item.chunked = item.rechunk()
+        stored = _stored_chunks(conn, item)
+    places: dict[str, tuple[int, int | None]] = {
+        c.id: (c.position, c.start) for c in item.chunked.carried
     }
-    stale = sorted(stored.keys() - new.keys())
+    built = {c.id: c for c in item.rows}
+    places.update((c.id, (c.position, c.metadata.get(MOVED_KEY))) for c in item.rows)
+    stale = sorted(stored.keys() - places.keys())
     if stale:
         conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s)", (stale,))
     delta.chunks_removed += len(stale)
-    kept = [new[i] for i in sorted(stored.keys() & new.keys())]
+    kept = sorted(stored.keys() & places.keys())
     rewritten: list[ChunkRow] = []
     moved: dict[str, dict[str, int]] = {}
-    for chunk in kept:
-        position, metadata = stored[chunk.id]
-        if _unplaced(metadata) != _unplaced(chunk.metadata):
+    for chunk_id in kept:
+        position, start, metadata = stored[chunk_id]
+        chunk = built.get(chunk_id)
+        if chunk is not None and _unplaced(metadata or {}) != _unplaced(chunk.metadata):
             rewritten.append(chunk)
-        elif position != chunk.position or metadata.get(MOVED_KEY) != chunk.metadata.get(MOVED_KEY):
-            moved[chunk.id] = {"position": chunk.position}
-            if MOVED_KEY in chunk.metadata:
-                moved[chunk.id][MOVED_KEY] = chunk.metadata[MOVED_KEY]
+        elif (position, start) != places[chunk_id]:
+            now, offset = places[chunk_id]
+            moved[chunk_id] = (
+                {"position": now} if offset is None else {"position": now, MOVED_KEY: offset}
+            )
     if rewritten:
         conn.execute(
             "UPDATE kb_chunks AS c SET position = u.position, metadata = u.meta"
@@ -803,13 +857,28 @@ def _replace_document(
         (
             item.doc.content_hash,
             Jsonb(item.doc.metadata),
-            item.structure,
+            item.chunked.structure,
             Jsonb(moved) if moved else None,
             item.doc_id,
         ),
     )
     delta.documents_replaced += 1
-    return frozenset(c.id for c in kept)
+    return frozenset(kept)
+
+
+def _stored_chunks(
+    conn: psycopg.Connection[Any], item: _Planned
+) -> dict[str, tuple[int, Any, dict[str, Any] | None]]:
+    """The document's stored chunks: position, `start_index` and, for those built again, metadata.
+
+    Only a chunk built again may have new metadata to compare; a carried one's is not read.
+    """
+    rows = conn.execute(
+        "SELECT id, position, metadata -> 'start_index',"
+        " CASE WHEN id = ANY(%s) THEN metadata END FROM kb_chunks WHERE document_id = %s",
+        ([c.id for c in item.rows], item.doc_id),
+    ).fetchall()
+    return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
 
 def _unplaced(metadata: dict[str, Any]) -> dict[str, Any]:

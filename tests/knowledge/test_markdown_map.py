@@ -178,7 +178,7 @@ def test_a_map_that_cannot_be_used_is_ignored_and_the_text_parsed_whole() -> Non
     assert MarkdownMap.load(blob) == stored
     for bad in (b"", b"not a map", blob[:-7], blob[:40]):
         assert MarkdownMap.load(bad) is None
-    other = MarkdownMap(stored.segments[::2])  # blocks that are not this text's
+    other = parse_markdown("\n\n".join(reversed(text.split("\n\n")))).map  # not this text's
     assert parse_markdown(text, other).blocks == parse_markdown(text).blocks
 
 
@@ -197,6 +197,12 @@ def test_carriage_returns_end_lines_as_the_parser_reads_them() -> None:
         _same_as_whole(edited, parse_markdown(text).map)
 
 
+def _placed(chunked: Any) -> list[tuple[str, int, int | None]]:
+    """Every chunk, built or carried, as (id, position, start_index), in order."""
+    built = [(r.id, r.position, r.metadata.get("start_index")) for r in chunked.rows]
+    return sorted(built + [tuple(c) for c in chunked.carried], key=lambda c: c[1])
+
+
 def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> None:
     def chunked(text: str, previous: bytes | None) -> Any:
         doc = SourceDoc(
@@ -207,9 +213,71 @@ def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> Non
         )
 
     first = chunked(_guide(set()), None)
-    assert first.structure is not None
+    assert first.structure is not None and not first.carried
     for edited, preface in (({7, 70}, ""), (set(), "A preface.")):
         text = _guide(edited, preface)
-        assert chunked(text, first.structure).rows == chunked(text, None).rows
+        whole, edit = chunked(text, None), chunked(text, first.structure)
+        assert _placed(edit) == _placed(whole)
+        assert all(row in whole.rows for row in edit.rows)
+        # only the edited sections (and the first, which the preface joins) are built
+        assert len(edit.rows) <= len(edited) + 1 and len(edit.carried) >= len(whole.rows) - 3
+        assert edit.structure == whole.structure
     rst = SourceDoc(source="a.rst", text="Title\n=====\n\nBody.", syntax="rst", metadata={})
     assert chunk_document(rst, collection="c", chunk_size=300, chunk_overlap=0).structure is None
+
+
+@pytest.mark.parametrize("chunk_size", [24, 120, 800])
+def test_random_edits_pack_as_a_whole_parse_packs(chunk_size: int) -> None:
+    """Runs taken from the stored packing give the chunks packing the whole text gives."""
+    rng = random.Random(chunk_size)
+    carried = 0
+    for _ in range(60):
+        text = _document(rng, rng.randint(1, 40))
+        current = structure.pack_markdown(text, None, chunk_size=chunk_size, chunk_overlap=8)
+        for _ in range(3):
+            text = _edit(rng, text)
+            whole = structure.pack(
+                parse_markdown(text).blocks, text, chunk_size=chunk_size, chunk_overlap=8
+            )
+            loaded = MarkdownMap.load(current.map.dump())
+            assert loaded == current.map
+            current = structure.pack_markdown(text, loaded, chunk_size=chunk_size, chunk_overlap=8)
+            fresh = structure.pack_markdown(text, None, chunk_size=chunk_size, chunk_overlap=8)
+            assert fresh.pieces == whole and not any(fresh.source >= 0)
+            # the same map and packing (each piece's place and length, run by run), and the
+            # pieces packed anew are those of the whole text at the same places
+            assert current.map == fresh.map
+            assert current.starts.tolist() == fresh.starts.tolist()
+            anew = [p for p, s in zip(whole, current.source.tolist(), strict=True) if s < 0]
+            assert current.pieces == anew
+            carried += int((current.source >= 0).sum())
+    assert carried > 100  # the stored chunks were used, not only checked
+    # packed with another chunk size, nothing is taken from the map
+    other = structure.pack_markdown(text, current.map, chunk_size=chunk_size + 1, chunk_overlap=8)
+    assert not any(other.source >= 0)
+
+
+def test_identical_chunks_keep_their_own_ids_when_carried(tmp_path: Path) -> None:
+    def chunked(text: str, previous: bytes | None) -> Any:
+        doc = SourceDoc(source=str(tmp_path / "faq.md"), text=text, syntax="markdown", metadata={})
+        return chunk_document(
+            doc, collection="c", chunk_size=200, chunk_overlap=0, previous=previous
+        )
+
+    def faq(edited: int | None) -> str:
+        # the same question under the same heading path, three times: three identical chunks
+        parts = ["# FAQ"]
+        for n in range(30):
+            answer = "Restart it." + (" Then wait." if n == edited else "")
+            parts += [f"## Q{n % 3}\n\n{answer}", f"## Note {n}\n\nNote {n} applies."]
+        return "\n\n".join(parts)
+
+    first = chunked(faq(None), None)
+    previous = first.structure
+    for edited in (4, 0, 29, None):
+        text = faq(edited)
+        whole, edit = chunked(text, None), chunked(text, previous)
+        assert _placed(edit) == _placed(whole)
+        assert len({c[0] for c in _placed(edit)}) == len(_placed(edit))  # every id its own
+        assert len(edit.carried) >= len(_placed(whole)) - 4
+        previous = edit.structure
