@@ -235,6 +235,10 @@ class KnowledgeBase:
         """A view's collection record (model, dimension): known before its embedder loads."""
         self._parent: KnowledgeBase | None = None
         """The knowledge base a view (`_view`) shares its pools with."""
+        self._partitions_ready: set[tuple[int, int]] = set()
+        """(dimension, collection id) whose tables and indexes this open knowledge base has
+        ensured (`ensure_dimension`): an ingest checks them once, not at every call (about 10
+        catalog round trips, 2.5 ms). Shared with views; emptied when the pool closes."""
         self.schema = schema
         self.exact_max_rows = exact_max_rows
         self.ranking = ranking or q.Ranking(
@@ -374,6 +378,7 @@ class KnowledgeBase:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+            self._partitions_ready.clear()
 
     async def aclose(self) -> None:
         """Close both pools."""
@@ -477,8 +482,10 @@ class KnowledgeBase:
                 f"collection {name!r} was embedded with {row[1]!r} ({row[2]} dims); "
                 f"this knowledge base uses {self.model_name!r} ({self.dimension} dims)"
             )
-        with self.pool().connection() as conn:
-            ensure_dimension(conn, row[2])
+        if (row[2], row[0]) not in self._partitions_ready:
+            with self.pool().connection() as conn:
+                ensure_dimension(conn, row[2])
+            self._partitions_ready.add((row[2], row[0]))
         return CollectionRef(id=row[0], name=name, dimension=row[2], model=row[1]), created
 
     def _drop_if_empty(self, coll: CollectionRef) -> None:
@@ -567,6 +574,7 @@ class KnowledgeBase:
             if row is not None:
                 drop_partition(conn, row[1], row[0])  # its embeddings at once, not row by row
                 conn.execute("DELETE FROM kb_collections WHERE id = %s", (row[0],))
+                self._partitions_ready.discard((row[1], row[0]))
         if row is None:
             raise CollectionNotFound(f"no collection named {name!r}")
 
@@ -811,6 +819,8 @@ class KnowledgeBase:
                 skip=skip if walked else None,  # a file named directly fails instead
             )
         except BaseException:
+            # checked again by the next ingest: a failed load may have left an index to rebuild
+            self._partitions_ready.discard((coll.dimension, coll.id))
             if created and not (result.documents_added or result.documents_replaced):
                 self._drop_if_empty(coll)
             raise

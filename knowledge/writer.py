@@ -8,8 +8,9 @@ binary-`COPY`s only the new chunks with their embeddings. Only new chunks are
 embedded: the stored chunk ids of each changed document are read before
 embedding, so an edit costs about what it changed; a kept chunk the edit only
 moved keeps its row too (its new place goes into the document's row,
-`placed.PLACED_CHUNK_SQL`). A failure anywhere in a batch
-rolls the whole batch back, so a document is never half-written and a replaced
+`placed.PLACED_CHUNK_SQL`). A Markdown document's unchanged runs are not even
+chunked again: their chunks are carried over from the stored map
+(`loading.Chunked.carried`). A failure anywhere in a batch rolls the whole batch back, so a document is never half-written and a replaced
 document keeps its old chunks. Embedding batch *n + 1* overlaps with writing
 batch *n*: one writer thread, or `LIVE_INDEX_WRITERS` while the collection's HNSW
 index is live (each batch still its own transaction; batches hold different documents).
@@ -30,8 +31,9 @@ a few files never pays for one; a load that doubles a collection does, and runs
 about twice as fast as it would merging (bench/README.md, `--growth`). The full-text GIN indexes, shared by
 all collections, are dropped and built afterwards likewise only while `kb_chunks`
 holds fewer than `BULK_MIN_CHUNKS` rows (searches meanwhile scan the table). Every other ingest
-ends by merging the GIN index's pending list, which each full-text search would
-otherwise scan linearly (2.5 ms a query with a full 4 MB list).
+of `FULLTEXT_MERGE_MIN_CHUNKS` new chunks or more ends by merging the GIN index's pending
+list, which each full-text search would otherwise scan linearly (2.5 ms a query with a
+full 4 MB list); a smaller one (an edit) leaves its few entries there.
 """
 
 from __future__ import annotations
@@ -94,6 +96,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 1000
 BULK_MIN_CHUNKS = 5000
 """A load of this many chunks into an index holding fewer rows builds that index after it."""
+FULLTEXT_MERGE_MIN_CHUNKS = 32
+"""A load of fewer new chunks leaves them in the full-text indexes' pending lists (`_after_load`).
+
+Merging the lists cost a 1 % edit of a 659-chunk document 1.6-2.5 ms (the lifecycle
+bench's stage medians), a fixed cost whatever the edit; a full 4 MB list cost a full-text
+search 2.5 ms at 100k chunks, and a small load adds a small part of that until merged."""
 LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
@@ -373,7 +381,7 @@ def _load(load: _Load) -> None:
             logger.warning("could not rebuild the indexes after a failed load: %s", exc)
         raise
     if load.total:
-        _after_load(load.pool, load.coll, bulk)
+        _after_load(load.pool, load.coll, bulk, added=load.total)
         if load.pending:
             settle_pending(load.pool, load.coll, load.upkeep or Upkeep.from_env())
 
@@ -483,8 +491,15 @@ def _disk_full_message(
     )
 
 
-def _after_load(pool: ConnectionPool[Any], coll: CollectionRef, bulk: _Bulk) -> None:
+def _after_load(
+    pool: ConnectionPool[Any], coll: CollectionRef, bulk: _Bulk, *, added: int = 0
+) -> None:
     """Rebuild what a bulk load dropped, refresh statistics, merge the GIN pending list.
+
+    The pending list is merged after a load of `FULLTEXT_MERGE_MIN_CHUNKS` chunks or
+    more (`added`). A smaller load (an edit) leaves its few entries in the list, which
+    full-text searches scan beside the index: the next larger load merges them, and
+    PostgreSQL merges a list that reaches `gin_pending_list_limit` (4 MB) by itself.
 
     Each dropped index is rebuilt even if the other one fails, and a failed build
     is tried once more: its partial files are freed when it fails, and an index
@@ -499,7 +514,7 @@ def _after_load(pool: ConnectionPool[Any], coll: CollectionRef, bulk: _Bulk) -> 
             _rebuild(pool, lambda conn: create_hnsw_index(conn, coll.dimension, coll.id)) or failure
         )
     with pool.connection() as conn:
-        if not bulk.fulltext:
+        if not bulk.fulltext and added >= FULLTEXT_MERGE_MIN_CHUNKS:
             merge_fulltext_pending(conn)
         if bulk.hnsw or bulk.fulltext:
             # fresh statistics for the exact-versus-HNSW choice in search, and
@@ -673,7 +688,7 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
     delta = IngestResult()
     parts = _split_rows(matrix, batch)
     with load.pool.connection() as conn, conn.transaction():
-        _hold_collection(conn, coll)
+        average_length = _hold_collection(conn, coll)
         kept_ids = _upsert_documents(conn, coll, batch.items, delta)
         writes = []
         for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
@@ -689,13 +704,13 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
                 embedded.update(zip((c.id for c in missing), more, strict=True))
             rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
             writes.append((item.doc_id, new, rows))
-        _copy_chunks(conn, coll, writes, load.pending)
+        _copy_chunks(conn, coll, writes, load.pending, average_length)
         delta.chunks_added = sum(len(new) for _, new, _ in writes)
     return delta
 
 
-def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None:
-    """Keep the collection from being deleted until this transaction ends.
+def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> float | None:
+    """Keep the collection from being deleted until this transaction ends; return its BM25 average length.
 
     `delete_collection` locks the row FOR UPDATE, which waits for this KEY SHARE
     lock; a delete that committed first leaves no row, which is reported here
@@ -705,7 +720,8 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None
         CollectionNotFound: if the collection was deleted since the ingest began.
     """
     row = conn.execute(
-        "SELECT embedding_model, dimension FROM kb_collections WHERE id = %s FOR KEY SHARE",
+        "SELECT embedding_model, dimension, stored, lex_avg_len FROM kb_collections"
+        " WHERE id = %s FOR KEY SHARE",
         (coll.id,),
     ).fetchone()
     if row is None:
@@ -717,7 +733,11 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> None
             f"collection {coll.name!r} was re-embedded with {row[0]!r} while this ingest was"
             f" writing with {coll.model!r}; ingest again (what was written is kept)"
         )
-    conn.execute("UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,))
+    if not row[2]:
+        conn.execute(
+            "UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,)
+        )
+    return None if row[3] is None else float(row[3])
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
@@ -891,10 +911,12 @@ def _copy_chunks(
     coll: CollectionRef,
     writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
     pending: bool,
+    average_length: float | None,
 ) -> None:
     """Binary-COPY a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings.
 
     ``pending``: the embeddings wait outside the collection's live HNSW graph.
+    ``average_length``: the collection's BM25 average chunk length, if it has one yet.
     """
     writes = [w for w in writes if w[1]]
     if not writes:
@@ -905,7 +927,7 @@ def _copy_chunks(
             for doc_id, chunks, _ in writes
             for row in chunks
         ]
-        avg_len = _collection_average_length(
+        avg_len = average_length or _collection_average_length(
             conn, coll, lexical.average_length(t for _, _, t in rows)
         )
         with cur.copy(

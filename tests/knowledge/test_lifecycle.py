@@ -18,7 +18,8 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
-from arcana_loop.knowledge import KnowledgeBase
+from arcana_loop.knowledge import KnowledgeBase, writer
+from arcana_loop.knowledge.loading import Chunked
 from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
 
 
@@ -139,6 +140,60 @@ def test_text_added_before_a_chunk_moves_it_without_re_embedding_it(
             "Berth 11 crane", collection="harbour", filter={"start_index": {"$gte": start}}
         )
     } == {last}
+
+
+def test_an_edit_keeps_what_it_did_not_touch_and_is_searchable_at_once(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(60))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    assert kb.merge_pending("harbour") > 0  # an indexed collection: every vector in its graph
+    before = _chunks(kb, "harbour")
+    # an edit near the top (every chunk after it moves), one in the middle, a section removed
+    text = _guide(60, edited=30).replace("## Berth 5\n\n", "## Berth 5\n\nTugs wait here.\n\n")
+    text = text.replace("## Berth 44\n\nBerth 44 is 54 metres deep", "## Berth 44\n\nClosed")
+    guide.write_text(text)
+    chunked: list[Chunked] = []
+    real = writer.chunk_document
+    monkeypatch.setattr(
+        writer, "chunk_document", lambda *a, **k: chunked.append(real(*a, **k)) or chunked[-1]
+    )
+    result = kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    after = _chunks(kb, "harbour")
+    assert result.chunks_added == result.chunks_removed == 3
+    # only the changed sections were chunked; the others were carried over from the stored map
+    assert [(len(c.rows), len(c.carried)) for c in chunked] == [(3, len(before) - 3)]
+    kept = set(before) & set(after)
+    assert len(kept) == len(before) - 3  # the untouched chunks keep their ids
+    for chunk_id, (position, metadata, chunk_text) in after.items():
+        assert text[metadata["start_index"] :].startswith(chunk_text)
+        assert position == sorted(after.values(), key=lambda c: c[1]["start_index"]).index(
+            after[chunk_id]
+        )
+    moved = [i for i in kept if after[i][1]["start_index"] != before[i][1]["start_index"]]
+    assert len(moved) >= 50
+    kb.exact_max_rows = 0  # through the graph, with the new vectors pending beside it
+    for mode in ("semantic", "hybrid", "fulltext"):
+        for query, expected in (
+            ("Tugs wait here", "Tugs wait here."),
+            ("Berth 30 was dredged last spring", "dredged to 60 metres"),
+            ("Berth 44 closed", "Closed"),
+        ):
+            hits = kb.search(query, collection="harbour", mode=mode, limit=3)
+            assert any(expected in h["text"] for h in hits), (mode, query)
+        found = kb.search("Berth 58 crane lifts", collection="harbour", mode=mode, limit=3)
+        hit = next(h for h in found if h["id"] in moved and "Berth 58" in h["text"])
+        assert (hit["position"], hit["metadata"]["start_index"]) == (
+            after[hit["id"]][0],
+            after[hit["id"]][1]["start_index"],
+        )
+    # the replaced text is gone
+    assert not any("54 metres deep" in t for _, _, t in after.values())
+    assert not any(
+        "54 metres" in h["text"]
+        for h in kb.search("Berth 44 is 54 metres deep", collection="harbour", mode="fulltext")
+    )
 
 
 def test_an_edit_with_new_metadata_rewrites_the_kept_chunks_and_moves_them_back(
