@@ -119,12 +119,31 @@ def _column(values: Any) -> np.ndarray[Any, Any]:
     return np.asarray(values, dtype=np.int64)
 
 
-def _same(a: Sequence[np.ndarray[Any, Any]], b: Sequence[np.ndarray[Any, Any]]) -> bool:
-    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+class _ByValue:
+    """Compared by value: its other fields (`scalars`) and its integer columns (`columns`)."""
+
+    def columns(self) -> tuple[np.ndarray[Any, Any], ...]:
+        """The integer columns, in the order they are stored."""
+        raise NotImplementedError
+
+    def scalars(self) -> tuple[Any, ...]:
+        """The fields that are not columns."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return False
+        assert isinstance(other, _ByValue)
+        mine, theirs = self.columns(), other.columns()
+        return self.scalars() == other.scalars() and all(
+            np.array_equal(a, b) for a, b in zip(mine, theirs, strict=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # arrays inside: compared by value
 
 
 @dataclass(frozen=True, eq=False)
-class Packing:
+class Packing(_ByValue):
     """How a Markdown document's blocks were packed into chunks, run by run.
 
     A run is a stretch of consecutive blocks under one section path: `pack` ends a
@@ -161,15 +180,9 @@ class Packing:
             self.piece_lengths,
         )
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Packing)
-            and (self.chunk_size, self.chunk_overlap, self.keys, self.label)
-            == (other.chunk_size, other.chunk_overlap, other.keys, other.label)
-            and _same(self.columns(), other.columns())
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside: compared by value
+    def scalars(self) -> tuple[Any, ...]:
+        """The fields that are not columns."""
+        return (self.chunk_size, self.chunk_overlap, self.keys, self.label)
 
 
 KEY_BYTES = 16
@@ -177,7 +190,7 @@ KEY_BYTES = 16
 
 
 @dataclass(frozen=True, eq=False)
-class MarkdownMap:
+class MarkdownMap(_ByValue):
     """Where a Markdown document's top-level blocks start, with a digest of the source between.
 
     Stored with the document, it lets `parse_markdown` parse an edited copy in part:
@@ -215,15 +228,9 @@ class MarkdownMap:
         """The integer columns, in the order they are stored."""
         return (self.lengths, self.counts, self.starts, self.spans, self.codes)
 
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, MarkdownMap)
-            and (self.digests, self.groups, self.titles, self.packing)
-            == (other.digests, other.groups, other.titles, other.packing)
-            and _same(self.columns(), other.columns())
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside: compared by value
+    def scalars(self) -> tuple[Any, ...]:
+        """The fields that are not columns."""
+        return (self.digests, self.groups, self.titles, self.packing)
 
     @classmethod
     def of(cls, segments: Sequence[_Segment]) -> MarkdownMap:

@@ -513,8 +513,11 @@ def _after_load(
         failure = (
             _rebuild(pool, lambda conn: create_hnsw_index(conn, coll.dimension, coll.id)) or failure
         )
+    merge = not bulk.fulltext and added >= FULLTEXT_MERGE_MIN_CHUNKS
+    if not (merge or bulk.hnsw or bulk.fulltext):
+        return  # an edit: nothing to build, merge or count
     with pool.connection() as conn:
-        if not bulk.fulltext and added >= FULLTEXT_MERGE_MIN_CHUNKS:
+        if merge:
             merge_fulltext_pending(conn)
         if bulk.hnsw or bulk.fulltext:
             # fresh statistics for the exact-versus-HNSW choice in search, and
@@ -641,8 +644,15 @@ def _run_pipeline(load: _Load, writers: int) -> None:
     """Embed the next batch while up to `writers` batches are written; apply counts after each commit.
 
     On a failure, what the other writers committed is still counted before the
-    error is raised, so `load.result` tells what is stored.
+    error is raised, so `load.result` tells what is stored. A single batch (an edit)
+    has nothing to overlap: it is embedded and written here, without a writer thread
+    to start and hand over to.
     """
+    if len(load.batches) == 1:
+        (batch,) = load.batches
+        matrix = embed_matrix(load.embeddings, batch.texts(), load.coll.dimension)
+        _report(load.progress, _merge(load.result, _write_batch(load, batch, matrix)), load.total)
+        return
     done = 0
     inflight: deque[Future[IngestResult]] = deque()
 
@@ -888,13 +898,13 @@ def _replace_document(
 
 def _stored_chunks(
     conn: psycopg.Connection[Any], item: _Planned
-) -> dict[str, tuple[int, Any, dict[str, Any] | None]]:
+) -> dict[str, tuple[int, int | None, dict[str, Any] | None]]:
     """The document's stored chunks: position, `start_index` and, for those built again, metadata.
 
     Only a chunk built again may have new metadata to compare; a carried one's is not read.
     """
     rows = conn.execute(
-        "SELECT id, position, metadata -> 'start_index',"
+        "SELECT id, position, (metadata ->> 'start_index')::integer,"
         " CASE WHEN id = ANY(%s) THEN metadata END FROM kb_chunks WHERE document_id = %s",
         ([c.id for c in item.rows], item.doc_id),
     ).fetchall()
