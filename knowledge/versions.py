@@ -36,10 +36,18 @@ def read_versions(
     """Read the current text hash of each stored chunk and content hash of each stored document."""
     chunks = sorted({str(i) for i in chunk_ids})
     documents = sorted({str(i) for i in document_ids})
-    texts = conn.execute("SELECT id, text FROM kb_chunks WHERE id = ANY(%s)", (chunks,)).fetchall()
-    hashes = conn.execute(
-        "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s)", (documents,)
-    ).fetchall()
+    texts = (
+        conn.execute("SELECT id, text FROM kb_chunks WHERE id = ANY(%s)", (chunks,)).fetchall()
+        if chunks
+        else []
+    )
+    hashes = (
+        conn.execute(
+            "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s)", (documents,)
+        ).fetchall()
+        if documents
+        else []
+    )
     return ChunkVersions(
         chunks={str(r[0]): text_hash(r[1]) for r in texts},
         documents={str(r[0]): str(r[1]) for r in hashes},
