@@ -76,6 +76,9 @@ def test_a_chat_client_reads_numbered_sources_and_no_machine_path(
     assert EXTRACTED_NOTE in text
     (citation,) = {a["extras"]["chunk_id"] for a in closing["content"][0]["annotations"]}
     assert citation in result["answer"]  # the id stays in the data
+    # the answer's evidence is served with its versions, read from the server's knowledge base
+    pinned = {p["chunk_id"]: p for p in result["evidence"] if p["cited"]}
+    assert citation in pinned and re.fullmatch(r"[0-9a-f]{64}", pinned[citation]["document_hash"])
 
 
 def test_an_mcp_client_reads_the_brief_output_without_a_machine_path(
