@@ -287,9 +287,8 @@ def write_documents(
             and every index a bulk load dropped has been rebuilt if it could be.
         CollectionNotFound: if the collection was deleted during the write.
     """
-    pending = _drop_unchanged(pool, coll, docs, result)
+    pending, stored = _changed_documents(pool, coll, docs, result)
     doc_ids = [document_id(coll.name, d.source) for d in pending]
-    stored = _stored_versions(pool, doc_ids)
     planned = []
     for doc, doc_id in zip(pending, doc_ids, strict=True):
         try:
@@ -400,6 +399,9 @@ def settle_pending(pool: ConnectionPool[Any], coll: CollectionRef, upkeep: Upkee
     if coll.dimension > HNSW_MAX_DIMENSION:
         return None
     with pool.connection() as conn:
+        # counted through the pending rows' index first: an edit does not scan the partition
+        if pending_vectors(conn, coll.dimension, coll.id) <= upkeep.pending_max_rows:
+            return None
         waiting, stored = pending_and_stored(conn, coll.dimension, coll.id)
     if waiting <= upkeep.pending_max_rows:
         return None
@@ -544,26 +546,6 @@ def _rebuild(
     return first
 
 
-def _drop_unchanged(
-    pool: ConnectionPool[Any], coll: CollectionRef, docs: Sequence[SourceDoc], result: IngestResult
-) -> list[SourceDoc]:
-    """Skip documents whose source and content hash are already stored (no embedding)."""
-    with pool.connection() as conn:
-        rows = conn.execute(
-            "SELECT source, content_hash FROM kb_documents"
-            " WHERE collection_id = %s AND source = ANY(%s)",
-            (coll.id, [d.source for d in docs]),
-        ).fetchall()
-    stored = dict(rows)
-    pending: dict[str, SourceDoc] = {}
-    for doc in docs:
-        if stored.get(doc.source) == doc.content_hash or doc.source in pending:
-            result.documents_skipped += 1  # unchanged, or the same source twice in one call
-        else:
-            pending[doc.source] = doc
-    return list(pending.values())
-
-
 @dataclass(frozen=True)
 class _Stored:
     """What a changed document is chunked against: its stored version."""
@@ -574,21 +556,39 @@ class _Stored:
     content_hash: str
 
 
-def _stored_versions(pool: ConnectionPool[Any], doc_ids: list[str]) -> dict[str, _Stored]:
-    """Of each stored one of `doc_ids` (a changed document): its chunks' ids, structure map, metadata, hash."""
-    if not doc_ids:
-        return {}
+def _changed_documents(
+    pool: ConnectionPool[Any], coll: CollectionRef, docs: Sequence[SourceDoc], result: IngestResult
+) -> tuple[list[SourceDoc], dict[str, _Stored]]:
+    """Skip documents whose source and content hash are already stored (no embedding).
+
+    Returns the others, and the stored version of each changed one by document id
+    (its chunks' ids, structure map, metadata and hash), read in the same statement.
+    """
     with pool.connection() as conn:
         rows = conn.execute(
-            "SELECT d.id, d.structure, d.metadata, d.content_hash,"
-            " ARRAY(SELECT c.id FROM kb_chunks c WHERE c.document_id = d.id)"
-            " FROM kb_documents d WHERE d.id = ANY(%s)",
-            (doc_ids,),
+            # an unchanged document's structure and chunks are not read (a sync skips thousands)
+            "SELECT d.source, d.content_hash, d.id, c.changed,"
+            " CASE WHEN c.changed THEN d.structure END, CASE WHEN c.changed THEN d.metadata END,"
+            " ARRAY(SELECT k.id FROM kb_chunks k WHERE k.document_id = d.id AND c.changed)"
+            " FROM kb_documents d"
+            " JOIN unnest(%s::text[], %s::text[]) AS n(source, hash) ON n.source = d.source,"
+            " LATERAL (SELECT d.content_hash <> n.hash AS changed) c"
+            " WHERE d.collection_id = %s",
+            ([d.source for d in docs], [d.content_hash for d in docs], coll.id),
         ).fetchall()
-    return {
+    stored = {row[0]: row[1] for row in rows}
+    versions = {
         doc_id: _Stored(frozenset(ids), structure, metadata, content_hash)
-        for doc_id, structure, metadata, content_hash, ids in rows
+        for _, content_hash, doc_id, changed, structure, metadata, ids in rows
+        if changed
     }
+    pending: dict[str, SourceDoc] = {}
+    for doc in docs:
+        if stored.get(doc.source) == doc.content_hash or doc.source in pending:
+            result.documents_skipped += 1  # unchanged, or the same source twice in one call
+        else:
+            pending[doc.source] = doc
+    return list(pending.values()), versions
 
 
 def _batches(planned: list[_Planned], batch_size: int) -> list[_Batch]:
