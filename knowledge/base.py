@@ -461,8 +461,10 @@ class KnowledgeBase:
         """Return the collection and whether this call created it."""
         name = new_collection_name(name) if create else normalize_collection_name(name)
         created = False
+        find = "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s"
         with self.pool().connection() as conn:
-            if create:
+            row = conn.execute(find, (name,)).fetchone()
+            if row is None and create:  # looked up first: an existing one costs one statement
                 created = (
                     conn.execute(
                         "INSERT INTO kb_collections (name, embedding_model, dimension, stored)"
@@ -471,10 +473,7 @@ class KnowledgeBase:
                     ).fetchone()
                     is not None
                 )
-            row = conn.execute(
-                "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s",
-                (name,),
-            ).fetchone()
+                row = conn.execute(find, (name,)).fetchone()
         if row is None:
             raise CollectionNotFound(f"no collection named {name!r}")
         if (row[1], row[2]) != (self.model_name, self.dimension):

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -360,6 +360,8 @@ class _Load:
     """Write the vectors pending: outside the live HNSW graph until merged (`merge_pending`)."""
     upkeep: Upkeep | None = None
     """When the pending vectors are taken into the graph (`settle_pending`); None: the defaults."""
+    pending_seen: list[int] = field(default_factory=list)
+    """The collection's pending vectors as each batch found them (written by the batches)."""
 
 
 def _load(load: _Load) -> None:
@@ -381,8 +383,12 @@ def _load(load: _Load) -> None:
         raise
     if load.total:
         _after_load(load.pool, load.coll, bulk, added=load.total)
-        if load.pending:
-            settle_pending(load.pool, load.coll, load.upkeep or Upkeep.from_env())
+        upkeep = load.upkeep or Upkeep.from_env()
+        # the batches counted what was pending: a load that cannot have crossed the limit
+        # (an edit, mostly) does not count again (a concurrent load may, slightly: the next settles)
+        seen = max(load.pending_seen, default=upkeep.pending_max_rows)
+        if load.pending and seen + load.total > upkeep.pending_max_rows:
+            settle_pending(load.pool, load.coll, upkeep)
 
 
 def settle_pending(pool: ConnectionPool[Any], coll: CollectionRef, upkeep: Upkeep) -> str | None:
@@ -698,7 +704,9 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
     delta = IngestResult()
     parts = _split_rows(matrix, batch)
     with load.pool.connection() as conn, conn.transaction():
-        average_length = _hold_collection(conn, coll)
+        held = _hold_collection(conn, coll, count_pending=load.pending)
+        if held.pending is not None:
+            load.pending_seen.append(held.pending)
         kept_ids = _upsert_documents(conn, coll, batch.items, delta)
         writes = []
         for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
@@ -714,13 +722,24 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
                 embedded.update(zip((c.id for c in missing), more, strict=True))
             rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
             writes.append((item.doc_id, new, rows))
-        _copy_chunks(conn, coll, writes, load.pending, average_length)
+        _copy_chunks(conn, coll, writes, load.pending, held.average_length)
         delta.chunks_added = sum(len(new) for _, new, _ in writes)
     return delta
 
 
-def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> float | None:
-    """Keep the collection from being deleted until this transaction ends; return its BM25 average length.
+class _Held(NamedTuple):
+    """What a batch reads of its collection as it locks it."""
+
+    average_length: float | None
+    """Its BM25 average chunk length, once its first batch set it."""
+    pending: int | None
+    """Its pending vectors before this batch, when counted."""
+
+
+def _hold_collection(
+    conn: psycopg.Connection[Any], coll: CollectionRef, *, count_pending: bool
+) -> _Held:
+    """Keep the collection from being deleted until this transaction ends; read what the batch needs.
 
     `delete_collection` locks the row FOR UPDATE, which waits for this KEY SHARE
     lock; a delete that committed first leaves no row, which is reported here
@@ -747,7 +766,8 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> floa
         conn.execute(
             "UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,)
         )
-    return None if row[3] is None else float(row[3])
+    pending = pending_vectors(conn, coll.dimension, coll.id) if count_pending else None
+    return _Held(None if row[3] is None else float(row[3]), pending)
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
