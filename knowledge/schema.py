@@ -897,8 +897,10 @@ def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
     """
     # to_regclass: NULL (nothing to do) while a bulk load has the index dropped; one
     # statement for all of them
-    merges = ", ".join("gin_clean_pending_list(to_regclass(%s))" for _ in _TEXT_INDEXES)
-    conn.execute(f"SELECT {merges}", list(_TEXT_INDEXES))
+    conn.execute(
+        "SELECT gin_clean_pending_list(to_regclass(name)) FROM unnest(%s::text[]) AS name",
+        (list(_TEXT_INDEXES),),
+    )
 
 
 def create_fulltext_index(conn: psycopg.Connection[Any], *, on_open: bool = False) -> None:
