@@ -3,7 +3,7 @@
 A field is the option's one declaration: its name and type, and in `option(...)` its
 default, help text and bounds or choices. From it follow the environment variable
 (``ARCANA_LOOP_<FIELD>``, for example ``ARCANA_LOOP_MAX_ITERATIONS=6``), its reading and
-checking (`knowledge.settings.Setting`, as the knowledge base's settings), the validation of
+checking (`arcana_loop.settings.Setting`, as the knowledge base's settings), the validation of
 a value however it came, the CLI flags (`cli.flags`) and the README's options table (a test
 keeps it in step).
 
@@ -19,9 +19,11 @@ from __future__ import annotations
 import copy
 from dataclasses import Field, dataclass, field, fields
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from arcana_loop.settings import ENV_PREFIX, Setting
+
+Options = TypeVar("Options", bound=type[Any])
 
 OPERATOR_ONLY = ("system_prompt", "answer_prompt", "synthesis_prompt")
 """Options whose environment value is the operator's, never shown to a client.
@@ -33,7 +35,7 @@ caller passed is the caller's own and is recorded as given."""
 OPERATOR_SET = "set_by_operator"
 
 RequireSearch = Literal["off", "on", "auto"]
-REQUIRE_SEARCH_VALUES: tuple[RequireSearch, ...] = ("off", "on", "auto")
+"""The values of ``require_search``: its field's type is its one list of choices."""
 
 
 class _FromEnvironment:
@@ -67,7 +69,7 @@ def _kind(hint: Any) -> tuple[type, tuple[str, ...]]:
     return get_origin(hint) or hint, ()
 
 
-def declare(cls: type[Any]) -> type[Any]:
+def declare(cls: Options) -> Options:
     """Bind each field of an options dataclass to its `Setting`, made from the field's declaration."""
     hints = get_type_hints(cls)
     for f in fields(cls):
