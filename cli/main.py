@@ -133,6 +133,7 @@ def ingest(
         DatabaseUnavailable,
         EmbeddingMismatch,
         KnowledgeBaseError,
+        UnsupportedFormat,
     )
     from arcana_loop.knowledge.names import new_collection_name
 
@@ -175,6 +176,8 @@ def ingest(
                         f"leave out --embeddings, or re-embed the collection first:"
                         f" arcana-loop reembed {collection} --embeddings {embeddings}",
                     )
+                except UnsupportedFormat as exc:  # names the file and lists the supported types
+                    fail(f"could not ingest {exc}")
                 except (TypeError, ValueError) as exc:  # a bad glob, typically
                     fail(f"could not ingest {path}: {exc}", "see arcana-loop ingest --help")
                 except (KnowledgeBaseError, OSError) as exc:

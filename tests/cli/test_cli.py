@@ -76,3 +76,12 @@ def test_user_errors_exit_non_zero_with_one_sentence(env, args, message, tmp_pat
 def test_unreachable_database_is_a_clear_error(env):
     done = cli("collections", env={**env, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
     assert done.returncode == 1 and "unreachable" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_unsupported_file_is_one_line_without_a_redundant_hint(env, tmp_path):
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"\x00\x01binary")
+    done = cli("ingest", str(blob), "--collection", "cli-test", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "supported:" in done.stderr and ".docx" in done.stderr, done.stderr
+    assert done.stderr.count(str(blob)) == 1 and "Hint:" not in done.stderr, done.stderr
