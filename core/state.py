@@ -25,8 +25,8 @@ from arcana_loop.knowledge.types import Chunk
 TerminatedBy = Literal["answered", "gave_up", "max_iterations", "error"]
 """How a run ended.
 
-- ``answered``: the controller called ``answer`` or replied with plain text.
-- ``gave_up``: the controller called ``give_up``.
+- ``answered``: the controller called the ``answer`` tool or replied with plain text.
+- ``gave_up``: the controller called the ``give_up`` tool, or the scope holds nothing to search.
 - ``max_iterations``: the turn budget ran out before a terminating tool.
 - ``error``: the controller's LLM call failed; ``error`` says why.
 """
@@ -50,10 +50,8 @@ CollectionSpec = str | list[str] | None
 """``"all"``/``None`` (unrestricted), one name, or a list of names (``[]`` matches nothing)."""
 
 
-SEARCH = "search"
-ANSWER = "answer"
-GIVE_UP = "give_up"
-"""The default tools' names: the loop reads ``answer`` and ``give_up`` by name (control tools)."""
+SYNTHESIS = "synthesis"
+"""The history name of the fallback synthesis step (not a tool the controller can call)."""
 
 
 class ToolEvent(TypedDict):

@@ -38,7 +38,7 @@ from arcana_loop.nodes.models import ModelSpec, resolve_model
 from arcana_loop.nodes.start import start
 from arcana_loop.nodes.synthesis import synthesis
 from arcana_loop.nodes.tools import tools
-from arcana_loop.tools.execute import SearchFn
+from arcana_loop.tools.base import SearchFn
 from arcana_loop.tools.schemas import resolve_tools
 
 GRAPH_NAME = "arcana-loop"

@@ -35,6 +35,7 @@ from arcana_loop.graph.run import LoopResult, recursion_limit, run
 from arcana_loop.graph.trace import history
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.conversation import is_closing, is_instruction, opening_index
+from arcana_loop.tools import registry
 
 _COMPARED = ("answer", "terminated_by", "iterations", "tool_history", "chunks")
 """What a recorded replay must reproduce exactly."""
@@ -353,7 +354,8 @@ def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
     )
     for event in result.get("tool_history") or []:
         args = event.get("args") or {}
-        if event.get("tool") != "search" or "duplicate_of" in event or args.get("collection") == []:
+        searched = registry.is_search(event.get("tool"))
+        if not searched or "duplicate_of" in event or args.get("collection") == []:
             continue
         ids = list(event.get("returned_chunk_ids") or [])
         error = event.get("error")

@@ -23,7 +23,7 @@ from arcana_loop.core.bridge import caller_loop
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.state import ControllerRouteView, OutcomeView, ToolsRouteView
 from arcana_loop.nodes.deps import LoopDeps
-from arcana_loop.tools.schemas import ANSWER
+from arcana_loop.tools import registry
 
 AfterStart = Literal["controller", "tools", "finish"]
 AfterController = Literal["controller", "tools", "answerer", "synthesis", "ground", "finish"]
@@ -99,12 +99,16 @@ class Routers:
                 assert_never(outcome)
 
     def after_tools(self, state: ToolsRouteView) -> AfterTools:
-        """Back to the controller unless a tool ended the run; an ``answer`` may be rewritten first."""
+        """Back to the controller unless a tool ended the run; an answer by a tool may be rewritten first."""
         outcome = state.get("terminated_by")
         if outcome is None:
             return "controller"
         history = state.get("tool_history") or []
-        answered_by_tool = outcome == "answered" and bool(history) and history[-1]["tool"] == ANSWER
+        answered_by_tool = (
+            outcome == "answered"
+            and bool(history)
+            and registry.ends_as(history[-1]["tool"]) == "answered"
+        )
         if answered_by_tool and self.deps.has_answerer(_context()):
             return "answerer"
         return self.after_answer(state)

@@ -24,7 +24,7 @@ from langchain_core.utils.json import parse_partial_json
 
 from arcana_loop.core.text import scrub
 from arcana_loop.nodes.models import ANSWER_TAG, CONTROLLER_TAG
-from arcana_loop.tools.schemas import ANSWER
+from arcana_loop.tools import registry
 
 OnToken = Callable[[str], None]
 """Told each new piece of the answer's text, in order."""
@@ -73,10 +73,12 @@ class AnswerTokens:
         )
         call.name = call.name or piece.get("name")
         call.arguments += piece.get("args") or ""
-        if call.name != ANSWER:
+        tool = registry.get(call.name)
+        argument = None if tool is None else tool.streamed_argument
+        if argument is None:
             return
         parsed = parse_partial_json(call.arguments) if call.arguments else None
-        text = parsed.get("text") if isinstance(parsed, dict) else None
+        text = parsed.get(argument) if isinstance(parsed, dict) else None
         if isinstance(text, str) and text and "\ud800" <= text[-1] <= "\udbff":
             # the arguments stop between the two escapes of a surrogate pair (``\\ud83d\\ude00``):
             # half a character is no text to tell, the pair's second half completes it

@@ -17,6 +17,7 @@ from langgraph.types import StateSnapshot
 from arcana_loop.core.channels import is_replacing
 from arcana_loop.core.text import check_thread_id
 from arcana_loop.graph.checkpoints import resolve_checkpointer
+from arcana_loop.tools import registry
 
 
 class ThreadNotFoundError(LookupError):
@@ -111,7 +112,7 @@ def _step(snapshot: StateSnapshot, task: Any) -> TraceStep:
             row.tool_calls = [{"name": c["name"], "args": c["args"]} for c in message.tool_calls]
     for event in _tool_events(result):
         row.events.append(f"{event['tool']}: {event['summary']}")
-        if event["tool"] == "search":
+        if registry.is_search(event["tool"]):
             row.searches.append(
                 {
                     "query": event["args"].get("query"),

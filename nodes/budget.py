@@ -13,8 +13,9 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import SEARCH, BudgetStop, LoopState
+from arcana_loop.core.state import BudgetStop, LoopState
 from arcana_loop.nodes import prompts
+from arcana_loop.tools import registry
 
 
 def usage_of(role: str, message: Any) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def budget_section(state: LoopState, ctx: LoopContext, now: float | None = None)
     started = state.get("started_at")
     elapsed = 0.0 if started is None else max((now or time.time()) - started, 0.0)
     history = state.get("tool_history") or []
-    searches = sum(1 for e in history if e["tool"] == SEARCH and "duplicate_of" not in e)
+    searches = sum(1 for e in history if registry.is_search(e["tool"]) and "duplicate_of" not in e)
     limits = []
     if ctx.max_tokens_total is not None:
         limits.append(f"at most {ctx.max_tokens_total:,} tokens")

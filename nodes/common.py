@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
-from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.runtime import Runtime
 
 from arcana_loop.core.context import LoopContext
@@ -18,7 +16,9 @@ from arcana_loop.nodes.budget import budget_section
 from arcana_loop.nodes.conversation import compact_earlier
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.policy import sent_back_last_turn
-from arcana_loop.tools.schemas import ANSWER, GIVE_UP, ToolSchema, controller_tools, tool_name
+from arcana_loop.tools import registry
+from arcana_loop.tools.base import Offer, ToolSchema, guidance_line
+from arcana_loop.tools.schemas import controller_tools, tool_name
 from arcana_loop.tools.scoping import Scope, normalize_scope
 
 logger = logging.getLogger("arcana_loop")
@@ -31,24 +31,15 @@ def scope_of(state: LoopState) -> Scope:
     return normalize_scope(state.get("collection", "all"))
 
 
-def run_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> dict[str, BaseTool]:
-    """Return the tools the run's options add: ``explore`` with ``explore_tool`` (a custom tool of that name wins)."""
-    if ctx is None or not ctx.explore_tool:
-        return {}
-    from arcana_loop.tools.explore import EXPLORE, loop_explore_tool
-
-    tool = (
-        None
-        if EXPLORE in deps.custom_tools
-        else loop_explore_tool(deps.search_fn, scope.to_value())
-    )
-    return {} if tool is None else {tool.name: tool}
+def optional_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> tuple[str, ...]:
+    """Return the optional built-in tools the run's options offer (``explore`` with ``explore_tool``)."""
+    offer = Offer(ctx, scope, deps.search_fn, frozenset(deps.custom_tools))
+    return tuple(t.name for t in registry.TOOLS if not t.default and t.offered(offer))
 
 
 def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) -> list[ToolSchema]:
     """Return the schemas the controller is offered this run."""
-    extra = tuple(convert_to_openai_tool(t) for t in run_tools(deps, ctx, scope).values())
-    return controller_tools(scope, extra, deps.toolset)
+    return controller_tools(scope, deps.toolset, optional_tools(deps, ctx, scope))
 
 
 def loop_opts(
@@ -96,12 +87,14 @@ def system_message(
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
     if offered is None:
         offered = offered_tools(deps, scope, ctx)
-    offered_names = {tool_name(schema) for schema in offered}
+    slots = dict(prompts.SLOT_DEFAULTS)
+    for schema in offered:
+        tool = registry.get(tool_name(schema))
+        slots.update(tool.prompt_slots if tool is not None else {})
     text = prompts.SYSTEM_PROMPT.format(
         tool_guidance=tool_guidance(offered),
         collections_section=section,
-        last_step=prompts.GIVE_UP_STEP if GIVE_UP in offered_names else prompts.NO_GIVE_UP_STEP,
-        output_how=prompts.ANSWER_TOOL_OUTPUT if ANSWER in offered_names else prompts.PLAIN_OUTPUT,
+        **slots,
         max_iterations=ctx.max_iterations,
         budget_section=budget_section(state, ctx),
     )
@@ -113,12 +106,11 @@ def tool_guidance(offered: Sequence[ToolSchema]) -> str:
     lines = []
     for schema in offered:
         name = tool_name(schema)
-        if name in prompts.TOOL_GUIDANCE:
-            lines.append(prompts.TOOL_GUIDANCE[name])
+        tool = registry.get(name)
+        if tool is not None and tool.guidance is not None:
+            lines.append(tool.guidance)  # a custom tool in a built-in's place keeps its line
         else:
-            described = str(schema["function"].get("description") or "").strip()
-            first_line = described.splitlines()[0] if described else "a tool you may call"
-            lines.append(prompts.CUSTOM_TOOL_GUIDANCE.format(name=name, description=first_line))
+            lines.append(guidance_line(name, str(schema["function"].get("description") or "")))
     return "\n".join(lines)
 
 

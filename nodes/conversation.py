@@ -70,6 +70,7 @@ from arcana_loop.core.channels import USAGE_RESET, replacing
 from arcana_loop.core.sources import Source, answer_content, answer_text
 from arcana_loop.core.state import LoopState
 from arcana_loop.core.text import MAX_QUESTION_CHARS
+from arcana_loop.tools import registry
 from arcana_loop.tools.chunks import compacted_search_result, is_search_artifact
 from arcana_loop.tools.scoping import Scope, normalize_scope
 
@@ -482,7 +483,7 @@ def closing_text(view: Mapping[str, Any]) -> str:
             (
                 str(e["args"].get("reason") or "")
                 for e in reversed(history)
-                if e.get("tool") == "give_up"
+                if registry.ends_as(e.get("tool")) == "gave_up"
             ),
             "",
         )

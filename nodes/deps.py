@@ -17,8 +17,9 @@ from langchain_core.tools import BaseTool
 from arcana_loop.core.context import LoopContext
 from arcana_loop.nodes.models import ModelCaller, cached_model
 from arcana_loop.nodes.pins import VersionsFn
-from arcana_loop.tools.execute import SearchFn
-from arcana_loop.tools.schemas import SEARCH, Toolset
+from arcana_loop.tools import registry
+from arcana_loop.tools.base import SearchFn
+from arcana_loop.tools.schemas import Toolset
 from arcana_loop.tools.scoping import Scope
 
 PromptFn = Callable[[dict[str, Any]], str]
@@ -82,7 +83,7 @@ class LoopDeps:
         toolset without ``search`` never reads the knowledge base); a database that
         cannot be reached is left for the search to report.
         """
-        if SEARCH not in self.toolset.builtins:
+        if not registry.offers_search(self.toolset.builtins):
             return None
         if scope.kind == "none":
             return EMPTY_SCOPE  # `[]` matches nothing, whatever answers the searches

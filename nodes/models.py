@@ -25,13 +25,13 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from arcana_loop.core import bridge
 from arcana_loop.core.text import scrub, scrub_deep
 from arcana_loop.core.usage import streams_usage
-from arcana_loop.tools.execute import (
+from arcana_loop.tools.arguments import (
     KEPT_ARGUMENT_CHARS,
     REFUSED_MARK,
     kept_arguments,
     oversized_arguments,
 )
-from arcana_loop.tools.schemas import ToolSchema
+from arcana_loop.tools.base import ToolSchema
 
 ModelSpec = str | tuple[Any, Mapping[str, Any]] | BaseChatModel | Callable[..., Any]
 

@@ -40,6 +40,7 @@ from arcana_loop.core.sources import ANSWER_KIND_KEY, EXTRACTED, named
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title
+from arcana_loop.tools import answer, give_up, search
 from arcana_loop.tools.chunks import entry_text, is_search_artifact
 
 MIN_SCORE = 0.395
@@ -359,13 +360,13 @@ class OfflineController(BaseChatModel):
         question, asked = current_question(messages)
         messages = messages[asked:]  # this question's turns only
         searched = any(
-            c["name"] == "search"
+            c["name"] == search.NAME
             for m in messages
             if isinstance(m, AIMessage)
             for c in m.tool_calls
         )
         if self.tools_offered and not searched:
-            calls = [_call("search", i, query=q) for i, q in enumerate(search_queries(question))]
+            calls = [_call(search.NAME, i, query=q) for i, q in enumerate(search_queries(question))]
             return _reply("", calls)
         found = extract(question, _results(messages))
         if not self.tools_offered:
@@ -376,8 +377,8 @@ class OfflineController(BaseChatModel):
                 if found.best is None
                 else NOTHING_MATCHES.format(score=found.best, threshold=MIN_SCORE)
             )
-            return _reply("", [_call("give_up", 1, reason=reason)])
-        return _reply("", [_call("answer", 1, text=found.text)])
+            return _reply("", [_call(give_up.NAME, 1, reason=reason)])
+        return _reply("", [_call(answer.NAME, 1, text=found.text)])
 
     def _generate(
         self,

@@ -19,9 +19,9 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import LoopState
+from arcana_loop.core.state import SYNTHESIS, LoopState
 from arcana_loop.nodes.budget import turn_limit
-from arcana_loop.tools.schemas import CONTROL_TOOL_NAMES, SEARCH, SYNTHESIS
+from arcana_loop.tools import registry
 
 _GREETING = r"(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))(?: there| all| everyone| you)?"
 _THANKS = r"(?:thanks|thank you|thx|ty|cheers|many thanks)(?: (?:a lot|so much|very much|again))?(?: for (?:your|the|all the) help)?"
@@ -29,7 +29,6 @@ _IDENTITY = r"(?:who|what) are you|what(?: is|s) your name|how are you(?: doing)
 _FAREWELL = r"(?:bye|goodbye|see you|ok(?:ay)?|great|cool|nice)"
 _SMALL_TALK = re.compile(rf"(?:(?:{_GREETING}|{_THANKS}|{_IDENTITY}|{_FAREWELL})\s*)+")
 _NOT_WORDS = re.compile(r"[^\w\s']+")
-_GATHERS_NOTHING = frozenset({*CONTROL_TOOL_NAMES, SYNTHESIS})
 MAX_SMALL_TALK_WORDS = 12
 """A longer question is never small talk, whatever it starts with."""
 
@@ -59,11 +58,11 @@ def search_required(ctx: LoopContext, question: str) -> bool:
 def has_gathered(history: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the controller has called an evidence tool in this run: ``search`` or a custom one.
 
-    Only ``answer``, ``give_up`` and the synthesis step gather nothing; a custom
+    Only the control tools (``answer``, ``give_up``) and the synthesis step gather nothing; a custom
     tool (a ``web_search``, a database lookup) brings evidence as a search does. A
     failed or repeated call counts: it tried.
     """
-    return any(entry["tool"] not in _GATHERS_NOTHING for entry in history)
+    return any(entry["tool"] != SYNTHESIS and registry.gathers(entry["tool"]) for entry in history)
 
 
 def should_send_back(
@@ -76,7 +75,7 @@ def should_send_back(
     would be lost to the turn budget.
     """
     return (
-        SEARCH in offered
+        registry.offers_search(offered)
         and not state.get("search_nudged")
         and not has_gathered(state.get("tool_history") or [])
         and turn_limit(state, ctx) - turns_used >= 2

@@ -27,7 +27,7 @@ from arcana_loop.nodes.conversation import fresh_state, instruction, new_questio
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.nodes.pins import stale_evidence
-from arcana_loop.tools.execute import GIVE_UP_ANSWER
+from arcana_loop.tools.give_up import GIVE_UP_ANSWER
 
 
 class StartUpdate(TypedDict, total=False):

@@ -14,7 +14,7 @@ from typing_extensions import TypedDict
 
 from arcana_loop.core import bridge
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import LoopState, ToolEvent
+from arcana_loop.core.state import SYNTHESIS, LoopState, ToolEvent
 from arcana_loop.core.text import describe_error
 from arcana_loop.nodes import prompts
 from arcana_loop.nodes.budget import usage_of
@@ -30,7 +30,6 @@ from arcana_loop.nodes.conversation import ANSWER_NAME, compact_earlier
 from arcana_loop.nodes.conversation import instruction as instruction_message
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import tool_call_event
-from arcana_loop.tools.schemas import SYNTHESIS
 
 SUMMARY = "Synthesized from {count} chunks"
 SYNTHESIS_FAILED = "fallback synthesis failed: {reason}"

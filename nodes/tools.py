@@ -12,21 +12,13 @@ from arcana_loop.core import bridge
 from arcana_loop.core.channels import ChunkMerge
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.state import LoopState, TerminatedBy, ToolEvent
-from arcana_loop.nodes.common import emit, run_tools, scope_of
+from arcana_loop.nodes.common import emit, optional_tools, scope_of
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import tool_call_event
 from arcana_loop.nodes.policy import should_send_back
-from arcana_loop.tools.duplicates import past_searches
-from arcana_loop.tools.execute import (
-    CallOutcome,
-    DuplicateGuard,
-    Planned,
-    SearchCall,
-    SearchFn,
-    plan_calls,
-    render_turn,
-    run_planned,
-)
+from arcana_loop.tools.base import CallOutcome, Planned, RenderView, RunEnv, Turn
+from arcana_loop.tools.duplicates import DuplicateGuard, past_searches
+from arcana_loop.tools.execute import plan_calls, render_turn
 
 
 class ToolsUpdate(TypedDict, total=False):
@@ -78,54 +70,48 @@ def _plan(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> list[Planned]:
         else None
     )
     toolset = deps.toolset
-    extra = run_tools(deps, ctx, scope)
+    optional = optional_tools(deps, ctx, scope)
     return plan_calls(
         last.tool_calls,
         last.invalid_tool_calls,
-        scope=scope,
-        custom_tools={**toolset.custom, **extra},
+        turn=Turn(scope, _iteration(state), deps.search_fn),
+        custom_tools=toolset.custom,
         max_calls=ctx.max_tool_calls_per_turn,
-        iteration=_iteration(state),
         guard=guard,
-        builtins=toolset.builtins,
+        builtins=toolset.builtins | set(optional),
         search_first=should_send_back(
-            state, ctx, state.get("iterations", 0), [*toolset.layout, *extra]
+            state, ctx, state.get("iterations", 0), [*toolset.layout, *optional]
         ),
     )
 
 
-def _run(plan: list[Planned], search_fn: SearchFn, ctx: LoopContext) -> list[CallOutcome]:
-    """Run the planned calls; several searches run in threads of their own, custom tools here in call order."""
-    searches = [step for step in plan if isinstance(step, SearchCall)]
-    if min(len(searches), ctx.max_parallel_searches) < 2:
-        return [run_planned(step, search_fn, ctx.search_opts) for step in plan]
+def _run(plan: list[Planned], env: RunEnv, ctx: LoopContext) -> list[CallOutcome]:
+    """Run the planned calls; concurrent steps (searches) in threads of their own, the rest here in call order."""
+    concurrent = [step for step in plan if step.concurrent]
+    if min(len(concurrent), ctx.max_parallel_searches) < 2:
+        return [step.run(env) for step in plan]
     slots = threading.Semaphore(ctx.max_parallel_searches)
 
-    def bounded(step: SearchCall) -> CallOutcome:
+    def bounded(step: Planned) -> CallOutcome:
         with slots:
-            return run_planned(step, search_fn, ctx.search_opts)
+            return step.run(env)
 
     # each search keeps the node's context (callbacks, config, the caller's loop) in its thread
-    running = {id(step): bridge.in_thread(bounded, step) for step in searches}
-    return [
-        running[id(step)].result()
-        if id(step) in running
-        else run_planned(step, search_fn, ctx.search_opts)
-        for step in plan
-    ]
+    running = {id(step): bridge.in_thread(bounded, step) for step in concurrent}
+    return [running[id(step)].result() if id(step) in running else step.run(env) for step in plan]
 
 
 def _fold(
     state: LoopState, runtime: Runtime[LoopContext], outcomes: list[CallOutcome]
 ) -> ToolsUpdate:
     iteration = _iteration(state)
-    outcomes = render_turn(
-        outcomes,
+    view = RenderView(
         state.get("tool_history") or [],
         iteration,
         show_once=runtime.context.show_chunks_once,
         known=state.get("chunks") or [],
     )
+    outcomes = render_turn(outcomes, view)
     messages: list[BaseMessage] = [
         ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name, artifact=o.artifact)
         for o in outcomes
@@ -151,4 +137,5 @@ def _fold(
 def tools(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> ToolsUpdate:
     """Execute the turn's tool calls and fold their outcomes; results stay in call order."""
     plan = _plan(deps, state, runtime.context)
-    return _fold(state, runtime, _run(plan, deps.search(), runtime.context))
+    env = RunEnv(deps.search(), runtime.context.search_opts)
+    return _fold(state, runtime, _run(plan, env, runtime.context))

@@ -1,4 +1,4 @@
-"""Chunks as the loop keeps them: normalised from any search result, merged, capped, shown."""
+"""Chunks as the loop keeps them: normalised from any search result, and shown (``core.channels`` merges them)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,9 @@ from xml.sax.saxutils import quoteattr
 
 from typing_extensions import TypedDict
 
-from arcana_loop.core.channels import merge_chunks
 from arcana_loop.core.text import frame_text, scrub
 from arcana_loop.knowledge.sections import page_label
 from arcana_loop.knowledge.types import Chunk
-
-__all__ = ["merge_chunks"]
 
 SHOWN_PER_SEARCH = 5
 """How many chunks of one search result the controller reads in full."""

@@ -14,13 +14,14 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from arcana_loop.core.state import ToolEvent
-from arcana_loop.tools.schemas import DEFAULT_SEARCH_LIMIT, SEARCH, effective_limit
+from arcana_loop.tools.base import CallOutcome, Planned
 from arcana_loop.tools.scoping import Scope, ScopeError
+from arcana_loop.tools.search import DEFAULT_SEARCH_LIMIT, NAME, SearchCall, effective_limit
 
 _PUNCTUATION = re.compile(r"[^\w\s.:/-]+|(?<!\w)[.:/-]|[.:/-](?!\w)")
 
@@ -73,7 +74,7 @@ def past_searches(history: Sequence[ToolEvent], scope: Scope) -> list[PastSearch
     past = []
     for entry in history:
         query = entry["args"].get("query")
-        if entry["tool"] != SEARCH or "duplicate_of" in entry or not isinstance(query, str):
+        if entry["tool"] != NAME or "duplicate_of" in entry or not isinstance(query, str):
             continue
         limit = effective_limit(entry["args"].get("limit"))
         if "error" in entry or limit is None:  # a failed search may be sent again
@@ -141,3 +142,42 @@ def find_duplicate(
         if _cosine(mine, vector(earlier.key)) >= similarity:
             return earlier
     return None
+
+
+@dataclass(slots=True)
+class DuplicateGuard:
+    """One turn's guard: the searches it compares a new one with, those of this turn added as planned."""
+
+    past: list[PastSearch] = field(default_factory=list)
+    similarity: float | None = None
+
+    def check(self, step: Planned, iteration: int) -> Planned:
+        """Return a planned search that repeats an earlier one as a duplicate; anything else as it is."""
+        if not isinstance(step, SearchCall):
+            return step
+        key = scope_key(step.collection)
+        earlier = find_duplicate(
+            step.query, key, self.past, similarity=self.similarity, limit=step.limit
+        )
+        if earlier is not None:
+            return CallOutcome(
+                step.call_id,
+                NAME,
+                step.args,
+                "",
+                "",
+                duplicate=earlier,
+                rendered=False,
+                ignored_args=step.ignored_args,
+            )
+        self.past.append(
+            PastSearch(
+                step.query,
+                search_key(step.query),
+                key,
+                iteration,
+                step.call_id,
+                limit=step.limit,
+            )
+        )
+        return step

@@ -1,14 +1,11 @@
-"""The tool schemas the controller is offered, in OpenAI function-calling form.
+"""The toolset: which tools a run offers the controller, and their schemas (OpenAI function-calling form).
 
-Only the schema is here; what a call does is in ``tools.execute``. The ``search``
-schema follows the scope: a ``collection`` parameter exists only when the
-controller may pick among two or more collections, and then lists exactly those.
-
-The default tools are also public objects (`DEFAULT_TOOLS`), so that a caller's
-``tools=`` list can name them: a list holding any of them is the whole toolset,
-in its order; a list of custom tools only is added to the defaults. ``answer``
-and ``give_up`` are control tools the graph interprets by name and cannot be
-replaced; a custom tool named ``search`` replaces the built-in search.
+Each built-in tool owns its schema (``tools/registry.py`` lists them); a caller's own
+tools come with theirs. The default tools are also public objects (`DEFAULT_TOOLS`), so
+that a caller's ``tools=`` list can name them: a list holding any of them is the whole
+toolset, in its order; a list of custom tools only is added to the defaults. The
+control tools (``answer``, ``give_up``) are read by the loop and cannot be replaced; a
+custom tool of another built-in's name (``search``) replaces it.
 """
 
 from __future__ import annotations
@@ -22,83 +19,9 @@ from typing import Any
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from arcana_loop.core.state import ANSWER as ANSWER  # the tool names are the state's vocabulary
-from arcana_loop.core.state import GIVE_UP as GIVE_UP
-from arcana_loop.core.state import SEARCH as SEARCH
-from arcana_loop.tools import descriptions
+from arcana_loop.tools import registry
+from arcana_loop.tools.base import LoopTool, ToolSchema
 from arcana_loop.tools.scoping import Scope
-
-SYNTHESIS = "synthesis"
-"""The history name of the fallback synthesis step (not a tool the controller can call)."""
-
-DEFAULT_TOOL_NAMES = (SEARCH, ANSWER, GIVE_UP)
-CONTROL_TOOL_NAMES = (ANSWER, GIVE_UP)
-"""The tools that end a run: the graph reads their calls by name, so no custom tool may take these names."""
-DEFAULT_SEARCH_LIMIT = 5
-MAX_SEARCH_LIMIT = 50
-"""A larger ``limit`` is searched as this one."""
-
-
-def effective_limit(limit: object) -> int | None:
-    """Return the number of results a search asks for, or ``None`` for a ``limit`` that is no positive integer."""
-    if limit is None:
-        return DEFAULT_SEARCH_LIMIT
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        return None
-    return min(limit, MAX_SEARCH_LIMIT)
-
-
-ToolSchema = dict[str, Any]
-
-
-def _function(
-    name: str, description: str, properties: dict[str, Any], required: list[str]
-) -> ToolSchema:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
-
-
-def search_schema(scope: Scope) -> ToolSchema:
-    """Return the ``search`` schema for a scope."""
-    description = descriptions.SEARCH_DESCRIPTION
-    properties: dict[str, Any] = {
-        "query": {"type": "string", "description": descriptions.SEARCH_QUERY_DESCRIPTION},
-    }
-    if scope.kind == "pick":
-        allowed = scope.allowed_text
-        properties["collection"] = {
-            "type": "string",
-            "enum": list(scope.names),
-            "description": descriptions.SEARCH_COLLECTION_DESCRIPTION.format(allowed=allowed),
-        }
-        description += descriptions.SEARCH_COLLECTIONS_PARAGRAPH.format(allowed=allowed)
-    properties["limit"] = {
-        "type": "integer",
-        "minimum": 1,
-        "default": DEFAULT_SEARCH_LIMIT,
-        "description": descriptions.SEARCH_LIMIT_DESCRIPTION,
-    }
-    return _function(SEARCH, description, properties, ["query"])
-
-
-ANSWER_SCHEMA = _function(
-    ANSWER,
-    descriptions.ANSWER_DESCRIPTION,
-    {"text": {"type": "string", "description": descriptions.ANSWER_TEXT_DESCRIPTION}},
-    ["text"],
-)
-GIVE_UP_SCHEMA = _function(
-    GIVE_UP,
-    descriptions.GIVE_UP_DESCRIPTION,
-    {"reason": {"type": "string", "description": descriptions.GIVE_UP_REASON_DESCRIPTION}},
-    ["reason"],
-)
 
 
 class BuiltinTool(BaseTool):
@@ -114,9 +37,8 @@ class BuiltinTool(BaseTool):
         )
 
 
-def _builtin(schema: ToolSchema) -> BuiltinTool:
-    function = schema["function"]
-    # a copy: the schemas the controller is offered are shared and must never change
+def _builtin(tool: LoopTool) -> BuiltinTool:
+    function = tool.schema(Scope("all"))["function"]  # an unrestricted run's schema
     return BuiltinTool(
         name=function["name"],
         description=function["description"],
@@ -124,16 +46,7 @@ def _builtin(schema: ToolSchema) -> BuiltinTool:
     )
 
 
-def search_schema_unscoped() -> ToolSchema:
-    """Return the ``search`` schema of an unrestricted run (what the public ``search`` tool object shows)."""
-    return search_schema(Scope("all"))
-
-
-DEFAULT_TOOLS: tuple[BuiltinTool, ...] = (
-    _builtin(search_schema_unscoped()),
-    _builtin(ANSWER_SCHEMA),
-    _builtin(GIVE_UP_SCHEMA),
-)
+DEFAULT_TOOLS: tuple[BuiltinTool, ...] = tuple(_builtin(t) for t in registry.TOOLS if t.default)
 """The default tools, in the order the controller sees them: ``search``, ``answer``, ``give_up``."""
 
 
@@ -146,10 +59,10 @@ def default_tools() -> list[BaseTool]:
 class Toolset:
     """The tools a graph offers, resolved from a ``tools=`` argument."""
 
-    layout: tuple[str, ...] = DEFAULT_TOOL_NAMES
-    """Tool names in the order the controller sees them (before run options add ``explore``)."""
-    builtins: frozenset[str] = frozenset(DEFAULT_TOOL_NAMES)
-    """The default tools the loop runs itself; a name outside it is a custom tool's or unknown."""
+    layout: tuple[str, ...] = field(default_factory=registry.default_names)
+    """Tool names in the order the controller sees them (before run options add optional built-ins)."""
+    builtins: frozenset[str] = field(default_factory=lambda: frozenset(registry.default_names()))
+    """The built-in tools the loop runs itself; a name outside it is a custom tool's or unknown."""
     custom: Mapping[str, BaseTool] = field(default_factory=dict)
     custom_schemas: Mapping[str, ToolSchema] = field(default_factory=dict)
 
@@ -157,13 +70,13 @@ class Toolset:
 def _check_tool(tool: Any, seen: set[str]) -> None:
     if not isinstance(tool, BaseTool):
         raise TypeError(f"tools must be LangChain BaseTool instances, got {type(tool).__name__}")
-    if isinstance(tool, BuiltinTool) and tool.name not in DEFAULT_TOOL_NAMES:
+    defaults = registry.default_names()
+    if isinstance(tool, BuiltinTool) and tool.name not in defaults:
+        raise ValueError(f"{tool.name!r} is not a default tool (the default tools are {defaults})")
+    control = registry.control_names()
+    if not isinstance(tool, BuiltinTool) and tool.name in control:
         raise ValueError(
-            f"{tool.name!r} is not a default tool (the default tools are {DEFAULT_TOOL_NAMES})"
-        )
-    if not isinstance(tool, BuiltinTool) and tool.name in CONTROL_TOOL_NAMES:
-        raise ValueError(
-            f"a custom tool cannot be named {tool.name!r}: {CONTROL_TOOL_NAMES} are control tools the loop "
+            f"a custom tool cannot be named {tool.name!r}: {control} are control tools the loop "
             "interprets by name (leave the default one out of tools= to not offer it)"
         )
     if tool.name in seen:
@@ -175,12 +88,12 @@ def resolve_tools(tools: Sequence[BaseTool] | None) -> Toolset:
     """Resolve a ``tools=`` argument into the graph's toolset.
 
     ``None`` or a list of custom tools only: the defaults, then the custom tools (a
-    custom ``search`` takes the built-in one's place). A list holding any default tool
-    object (`DEFAULT_TOOLS`): exactly those tools, in that order.
+    custom tool of a default tool's name takes its place). A list holding any default
+    tool object (`DEFAULT_TOOLS`): exactly those tools, in that order.
 
     Raises:
         TypeError: for an item that is not a LangChain tool.
-        ValueError: for a custom tool named ``answer`` or ``give_up``, or a name given twice.
+        ValueError: for a custom tool named like a control tool, or a name given twice.
     """
     listed = list(tools or [])
     seen: set[str] = set()
@@ -192,46 +105,38 @@ def resolve_tools(tools: Sequence[BaseTool] | None) -> Toolset:
         layout = tuple(t.name for t in listed)
         builtins = frozenset(t.name for t in listed if isinstance(t, BuiltinTool))
         return Toolset(layout, builtins, custom, schemas)
-    appended = tuple(name for name in custom if name != SEARCH)
-    builtins = frozenset(n for n in DEFAULT_TOOL_NAMES if n not in custom)
-    return Toolset((*DEFAULT_TOOL_NAMES, *appended), builtins, custom, schemas)
-
-
-def custom_tool_schemas(tools: Sequence[BaseTool]) -> tuple[ToolSchema, ...]:
-    """Return the schemas of custom tools, checked as `resolve_tools` checks them."""
-    return tuple(resolve_tools(tools).custom_schemas.values())
+    defaults = registry.default_names()
+    appended = tuple(name for name in custom if name not in defaults)
+    builtins = frozenset(n for n in defaults if n not in custom)
+    return Toolset((*defaults, *appended), builtins, custom, schemas)
 
 
 @lru_cache(maxsize=256)
-def _default_tools(scope: Scope) -> tuple[ToolSchema, ...]:
-    return (search_schema(scope), ANSWER_SCHEMA, GIVE_UP_SCHEMA)
+def builtin_schema(tool: LoopTool, scope: Scope) -> ToolSchema:
+    """Return a built-in tool's schema in a scope (cached and shared: do not mutate)."""
+    return tool.schema(scope)
 
 
-@lru_cache(maxsize=256)
-def builtin_schemas(scope: Scope) -> Mapping[str, ToolSchema]:
-    """Return the default tools' schemas for a scope, by name (cached and shared: do not mutate)."""
-    return dict(zip(DEFAULT_TOOL_NAMES, _default_tools(scope), strict=True))
-
-
-def offered_parameters(name: str, scope: Scope) -> frozenset[str]:
-    """Return the argument names a default tool's schema offers in a scope (``search`` has ``collection`` only to pick)."""
-    return frozenset(builtin_schemas(scope)[name]["function"]["parameters"]["properties"])
+def offered_parameters(tool: LoopTool, scope: Scope) -> frozenset[str]:
+    """Return the argument names a built-in tool's schema offers in a scope (``search`` has ``collection`` only to pick)."""
+    return frozenset(builtin_schema(tool, scope)["function"]["parameters"]["properties"])
 
 
 def controller_tools(
-    scope: Scope, custom: Sequence[ToolSchema] = (), toolset: Toolset | None = None
+    scope: Scope, toolset: Toolset, optional: Sequence[str] = ()
 ) -> list[ToolSchema]:
-    """Return every schema the controller is offered: the toolset's, in its order, then ``custom`` ones.
+    """Return every schema the controller is offered: the toolset's, in its order, then the optional built-ins'.
 
-    The default schemas are cached per scope and shared: callers must not mutate them.
+    The built-in schemas are cached per scope and shared: callers must not mutate them.
     """
-    if toolset is None:
-        return [*_default_tools(scope), *custom]
-    defaults = builtin_schemas(scope)
-    return [
-        toolset.custom_schemas[n] if n in toolset.custom_schemas else defaults[n]
-        for n in toolset.layout
-    ] + list(custom)
+    schemas = []
+    for name in (*toolset.layout, *optional):
+        tool = registry.get(name)
+        if name in toolset.custom_schemas or tool is None:
+            schemas.append(toolset.custom_schemas[name])
+        else:
+            schemas.append(builtin_schema(tool, scope))
+    return schemas
 
 
 def tool_name(schema: ToolSchema) -> str:

@@ -7,7 +7,7 @@ import pytest
 from arcana_loop.graph import run
 from arcana_loop.knowledge import KnowledgeBase
 from arcana_loop.knowledge.entities import EntitySearchOptions
-from arcana_loop.tools.execute import entity_usage
+from arcana_loop.tools.search import entity_usage
 from tests.fakes import ScriptedChatModel, answer, search
 from tests.knowledge.helpers import HashEmbeddings
 
