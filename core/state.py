@@ -77,6 +77,14 @@ class ToolEvent(TypedDict):
     """For a search that failed: why (``summary`` is ``search error: `` and this reason)."""
 
 
+class ResolvedScope(TypedDict):
+    """A question's collection scope as ``start`` resolved it (``tools.scoping.Scope`` as data)."""
+
+    kind: Literal["all", "lock", "pick", "none"]
+    names: list[str]
+    """The allowed collections, in the caller's order (NFC, as the knowledge base stores them)."""
+
+
 Coverage = Literal["supported", "partially_supported", "unsupported"]
 """How much of a grounded answer the evidence holds (see ``nodes.evidence``)."""
 
@@ -248,7 +256,11 @@ class LoopState(LoopInput):
     """``{"ran", "unsupported_claims", "score_before", "score_after"}`` once a repair ran."""
     coverage: NotRequired[Coverage | None]
     search_nudged: NotRequired[bool]
-    """An answer made before any search was sent back (see ``nodes.policy``); only once per run."""
+    """An answer made before any search was sent back (see ``nodes.search_first``); only once per run."""
+    scope: NotRequired[ResolvedScope]
+    """The question's ``collection``, checked and resolved once by ``start``; every node reads this."""
+    offered: NotRequired[list[str]]
+    """The tools the controller is offered for this question, in order (``start`` works them out once)."""
     options: NotRequired[dict[str, Any]]
     """The run's options (its `LoopContext` as JSON). LangGraph does not checkpoint the context,
     and resumes, traces and recorded replays need it: `run` sends them with its input

@@ -29,8 +29,8 @@ from arcana_loop.evaluation.parse import parse_json_object, reply_text
 from arcana_loop.evaluation.prompts import JUDGE_PROMPT
 from arcana_loop.evaluation.tokens import ESTIMATED_CONTROLLER, EstimatingOfflineController
 from arcana_loop.graph.run import LoopResult, arun
+from arcana_loop.nodes.duplicates import normalize_query
 from arcana_loop.nodes.models import OFFLINE, ModelCaller, ModelSpec, resolve_model
-from arcana_loop.tools.duplicates import normalize_query
 
 Progress = Callable[[int, int], None]
 

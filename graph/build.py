@@ -30,11 +30,16 @@ from arcana_loop.core.state import (
 )
 from arcana_loop.graph.routing import Node, Route, Routers
 from arcana_loop.nodes.answerer import answerer
+from arcana_loop.nodes.budget import BudgetLedger
 from arcana_loop.nodes.controller import controller
 from arcana_loop.nodes.deps import LoopDeps, PromptFn, SynthesizerFn
+from arcana_loop.nodes.duplicates import DuplicateSearches
+from arcana_loop.nodes.evidence import EvidenceRepair
 from arcana_loop.nodes.finish import finish
 from arcana_loop.nodes.ground import ground
 from arcana_loop.nodes.models import ModelSpec, resolve_model
+from arcana_loop.nodes.policy import Policy
+from arcana_loop.nodes.search_first import SearchFirst
 from arcana_loop.nodes.start import start
 from arcana_loop.nodes.synthesis import synthesis
 from arcana_loop.nodes.tools import tools
@@ -58,6 +63,14 @@ ANSWER_GRAPH_DESCRIPTION = (
 """The served brief graph's description: for MCP clients and others that show a result as text."""
 
 LoopGraph = StateGraph[LoopState, LoopContext, LoopInput, LoopOutput]
+
+POLICIES: tuple[Policy, ...] = (
+    BudgetLedger(),
+    DuplicateSearches(),
+    SearchFirst(),
+    EvidenceRepair(),
+)
+"""The loop's rules, each one object with hooks (``nodes/policy.py``); the nodes call every one's hooks."""
 
 
 def _with_seconds(name: str, update: Any, seconds: float) -> Any:
@@ -139,6 +152,7 @@ def make_deps(
         system_prompt=_prompt_fn(system_prompt, "system_prompt"),
         answer_prompt=_prompt_fn(answer_prompt, "answer_prompt"),
         synthesis_prompt=_prompt_fn(synthesis_prompt, "synthesis_prompt"),
+        policies=POLICIES,
     )
 
 

@@ -21,13 +21,13 @@ from arcana_loop.nodes.common import (
     logger,
     loop_opts,
     render_instruction,
-    scope_of,
     system_message,
 )
 from arcana_loop.nodes.conversation import ANSWER_NAME, compact_earlier
 from arcana_loop.nodes.conversation import instruction as instruction_message
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.models import ModelCaller
+from arcana_loop.tools.scoping import scope_of
 
 
 class AnswererUpdate(TypedDict, total=False):

@@ -1,4 +1,4 @@
-"""The loop's budget: turns, tokens and time, shown to the controller and enforced.
+"""The loop's budget: turns, tokens and time, shown to the controller and enforced (the `BudgetLedger` policy).
 
 The controller reads a short status every turn in its system prompt (rebuilt per
 call, so the conversation itself never changes), and the run ends like a spent
@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.state import BudgetStop, LoopState
 from arcana_loop.nodes import prompts
+from arcana_loop.nodes.policy import Policy, PolicyView
 from arcana_loop.tools import registry
 
 
@@ -83,3 +84,16 @@ def budget_section(state: LoopState, ctx: LoopContext, now: float | None = None)
         elapsed=elapsed,
         limits=("; hard limits: " + ", ".join(limits)) if limits else "",
     )
+
+
+class BudgetLedger(Policy):
+    """The budget: a spent one ends the turn before the model call; the ledger fills the system prompt's status."""
+
+    def before_model(self, view: PolicyView) -> dict[str, Any] | None:
+        """End like a spent ``max_iterations`` once any budget is spent."""
+        stop = exhausted(view.state, view.ctx)
+        return None if stop is None else {"terminated_by": "max_iterations", "budget_stop": stop}
+
+    def prompt_slots(self, view: PolicyView) -> dict[str, str]:
+        """The budget status (empty with ``budget_ledger`` off)."""
+        return {"budget_section": budget_section(view.state, view.ctx)}

@@ -12,34 +12,38 @@ from langgraph.runtime import Runtime
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.state import LoopState
 from arcana_loop.nodes import prompts
-from arcana_loop.nodes.budget import budget_section
 from arcana_loop.nodes.conversation import compact_earlier
 from arcana_loop.nodes.deps import LoopDeps
-from arcana_loop.nodes.policy import sent_back_last_turn
+from arcana_loop.nodes.policy import PolicyView
 from arcana_loop.tools import registry
 from arcana_loop.tools.base import Offer, ToolSchema, guidance_line
 from arcana_loop.tools.schemas import controller_tools, tool_name
-from arcana_loop.tools.scoping import Scope, normalize_scope
+from arcana_loop.tools.scoping import Scope, scope_of
 
 logger = logging.getLogger("arcana_loop")
 
 Role = str  # "controller", "answer" or "fallback"
 
 
-def scope_of(state: LoopState) -> Scope:
-    """Return the run's collection scope (validated when the run started)."""
-    return normalize_scope(state.get("collection", "all"))
+def offered_names(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> list[str]:
+    """Work out the tools a question offers, in order: the toolset's, then the optional built-ins its options offer.
 
-
-def optional_tools(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> tuple[str, ...]:
-    """Return the optional built-in tools the run's options offer (``explore`` with ``explore_tool``)."""
+    ``start`` does, once per question (``LoopState.offered``); every node reads them there.
+    """
     offer = Offer(ctx, scope, deps.search_fn, frozenset(deps.custom_tools))
-    return tuple(t.name for t in registry.TOOLS if not t.default and t.offered(offer))
+    optional = (t.name for t in registry.TOOLS if not t.default and t.offered(offer))
+    return [*deps.toolset.layout, *optional]
 
 
-def offered_tools(deps: LoopDeps, scope: Scope, ctx: LoopContext | None = None) -> list[ToolSchema]:
-    """Return the schemas the controller is offered this run."""
-    return controller_tools(scope, deps.toolset, optional_tools(deps, ctx, scope))
+def offered_of(deps: LoopDeps, ctx: LoopContext | None, state: LoopState) -> Sequence[str]:
+    """Return the tools the question offers, as ``start`` worked them out (an older thread's state has none)."""
+    offered = state.get("offered")
+    return offered if offered is not None else offered_names(deps, ctx, scope_of(state))
+
+
+def offered_tools(deps: LoopDeps, ctx: LoopContext | None, state: LoopState) -> list[ToolSchema]:
+    """Return the schemas the controller is offered."""
+    return controller_tools(scope_of(state), deps.toolset, offered_of(deps, ctx, state))
 
 
 def loop_opts(
@@ -86,17 +90,19 @@ def system_message(
         names = ", ".join(f"`{n}`" for n in scope.names)
         section = prompts.COLLECTIONS_SECTION.format(collection_names=names)
     if offered is None:
-        offered = offered_tools(deps, scope, ctx)
+        offered = offered_tools(deps, ctx, state)
     slots = dict(prompts.SLOT_DEFAULTS)
     for schema in offered:
         tool = registry.get(tool_name(schema))
         slots.update(tool.prompt_slots if tool is not None else {})
+    view = PolicyView(state, ctx, state.get("iterations", 0) + 1, [tool_name(t) for t in offered])
+    for policy in deps.policies:
+        slots.update(policy.prompt_slots(view))
     text = prompts.SYSTEM_PROMPT.format(
         tool_guidance=tool_guidance(offered),
         collections_section=section,
         **slots,
         max_iterations=ctx.max_iterations,
-        budget_section=budget_section(state, ctx),
     )
     return SystemMessage(content=text)
 
@@ -134,22 +140,16 @@ def _checked(value: Any, name: str) -> str:
 
 
 def controller_request(
-    deps: LoopDeps,
-    ctx: LoopContext,
-    state: LoopState,
-    opts: Mapping[str, Any],
-    offered: Sequence[ToolSchema],
+    deps: LoopDeps, view: PolicyView, opts: Mapping[str, Any], offered: Sequence[ToolSchema]
 ) -> list[BaseMessage]:
-    """Return what the controller is sent: the system prompt, then the conversation as models are sent it.
-
-    After a plain-text answer was sent back to search first, the system prompt says so:
-    a note there, not a forged user turn, keeps the conversation the user's.
-    """
-    system = system_message(deps, ctx, state, opts, offered)
-    if sent_back_last_turn(state):
-        system = SystemMessage(content=system.text + prompts.SEARCH_FIRST_NOTE)
+    """Return what the controller is sent: the system prompt and the policies' notes, then the conversation as models are sent it."""
+    state = view.state
+    system = system_message(deps, view.ctx, state, opts, offered)
+    notes = "".join(policy.prompt_note(view) for policy in deps.policies)
+    if notes:
+        system = SystemMessage(content=system.text + notes)
     conversation = compact_earlier(
-        state.get("messages", []), state.get("question_message_id"), scope_of(state)
+        state.get("messages", []), state.get("question_message_id"), view.scope
     )
     return [system, *conversation]
 

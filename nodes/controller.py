@@ -9,7 +9,7 @@ failed call ends the run as ``error``. The question was opened by ``start``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
@@ -18,10 +18,11 @@ from typing_extensions import TypedDict
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.state import BudgetStop, LoopState, TerminatedBy
 from arcana_loop.core.text import describe_error
-from arcana_loop.nodes.budget import exhausted, usage_of
-from arcana_loop.nodes.common import controller_request, loop_opts, offered_tools, scope_of
+from arcana_loop.nodes.budget import usage_of
+from arcana_loop.nodes.common import controller_request, loop_opts, offered_of
 from arcana_loop.nodes.deps import LoopDeps
-from arcana_loop.nodes.policy import should_send_back
+from arcana_loop.nodes.policy import PolicyView, first_update
+from arcana_loop.tools.schemas import controller_tools
 
 EMPTY_REPLY = "the controller replied with neither a tool call nor any text"
 
@@ -44,17 +45,18 @@ def controller(
 ) -> ControllerUpdate:
     """Run one controller turn: build the request, call the model, read its reply."""
     ctx = runtime.context
-    stop = exhausted(state, ctx)
-    if stop is not None:
-        return {"terminated_by": "max_iterations", "budget_stop": stop}
     turn = state.get("iterations", 0) + 1
-    tools = offered_tools(deps, scope_of(state), ctx)
+    view = PolicyView(state, ctx, turn, offered_of(deps, ctx, state))
+    stop = first_update(policy.before_model(view) for policy in deps.policies)
+    if stop is not None:
+        return cast(ControllerUpdate, stop)
+    tools = controller_tools(view.scope, deps.toolset, view.offered)
     opts = loop_opts(ctx, state, tools, "controller")
     try:
         model = deps.controller(ctx)
     except Exception as exc:  # a model that cannot be created fails like a model call
         return {"iterations": turn, "terminated_by": "error", "error": describe_error(exc)}
-    sent = controller_request(deps, ctx, state, opts, tools)  # a failing prompt function raises
+    sent = controller_request(deps, view, opts, tools)  # a failing prompt function raises
     try:
         reply = model.invoke(sent, tools, opts)
     except Exception as exc:  # the one catch-all: any LLM failure ends the run as "error"
@@ -68,7 +70,7 @@ def controller(
         return update
     if not reply.text.strip():  # an empty reply is no answer, and "answered" would hide the failure
         return {**update, "terminated_by": "error", "error": EMPTY_REPLY}
-    if should_send_back(state, ctx, turn, opts["tools"]):
-        # no outcome: the next turn is told to search first
-        return {**update, "search_nudged": True}
+    held = first_update(policy.after_model(view, reply) for policy in deps.policies)
+    if held is not None:  # no outcome: a policy keeps the loop going (search first)
+        return cast(ControllerUpdate, {**update, **held})
     return {**update, "terminated_by": "answered", "answer": reply.text}

@@ -17,6 +17,7 @@ from langchain_core.tools import BaseTool
 from arcana_loop.core.context import LoopContext
 from arcana_loop.nodes.models import ModelCaller, cached_model
 from arcana_loop.nodes.pins import VersionsFn
+from arcana_loop.nodes.policy import Policy
 from arcana_loop.tools import registry
 from arcana_loop.tools.base import SearchFn
 from arcana_loop.tools.schemas import Toolset
@@ -43,6 +44,8 @@ class LoopDeps:
     system_prompt: PromptFn | None = None
     answer_prompt: PromptFn | None = None
     synthesis_prompt: PromptFn | None = None
+    policies: tuple[Policy, ...] = ()
+    """The loop's rules, each one object whose hooks the nodes call (listed in ``graph/build.py``)."""
 
     @property
     def custom_tools(self) -> Mapping[str, BaseTool]:

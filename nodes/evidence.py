@@ -1,4 +1,4 @@
-"""Evidence-checked answers: how well the evidence holds an answer, and the one repair.
+"""Evidence-checked answers: how well the evidence holds an answer, and the repair (the `EvidenceRepair` policy).
 
 With a grounder and ``min_support`` set, an answer whose grounding score falls
 below it goes back to the controller (at most ``max_repairs`` times) with its
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import Coverage, LoopState
+from arcana_loop.core.state import Coverage
 from arcana_loop.nodes import prompts
 from arcana_loop.nodes.conversation import instruction as instruction_message
+from arcana_loop.nodes.policy import Policy, PolicyView
 
 MAX_LISTED_CLAIMS = 10
 
@@ -64,37 +64,34 @@ def unsupported_claims(grounding: Mapping[str, Any]) -> list[str]:
     return [t for t in texts if t]
 
 
-def ground_update(
-    state: LoopState, ctx: LoopContext, grounding: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Return the ``ground`` node's update: the grounding, its coverage, and a repair when due."""
-    update: dict[str, Any] = {
-        "grounding": grounding,
-        "coverage": coverage_of(grounding, ctx.min_support),
-    }
-    repair = state.get("repair")
-    score = None if grounding is None else float(grounding.get("score", 0.0))
-    if repair is not None and repair.get("score_after") is None:
-        update["repair"] = {**repair, "score_after": score}
-    due = (
-        ctx.min_support is not None
-        and score is not None
-        and score < ctx.min_support
-        and int(state.get("repairs") or 0) < ctx.max_repairs
-        and state.get("terminated_by") in ("answered", "max_iterations")
-    )
-    if not due or grounding is None or score is None or ctx.min_support is None:
-        return update
-    claims = unsupported_claims(grounding)[:MAX_LISTED_CLAIMS]
-    listed = "\n".join(f"- {c}" for c in claims) or "- (the grounder listed none)"
-    instruction = prompts.REPAIR_PROMPT.format(
-        score=score, min_support=ctx.min_support, claims=listed
-    )
-    update.update(
-        {
-            "messages": [
-                instruction_message(instruction)
-            ],  # the loop's, not the user's: no new question
+class EvidenceRepair(Policy):
+    """With a grounder and ``min_support``: an answer scored below it goes back to the controller, its unsupported claims listed."""
+
+    def after_ground(self, view: PolicyView, grounding: dict[str, Any] | None) -> dict[str, Any]:
+        """Record the score after a repair, and send the answer back when one is due."""
+        state, ctx = view.state, view.ctx
+        update: dict[str, Any] = {}
+        repair = state.get("repair")
+        score = None if grounding is None else float(grounding.get("score", 0.0))
+        if repair is not None and repair.get("score_after") is None:
+            update["repair"] = {**repair, "score_after": score}
+        due = (
+            ctx.min_support is not None
+            and score is not None
+            and score < ctx.min_support
+            and int(state.get("repairs") or 0) < ctx.max_repairs
+            and state.get("terminated_by") in ("answered", "max_iterations")
+        )
+        if not due or grounding is None or score is None or ctx.min_support is None:
+            return update
+        claims = unsupported_claims(grounding)[:MAX_LISTED_CLAIMS]
+        listed = "\n".join(f"- {c}" for c in claims) or "- (the grounder listed none)"
+        instruction = prompts.REPAIR_PROMPT.format(
+            score=score, min_support=ctx.min_support, claims=listed
+        )
+        return {
+            # the loop's, not the user's: no new question
+            "messages": [instruction_message(instruction)],
             "terminated_by": None,
             "budget_stop": None,
             "repairs": int(state.get("repairs") or 0) + 1,
@@ -105,5 +102,3 @@ def ground_update(
                 "score_after": None,
             },
         }
-    )
-    return update

@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.sources import EXTRACTED, answer_kind, cited_sources, noting_extracted
 from arcana_loop.core.state import AnswerKind, EvidencePin, LoopState
-from arcana_loop.nodes.common import emit, offered_tools, scope_of
+from arcana_loop.nodes.common import emit, offered_of
 from arcana_loop.nodes.conversation import closing_message, opening_index
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import stop_event
@@ -36,7 +36,7 @@ class FinishUpdate(TypedDict, total=False):
 
 def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> FinishUpdate:
     """End the question: its closing message on the conversation, its usage on the thread's, then the stop event."""
-    tool_count = len(offered_tools(deps, scope_of(state), runtime.context))
+    tool_count = len(offered_of(deps, runtime.context, state))
     emit(runtime, stop_event(state, runtime.context, tool_count))
     # once per question, not a write per step: a question that never finishes (its process
     # killed, and a new question asked) is left out of the thread's usage

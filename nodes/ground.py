@@ -9,6 +9,7 @@ less (``max_seconds`` bounds the whole run); a timeout is noted in ``error``.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -18,8 +19,9 @@ from arcana_loop.core.state import LoopState
 from arcana_loop.nodes.budget import usage_record
 from arcana_loop.nodes.common import emit
 from arcana_loop.nodes.deps import LoopDeps
-from arcana_loop.nodes.evidence import ground_update
+from arcana_loop.nodes.evidence import coverage_of
 from arcana_loop.nodes.models import ChatModelCaller, cached_model
+from arcana_loop.nodes.policy import Policy, PolicyView
 
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
 NO_TIME_LEFT = "grounding timed out: max_seconds was spent before it could start; the answer stands, ungrounded"
@@ -87,10 +89,18 @@ def _would_ground(state: LoopState) -> bool:
 
 
 def _graded(
-    state: LoopState, ctx: LoopContext, grounding: dict[str, Any] | None, note: str | None
+    view: PolicyView,
+    policies: Sequence[Policy],
+    grounding: dict[str, Any] | None,
+    note: str | None,
 ) -> dict[str, Any]:
     tokens = None if grounding is None else grounding.pop("usage", None)
-    update = ground_update(state, ctx, grounding)
+    update: dict[str, Any] = {
+        "grounding": grounding,
+        "coverage": coverage_of(grounding, view.ctx.min_support),
+    }
+    for policy in policies:
+        update.update(policy.after_ground(view, grounding))
     if tokens:
         update["usage"] = usage_record("judge", tokens)
     if note is not None:
@@ -103,8 +113,10 @@ def ground(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     from arcana_loop.grounding.apply import ground_answer
 
     seconds, limit = ground_seconds(state, runtime.context)
+    view = PolicyView(state, runtime.context, state.get("iterations", 0))
     if seconds <= 0:
-        return _graded(state, runtime.context, None, NO_TIME_LEFT if _would_ground(state) else None)
+        note = NO_TIME_LEFT if _would_ground(state) else None
+        return _graded(view, deps.policies, None, note)
     notes: list[str] = []
     result = ground_answer(
         **_inputs(state),
@@ -113,4 +125,4 @@ def ground(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
         emit=lambda e: emit(runtime, e),
         on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
     )
-    return _graded(state, runtime.context, result, notes[0] if notes else None)
+    return _graded(view, deps.policies, result, notes[0] if notes else None)

@@ -1,94 +1,83 @@
-"""Search before answering: when an answer that rests on no search is sent back once.
+"""What a policy is: one rule of the loop as one object with named hooks around the model call and the tools.
 
-A small model asked a factual question often answers from its own memory without
-searching; a loop that accepts that is no retrieval engine. With ``require_search``
-``"on"``, an ``answer`` call or a plain-text reply that comes before any evidence tool
-(``search`` or a custom tool) goes back to the controller once with a note to search first; if the model answers again
-without searching, that answer is taken (the result's ``grounded_in_chunks`` then says
-it rests on no chunk). ``"auto"`` (the default) does the same unless the question is
-small talk (a greeting, thanks, "who are you"), which needs no search; ``"off"``
-accepts any answer.
+The graph is built with its policies listed once (``graph/build.py``: the budget
+ledger, the duplicate-search guard, search-before-answer and the evidence repair);
+the ``controller``, ``tools`` and ``ground`` nodes call the hooks of every policy, in
+that order, and never one policy by name. Every hook does nothing by default, so a
+policy overrides only the moments it acts at:
+
+- ``before_model``: before the controller's call, an update that ends the turn instead;
+- ``prompt_slots`` and ``prompt_note``: what it adds to the system prompt;
+- ``after_model``: after a plain-text reply, an update that keeps the loop going instead of answering;
+- ``before_tools``: tool calls it settles itself, before they are planned;
+- ``after_plan``: the turn's planned calls, as it changes them before they run;
+- ``after_ground``: what it adds to the ``ground`` node's update.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from langchain_core.messages import AIMessage
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import SYNTHESIS, LoopState
-from arcana_loop.nodes.budget import turn_limit
-from arcana_loop.tools import registry
-
-_GREETING = r"(?:hi|hello|hey|hiya|howdy|yo|greetings|good (?:morning|afternoon|evening|day))(?: there| all| everyone| you)?"
-_THANKS = r"(?:thanks|thank you|thx|ty|cheers|many thanks)(?: (?:a lot|so much|very much|again))?(?: for (?:your|the|all the) help)?"
-_IDENTITY = r"(?:who|what) are you|what(?: is|s) your name|how are you(?: doing)?|what can you do|nice to meet you"
-_FAREWELL = r"(?:bye|goodbye|see you|ok(?:ay)?|great|cool|nice)"
-_SMALL_TALK = re.compile(rf"(?:(?:{_GREETING}|{_THANKS}|{_IDENTITY}|{_FAREWELL})\s*)+")
-_NOT_WORDS = re.compile(r"[^\w\s']+")
-MAX_SMALL_TALK_WORDS = 12
-"""A longer question is never small talk, whatever it starts with."""
+from arcana_loop.core.state import LoopState
+from arcana_loop.tools.base import CallOutcome, Planned
+from arcana_loop.tools.scoping import Scope, scope_of
 
 
-def is_small_talk(question: str) -> bool:
-    """Whether a question is only greetings, thanks or questions about the assistant itself.
+@dataclass(frozen=True)
+class PolicyView:
+    """What a hook reads: the state, the run's options, the turn (counting the one under way), the tools offered."""
 
-    ``"Hello!"``, ``"thanks a lot"``, ``"Hi, who are you?"`` are; ``"hi, what is asyncio?"`` is not.
-    """
-    words = _NOT_WORDS.sub(" ", question.casefold().replace("\u2019", "'")).replace("'", "").split()
-    if not words or len(words) > MAX_SMALL_TALK_WORDS:
-        return False
-    return _SMALL_TALK.fullmatch(" ".join(words) + " ") is not None
+    state: LoopState
+    ctx: LoopContext
+    turn: int
+    offered: Sequence[str] = ()
 
-
-def search_required(ctx: LoopContext, question: str) -> bool:
-    """Whether this run's answers must come after a search (``require_search``, with ``auto`` read for this question)."""
-    match ctx.require_search:
-        case "off":
-            return False
-        case "on":
-            return True
-        case _:
-            return not is_small_talk(question)
+    @cached_property
+    def scope(self) -> Scope:
+        """The question's scope."""
+        return scope_of(self.state)
 
 
-def has_gathered(history: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the controller has called an evidence tool in this run: ``search`` or a custom one.
+class Policy:
+    """A rule of the loop: override the hooks it acts at (see the module's docstring)."""
 
-    Only the control tools (``answer``, ``give_up``) and the synthesis step gather nothing; a custom
-    tool (a ``web_search``, a database lookup) brings evidence as a search does. A
-    failed or repeated call counts: it tried.
-    """
-    return any(entry["tool"] != SYNTHESIS and registry.gathers(entry["tool"]) for entry in history)
+    def before_model(self, view: PolicyView) -> dict[str, Any] | None:
+        """Return an update that ends the turn before the controller is called, or ``None``."""
+        return None
+
+    def prompt_slots(self, view: PolicyView) -> Mapping[str, str]:
+        """Return the slots of the default system prompt it fills (``nodes.prompts.SLOT_DEFAULTS``)."""
+        return {}
+
+    def prompt_note(self, view: PolicyView) -> str:
+        """Return text added to the end of the system prompt, whichever prompt the run uses."""
+        return ""
+
+    def after_model(self, view: PolicyView, reply: AIMessage) -> dict[str, Any] | None:
+        """Return an update that keeps the loop going instead of taking a plain-text reply as the answer."""
+        return None
+
+    def before_tools(
+        self, view: PolicyView, calls: Sequence[Mapping[str, Any]], builtins: frozenset[str]
+    ) -> Mapping[str, CallOutcome]:
+        """Return the outcomes of tool calls it settles itself, by call id (``builtins``: the built-ins offered)."""
+        return {}
+
+    def after_plan(self, view: PolicyView, planned: list[Planned]) -> list[Planned]:
+        """Return the turn's planned calls as they should run."""
+        return planned
+
+    def after_ground(self, view: PolicyView, grounding: dict[str, Any] | None) -> dict[str, Any]:
+        """Return what it adds to the ``ground`` node's update."""
+        return {}
 
 
-def should_send_back(
-    state: LoopState, ctx: LoopContext, turns_used: int, offered: Sequence[str]
-) -> bool:
-    """Whether an answer made now, with no search before it, goes back to the controller.
-
-    Only once per run, only when ``search`` is offered, and only when at least two
-    turns are left (one to search, one to answer): sent back with fewer, the answer
-    would be lost to the turn budget.
-    """
-    return (
-        registry.offers_search(offered)
-        and not state.get("search_nudged")
-        and not has_gathered(state.get("tool_history") or [])
-        and turn_limit(state, ctx) - turns_used >= 2
-        and search_required(ctx, state["question"])
-    )
-
-
-def sent_back_last_turn(state: LoopState) -> bool:
-    """Whether the last turn's plain-text reply was sent back to search first (it is the last message)."""
-    messages = state.get("messages") or []
-    return (
-        bool(state.get("search_nudged"))
-        and bool(messages)
-        and isinstance(messages[-1], AIMessage)
-        and not (messages[-1].tool_calls or messages[-1].invalid_tool_calls)
-    )
+def first_update(updates: Any) -> dict[str, Any] | None:
+    """Return the first update a hook gave over the policies (later policies are not asked)."""
+    return next((update for update in updates if update is not None), None)

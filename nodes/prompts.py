@@ -43,9 +43,10 @@ NO_GIVE_UP_STEP = (
 PLAIN_OUTPUT = (
     "Reply with a complete, well-structured answer; your reply is exactly what the user sees."
 )
-SLOT_DEFAULTS = {"last_step": NO_GIVE_UP_STEP, "output_how": PLAIN_OUTPUT}
+SLOT_DEFAULTS = {"last_step": NO_GIVE_UP_STEP, "output_how": PLAIN_OUTPUT, "budget_section": ""}
 """The system prompt's slots a built-in tool fills while it is offered (`LoopTool.prompt_slots`:
-``give_up`` the last step, ``answer`` how to answer), as they read without it."""
+``give_up`` the last step, ``answer`` how to answer) or a policy fills (`Policy.prompt_slots`:
+the budget ledger its status), as they read without them."""
 
 COLLECTIONS_SECTION = """
 # Collections

@@ -19,15 +19,16 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import LoopState, StaleEvidence, TerminatedBy
+from arcana_loop.core.state import LoopState, ResolvedScope, StaleEvidence, TerminatedBy
 from arcana_loop.core.text import check_question
 from arcana_loop.nodes import prompts
-from arcana_loop.nodes.common import emit, offered_tools, scope_of
+from arcana_loop.nodes.common import emit, offered_names
 from arcana_loop.nodes.conversation import fresh_state, instruction, new_question
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.nodes.pins import stale_evidence
 from arcana_loop.tools.give_up import GIVE_UP_ANSWER
+from arcana_loop.tools.scoping import normalize_scope
 
 
 class StartUpdate(TypedDict, total=False):
@@ -43,6 +44,8 @@ class StartUpdate(TypedDict, total=False):
     answer: str | None
     options: dict[str, Any]
     stale_evidence: StaleEvidence | None
+    scope: ResolvedScope
+    offered: list[str]
 
 
 def _told_of_changes(state: LoopState, update: Mapping[str, Any], deps: LoopDeps) -> dict[str, Any]:
@@ -62,7 +65,9 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
     """
     ctx = runtime.context
     update: dict[str, Any] = {}
-    scope = scope_of(state)  # raises on a malformed collection
+    # the question's one scope check: raises on a malformed collection
+    scope = normalize_scope(state.get("collection"))
+    offered = offered_names(deps, ctx, scope)
     asked = new_question(state, scope)
     if asked is not None:
         check_question(asked.text)
@@ -73,8 +78,12 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
             # a question about nothing stored is no question for a model
             update.update(terminated_by="gave_up", answer=GIVE_UP_ANSWER.format(reason=reason))
         else:
-            tool_count = len(offered_tools(deps, scope, ctx))
-            emit(runtime, start_event(asked.text, ctx, tool_count, update.get("stale_evidence")))
+            emit(runtime, start_event(asked.text, ctx, len(offered), update.get("stale_evidence")))
+    # resolved once here, for every node of the question (each run may bring other options)
+    if state.get("scope") != scope.as_data():
+        update["scope"] = scope.as_data()
+    if state.get("offered") != offered:
+        update["offered"] = offered
     # LangGraph does not checkpoint the context; resumes, traces and recorded replays need it.
     # `run` sends it with the input; a served run's input holds none, and every run (each
     # question of a conversation, a question carried on) may come with other options

@@ -12,12 +12,11 @@ from arcana_loop.core import bridge
 from arcana_loop.core.channels import ChunkMerge
 from arcana_loop.core.context import LoopContext
 from arcana_loop.core.state import LoopState, TerminatedBy, ToolEvent
-from arcana_loop.nodes.common import emit, optional_tools, scope_of
+from arcana_loop.nodes.common import emit, offered_of
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import tool_call_event
-from arcana_loop.nodes.policy import should_send_back
+from arcana_loop.nodes.policy import PolicyView
 from arcana_loop.tools.base import CallOutcome, Planned, RenderView, RunEnv, Turn
-from arcana_loop.tools.duplicates import DuplicateGuard, past_searches
 from arcana_loop.tools.execute import plan_calls, render_turn
 
 
@@ -62,27 +61,24 @@ def _plan(deps: LoopDeps, state: LoopState, ctx: LoopContext) -> list[Planned]:
         raise ValueError(
             f"the tools node expects an assistant message last, found {type(last).__name__}"
         )
-    scope = scope_of(state)
-    history = state.get("tool_history") or []
-    guard = (
-        DuplicateGuard(past_searches(history, scope), ctx.duplicate_similarity)
-        if ctx.duplicate_guard
-        else None
-    )
-    toolset = deps.toolset
-    optional = optional_tools(deps, ctx, scope)
-    return plan_calls(
+    offered = offered_of(deps, ctx, state)
+    view = PolicyView(state, ctx, state.get("iterations", 0), offered)
+    builtins = frozenset(deps.toolset.builtins | set(offered).difference(deps.toolset.layout))
+    settled: dict[str, CallOutcome] = {}
+    for policy in deps.policies:
+        settled.update(policy.before_tools(view, last.tool_calls, builtins))
+    planned = plan_calls(
         last.tool_calls,
         last.invalid_tool_calls,
-        turn=Turn(scope, _iteration(state), deps.search_fn),
-        custom_tools=toolset.custom,
+        turn=Turn(view.scope, _iteration(state), deps.search_fn),
+        custom_tools=deps.toolset.custom,
         max_calls=ctx.max_tool_calls_per_turn,
-        guard=guard,
-        builtins=toolset.builtins | set(optional),
-        search_first=should_send_back(
-            state, ctx, state.get("iterations", 0), [*toolset.layout, *optional]
-        ),
+        builtins=builtins,
+        settled=settled,
     )
+    for policy in deps.policies:
+        planned = policy.after_plan(view, planned)
+    return planned
 
 
 def _run(plan: list[Planned], env: RunEnv, ctx: LoopContext) -> list[CallOutcome]:

@@ -74,7 +74,7 @@ class CallOutcome:
     recorded: bool = True
     """False for calls that were skipped: they get a tool message but no history entry."""
     duplicate: Any = None
-    """For a search not sent because it repeats an earlier one: that search (``tools.duplicates.PastSearch``)."""
+    """For a search not sent because it repeats an earlier one: that search (``nodes.duplicates.PastSearch``)."""
     rendered: bool = True
     """False for results whose text the tool's `LoopTool.render` writes (it depends on what was shown before)."""
     entities: dict[str, Any] | None = None

@@ -19,7 +19,6 @@ from langchain_core.tools import BaseTool
 from arcana_loop.tools import registry
 from arcana_loop.tools.arguments import REFUSED_MARK
 from arcana_loop.tools.base import CallOutcome, CustomCall, LoopTool, Planned, RenderView, Turn
-from arcana_loop.tools.duplicates import DuplicateGuard
 from arcana_loop.tools.schemas import offered_parameters
 
 UNKNOWN_TOOL = "Unknown tool: {name}"
@@ -29,11 +28,6 @@ REFUSED_ARGUMENTS = (
 )
 SKIPPED_AFTER_END = "Skipped: the run ended at an earlier tool call in this turn."
 SKIPPED_TOO_MANY = "Skipped: more than {limit} tool calls in one turn."
-SEARCH_FIRST = (
-    "Not answered yet: you have not searched the knowledge base. Search it first and answer from what "
-    "it returns; answer without searching only if the question needs nothing from the knowledge base."
-)
-"""The tool result of an ``answer`` sent back because no search came before it (see ``require_search``)."""
 
 
 def _offered_only(
@@ -79,19 +73,17 @@ def plan_calls(
     turn: Turn,
     custom_tools: Mapping[str, BaseTool],
     max_calls: int,
-    guard: DuplicateGuard | None = None,
     builtins: frozenset[str] = frozenset(),
-    search_first: bool = False,
+    settled: Mapping[str, CallOutcome] | None = None,
 ) -> list[Planned]:
     """Plan a turn's tool calls in order, stopping execution at the first terminating call.
 
     Every call gets an entry (so every call gets a tool message); calls after a
-    terminating one, and calls beyond ``max_calls``, are planned as skipped. With a
-    ``guard``, a search that repeats an earlier one is planned as a duplicate. A
-    custom tool runs as such; a built-in tool runs only when it is among ``builtins``,
-    the ones offered. With ``search_first``, the first call of a tool that ends the run
-    as ``answered`` and is not preceded by a search in this turn is sent back (`SEARCH_FIRST`).
+    terminating one, and calls beyond ``max_calls``, are planned as skipped. A custom
+    tool runs as such; a built-in tool runs only when it is among ``builtins``, the ones
+    offered. ``settled``: outcomes the policies gave calls instead (by call id).
     """
+    settled = settled or {}
     planned: list[Planned] = []
     ended = False
     for index, call in enumerate(tool_calls):
@@ -103,20 +95,16 @@ def plan_calls(
             continue
         tool = registry.get(name) if name in builtins else None
         step: Planned
-        if registry.is_search(name):
-            search_first = False  # any search, a custom one included, lets a later answer through
-        if name in custom_tools:
+        if call_id in settled:
+            step = settled[call_id]
+        elif name in custom_tools:
             step = CustomCall(call_id, args, custom_tools[name])
-        elif tool is not None and search_first and tool.ends_as == "answered":
-            step = CallOutcome(call_id, name, args, SEARCH_FIRST, SEARCH_FIRST, sent_back=True)
-            search_first = False  # sent back once; an answer the model insists on is taken
         elif tool is not None:
             step = _plan_builtin(tool, call_id, args, turn)
-            step = guard.check(step, turn.iteration) if guard is not None else step
-            ended = isinstance(step, CallOutcome) and step.terminal is not None
         else:
             text = UNKNOWN_TOOL.format(name=name)
             step = CallOutcome(call_id, name, args, text, text)
+        ended = isinstance(step, CallOutcome) and step.terminal is not None
         planned.append(step)
     planned.extend(_invalid(call, ended) for call in invalid_calls)
     return planned

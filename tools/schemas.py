@@ -122,15 +122,13 @@ def offered_parameters(tool: LoopTool, scope: Scope) -> frozenset[str]:
     return frozenset(builtin_schema(tool, scope)["function"]["parameters"]["properties"])
 
 
-def controller_tools(
-    scope: Scope, toolset: Toolset, optional: Sequence[str] = ()
-) -> list[ToolSchema]:
-    """Return every schema the controller is offered: the toolset's, in its order, then the optional built-ins'.
+def controller_tools(scope: Scope, toolset: Toolset, names: Sequence[str]) -> list[ToolSchema]:
+    """Return the schemas of the tools offered, by name in order: a custom tool's own, else the built-in's.
 
     The built-in schemas are cached per scope and shared: callers must not mutate them.
     """
     schemas = []
-    for name in (*toolset.layout, *optional):
+    for name in names:
         tool = registry.get(name)
         if name in toolset.custom_schemas or tool is None:
             schemas.append(toolset.custom_schemas[name])

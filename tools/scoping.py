@@ -7,12 +7,14 @@ or empty scope ignores or refuses whatever collection the controller names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from arcana_loop.core.state import ResolvedScope
 from arcana_loop.knowledge.names import MAX_COLLECTION_NAME_CHARS, new_collection_name
 
-__all__ = ["ALL", "MAX_COLLECTION_NAME_CHARS", "Scope", "ScopeError", "normalize_scope"]
+__all__ = ["ALL", "MAX_COLLECTION_NAME_CHARS", "Scope", "ScopeError", "normalize_scope", "scope_of"]
 
 ALL = "all"
 """The collection value meaning "unrestricted".
@@ -80,6 +82,15 @@ class Scope:
             NOT_ALLOWED_TEMPLATE.format(name=_shown(requested), allowed=self.allowed_text)
         )
 
+    def as_data(self) -> ResolvedScope:
+        """Return the scope as the state carries it."""
+        return {"kind": self.kind, "names": list(self.names)}
+
+    @classmethod
+    def from_data(cls, data: ResolvedScope) -> Scope:
+        """Return the scope the state carries (resolved by ``start``: not checked again)."""
+        return cls(data["kind"], tuple(data["names"]))
+
     def to_value(self) -> str | list[str]:
         """Return the scope as the ``collection`` value a caller would pass."""
         if self.kind == "all":
@@ -127,3 +138,12 @@ def normalize_scope(collection: Any) -> Scope:
         "collection must be 'all', None, a collection name, or a list of names; "
         f"got {type(collection).__name__}"
     )
+
+
+def scope_of(state: Mapping[str, Any]) -> Scope:
+    """Return a question's collection scope from the loop's state, as ``start`` resolved it.
+
+    A state written before the scope was carried (an older thread) has only its ``collection``.
+    """
+    data = state.get("scope")
+    return Scope.from_data(data) if data is not None else normalize_scope(state.get("collection"))

@@ -10,7 +10,7 @@ from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 
 from arcana_loop.graph import DEFAULT_TOOLS, arun, default_tools, ground, run
-from arcana_loop.tools.execute import SEARCH_FIRST
+from arcana_loop.nodes.search_first import SEARCH_FIRST
 from tests.fakes import (
     ScriptedChatModel,
     ScriptedSearch,

@@ -1,4 +1,4 @@
-"""The duplicate-search guard: a repeated query is answered from the history, not sent again.
+"""The duplicate-search guard (the `DuplicateSearches` policy): a repeated query is answered from the history, not sent again.
 
 Two searches are the same when they would search identically: the same text up to
 case and spacing (``C++ threads`` and ``C# threads`` are different searches), the same
@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 from arcana_loop.core.state import ToolEvent
+from arcana_loop.nodes.policy import Policy, PolicyView
 from arcana_loop.tools.base import CallOutcome, Planned
 from arcana_loop.tools.scoping import Scope, ScopeError
 from arcana_loop.tools.search import DEFAULT_SEARCH_LIMIT, NAME, SearchCall, effective_limit
@@ -181,3 +182,16 @@ class DuplicateGuard:
             )
         )
         return step
+
+
+class DuplicateSearches(Policy):
+    """With ``duplicate_guard`` on, a planned search that repeats an earlier one (of the question or the turn) is not sent."""
+
+    def after_plan(self, view: PolicyView, planned: list[Planned]) -> list[Planned]:
+        """Replace the turn's repeated searches, in call order, with pointers to the earlier ones."""
+        if not view.ctx.duplicate_guard:
+            return planned
+        history = view.state.get("tool_history") or []
+        guard = DuplicateGuard(past_searches(history, view.scope), view.ctx.duplicate_similarity)
+        iteration = max(view.turn - 1, 0)
+        return [guard.check(step, iteration) for step in planned]
