@@ -222,7 +222,7 @@ class Record:
     conversation: list[dict[str, Any]] = field(default_factory=list)
     """The conversation before the question (LangChain message dicts), for a follow-up; empty for a first question."""
     evidence: list[dict[str, Any]] = field(default_factory=list)
-    """The chunks the answer rests on, with their versions (`graph.state.EvidencePin`); empty in records written before pins."""
+    """The chunks the answer rests on, with their versions (`core.state.EvidencePin`); empty in records written before pins."""
     grounding: dict[str, Any] | None = None
     """The run's grounding (its claims and their support), when it was grounded."""
     usage: dict[str, Any] = field(default_factory=dict)
@@ -247,9 +247,33 @@ class Record:
         """
         try:
             data = json.loads(Path(path).read_text())
-            return cls(**data)
-        except (OSError, ValueError, TypeError) as exc:
+            record = cls(**data)
+            record._check_shapes()
+        except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ReplayError(f"{path} is not a replay record: {exc}") from exc
+        return record
+
+    def _check_shapes(self) -> None:
+        """Raise `TypeError` for a field a file holds in another shape than `save` writes.
+
+        A replay or a diff reads every field as `save` wrote it; a hand-edited or damaged
+        file is refused here, whole, rather than failing halfway through either.
+        """
+        if not isinstance(self.question, str):
+            raise TypeError("question must be a string")
+        for name in ("options", "expected", "usage"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be an object")
+        for name in ("answerer_reply", "synthesis_reply", "grounding"):
+            if not isinstance(getattr(self, name), dict | None):
+                raise TypeError(f"{name} must be an object or null")
+        for name in ("controller_replies", "searches", "conversation", "evidence"):
+            items = getattr(self, name)
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise TypeError(f"{name} must be a list of objects")
+        # the messages are parsed as a replay parses them: a missing or unknown type raises
+        messages_from_dict([r for r in self.controller_replies if "error" not in r])
+        messages_from_dict(self.conversation)
 
 
 def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None) -> Record:

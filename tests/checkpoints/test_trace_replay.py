@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -299,6 +301,23 @@ def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path):
         Record.load(bad)
     with pytest.raises(ReplayError, match="not a replay record"):
         Record.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"controller_replies": [1]}, "controller_replies must be a list of objects"),
+        ({"controller_replies": [{"content": "no type"}]}, "not a replay record"),
+        ({"searches": {"query": "q"}}, "searches must be a list of objects"),
+        ({"usage": [1]}, "usage must be an object"),
+        ({"grounding": "supported"}, "grounding must be an object or null"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_refused_on_loading(tmp_path, fields, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"question": "q", "collection": None, "options": {}, **fields}))
+    with pytest.raises(ReplayError, match=message):
+        Record.load(bad)
 
 
 @pytest.mark.parametrize("use_async", [False, True])
