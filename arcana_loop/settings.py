@@ -87,7 +87,10 @@ class Setting:
         if self.kind is dict:
             return json.loads(raw)
         if self.kind is Path:
-            return Path(raw).expanduser()
+            try:
+                return Path(raw).expanduser()
+            except RuntimeError:  # ~name of no user here: no home directory to expand it to
+                raise ValueError(raw) from None
         return raw.strip() if self.one_line else raw
 
     def check(self, name: str, value: Any) -> None:

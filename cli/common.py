@@ -154,15 +154,23 @@ def knowledge_base(embeddings: str | None = None) -> Any:
     """
     from arcana_loop.knowledge import KnowledgeBase
     from arcana_loop.knowledge.errors import EmbedderUnavailable
+    from arcana_loop.settings import SettingError
 
-    with database_errors("cannot open the knowledge base"), _server_start_shown():
-        try:
-            kb = KnowledgeBase(embeddings=embeddings)
-        except EmbedderUnavailable as exc:  # a missing extra, a file unlike its pin: says the fix
-            fail(str(exc))
-        except ValueError as exc:  # an unknown spec
-            fail(str(exc), "--embeddings takes minilm, wordllama or provider:model")
-        kb.collections()
+    try:
+        with database_errors("cannot open the knowledge base"), _server_start_shown():
+            try:
+                kb = KnowledgeBase(embeddings=embeddings)
+            except (
+                EmbedderUnavailable
+            ) as exc:  # a missing extra, a file unlike its pin: says the fix
+                fail(str(exc))
+            except SettingError:
+                raise  # an environment variable's value, not the flag: worded below
+            except ValueError as exc:  # an unknown spec
+                fail(str(exc), "--embeddings takes minilm, wordllama or provider:model")
+            kb.collections()
+    except SettingError as exc:  # the message names the variable and what it must be
+        fail(str(exc))
     return kb
 
 

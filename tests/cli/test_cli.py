@@ -85,3 +85,18 @@ def test_unsupported_file_is_one_line_without_a_redundant_hint(env, tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "supported:" in done.stderr and ".docx" in done.stderr, done.stderr
     assert done.stderr.count(str(blob)) == 1 and "Hint:" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ARCANA_LOOP_PGDATA", "~no-such-user-here/data", "ARCANA_LOOP_PGDATA must be a path"),
+        ("ARCANA_LOOP_EMBEDDINGS", "minilm\nx", "ARCANA_LOOP_EMBEDDINGS must be one line"),
+    ],
+)
+def test_a_bad_knowledge_setting_is_one_line_naming_its_variable(env, variable, value, message):
+    # without DATABASE_URL, the embedded server's data directory is read first
+    setting = {k: v for k, v in env.items() if k != "DATABASE_URL"}
+    done = cli("collections", env={**setting, variable: value})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert message in done.stderr and "Hint:" not in done.stderr, done.stderr

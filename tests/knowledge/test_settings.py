@@ -56,6 +56,11 @@ def test_a_default_dict_is_a_fresh_copy_each_read() -> None:
             "minilm\nx",
             "ARCANA_LOOP_EMBEDDINGS must be one line of text, got 'minilm\\nx'",
         ),
+        (
+            settings.PGDATA,
+            "~no-such-user-here/data",
+            "ARCANA_LOOP_PGDATA must be a path, got '~no-such-user-here/data'",
+        ),
     ],
 )
 def test_a_value_a_setting_cannot_take_is_one_line_naming_the_variable(
