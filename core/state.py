@@ -185,6 +185,7 @@ class LoopOutput(TypedDict):
     thread_usage: dict[str, Any]
     question_index: int
     budget_stop: BudgetStop | None
+    sources: list[dict[str, Any]]
     evidence: list[EvidencePin]
     tool_history: list[ToolEvent]
     chunks: list[Chunk]

@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.pregel import Pregel
 
 from arcana_loop.core.context import CONTEXT_FIELDS, MAX_OPTION_DEPTH, OPTIONS, LoopContext
-from arcana_loop.core.sources import Source, cited_sources, readable_answer
+from arcana_loop.core.sources import Source, readable_answer
 from arcana_loop.core.state import (
     RESULT_KEYS,
     AnswerKind,
@@ -106,7 +106,7 @@ class LoopResult:
             grounded_in_chunks=grounded_in_chunks(state),
             question_index=int(state.get("question_index") or 0),
             thread_usage=dict(state.get("thread_usage") or state.get("usage") or {}),
-            sources=cited_sources(state.get("answer"), state.get("chunks") or []),
+            sources=list(state.get("sources") or []),  # as `finish` cited them
             answer_kind=state.get("answer_kind"),
             evidence=list(state.get("evidence") or []),
             stale_evidence=state.get("stale_evidence"),

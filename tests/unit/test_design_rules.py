@@ -89,7 +89,7 @@ def test_run_options_are_the_graphs_dependencies_and_the_contexts_fields():
 
 def test_the_result_is_declared_once():
     assert RESULT_KEYS == tuple(LoopOutput.__annotations__)
-    extra = {"thread_id", "grounded_in_chunks", "sources"}  # what a result derives from the state
+    extra = {"thread_id", "grounded_in_chunks"}  # what a result derives from the state
     assert {f.name for f in dataclasses.fields(LoopResult)} == set(RESULT_KEYS) | extra
 
 

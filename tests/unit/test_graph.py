@@ -218,6 +218,7 @@ def test_served_graph_reads_models_from_the_context(monkeypatch):
         "messages",
         "thread_usage",
         "question_index",
+        "sources",
     }
     assert (
         out["messages"][-1].content == "from context"
