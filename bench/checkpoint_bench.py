@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messag
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from arcana_loop.graph.replay import ReplyingChatModel
+from arcana_loop.nodes.replying import ReplyingChatModel
 from bench.loop_bench import ANSWER_TEXT, instant_search, minimal_stategraph
 from bench.scripted import TurnScriptedModel
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from arcana_loop.graph.replay import ReplyingChatModel
+from arcana_loop.nodes.replying import ReplyingChatModel
 
 
 class TurnScriptedModel(ReplyingChatModel):

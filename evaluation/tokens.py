@@ -15,9 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
 from arcana_loop.nodes.offline import OfflineController
@@ -54,14 +52,9 @@ class EstimatingOfflineController(OfflineController):
         """Return this model with tool calling on, keeping the schemas to count them as input."""
         return self.model_copy(update={"tools_offered": bool(tools), "tool_schemas": list(tools)})
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        reply = self._decide(messages)
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        """The offline controller's reply, carrying the estimated usage of the call."""
+        reply = super()._reply(messages)
         schemas = (
             estimate_tokens(json.dumps(self.tool_schemas, default=str)) if self.tool_schemas else 0
         )
@@ -72,7 +65,4 @@ class EstimatingOfflineController(OfflineController):
             "output_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
         }
-        message = AIMessage(
-            content=reply.content, tool_calls=reply.tool_calls, usage_metadata=usage
-        )
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        return AIMessage(content=reply.content, tool_calls=reply.tool_calls, usage_metadata=usage)

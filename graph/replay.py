@@ -19,10 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import START
 from pydantic import ConfigDict, Field
 
@@ -35,6 +32,7 @@ from arcana_loop.graph.run import LoopResult, recursion_limit, run
 from arcana_loop.graph.trace import history
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.conversation import is_closing, is_instruction, opening_index
+from arcana_loop.nodes.replying import ReplyingChatModel
 from arcana_loop.tools import registry
 
 _COMPARED = ("answer", "terminated_by", "iterations", "tool_history", "chunks")
@@ -411,32 +409,6 @@ def _exception(description: str) -> Exception:
         replayed: Exception = type(name, (_ReplayedError,), {})(message)
         return replayed
     return _ReplayedError(description)
-
-
-class ReplyingChatModel(BaseChatModel):
-    """A chat model that answers each call with one message of its own making, no provider.
-
-    Subclasses write `_reply`. `bind_tools` returns the model itself: a recorded or
-    scripted reply does not depend on the tools offered. The replay's model is one; the
-    scripted models of tests and benchmarks build on it too.
-    """
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        """Return the model itself: the tools do not change its replies."""
-        return self
-
-    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> BaseMessage:
-        """The reply to one call, given its messages and the call's keyword arguments."""
-        raise NotImplementedError
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._reply(messages, **kwargs))])
 
 
 class RecordedChatModel(ReplyingChatModel):

@@ -30,16 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
 from arcana_loop.core.sources import ANSWER_KIND_KEY, EXTRACTED, named
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.knowledge.sections import document_title
+from arcana_loop.nodes.replying import ReplyingChatModel
 from arcana_loop.tools import answer, give_up, search
 from arcana_loop.tools.chunks import entry_text, is_search_artifact
 
@@ -343,7 +341,7 @@ def _reply(text: str, calls: Sequence[ToolCall] = ()) -> AIMessage:
     )
 
 
-class OfflineController(BaseChatModel):
+class OfflineController(ReplyingChatModel):
     """Deterministic controller: one turn of searches, then an extracted answer or a give-up."""
 
     tools_offered: bool = False
@@ -356,7 +354,8 @@ class OfflineController(BaseChatModel):
         """Return this model with tool calling on (the schemas are the loop's own)."""
         return self.model_copy(update={"tools_offered": bool(tools)})
 
-    def _decide(self, messages: list[BaseMessage]) -> AIMessage:
+    def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
+        """This turn's decision: the searches, then an extracted answer or a give-up."""
         question, asked = current_question(messages)
         messages = messages[asked:]  # this question's turns only
         searched = any(
@@ -379,12 +378,3 @@ class OfflineController(BaseChatModel):
             )
             return _reply("", [_call(give_up.NAME, 1, reason=reason)])
         return _reply("", [_call(answer.NAME, 1, text=found.text)])
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._decide(messages))])

@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage
 from pydantic import ConfigDict, Field
 
-from arcana_loop.graph.replay import ReplyingChatModel
+from arcana_loop.nodes.replying import ReplyingChatModel
 
 _ids = itertools.count()
 
