@@ -102,7 +102,11 @@ def read_xlsx(raw: bytes, path: Path) -> Extracted:
             book = load_workbook(io.BytesIO(raw), read_only=True, data_only=True)
             try:
                 for sheet in book.worksheets:
-                    rows = [_row(values) for values in sheet.iter_rows(values_only=True)]
+                    # rows padded to the sheet's stated size cost rows x columns: three cells
+                    # far apart (A1, XFD1, A1048576) took hours; unpadded, a row ends at its
+                    # last cell and a missing row is empty
+                    sheet.reset_dimensions()
+                    rows = (_row(values) for values in sheet.iter_rows(values_only=True))
                     table = pipe_table([row for row in rows if row])
                     if table:
                         sections.append(f"# {_one_line(sheet.title)}\n\n{table}\n")

@@ -28,6 +28,7 @@ from arcana_loop.knowledge import (
     UnsupportedFormat,
 )
 from arcana_loop.knowledge.formats import FORMATS
+from arcana_loop.knowledge.office import read_xlsx
 from tests.knowledge.test_loaders import PAGE_ONE, PAGE_TWO, make_pdf
 
 pytestmark = pytest.mark.postgres
@@ -145,6 +146,23 @@ def test_a_workbook_is_stored_a_section_per_sheet_with_its_rows_as_table_lines(
         "Berths": "# Berths\n\n| berth | depth (m) | dredged |\n|---|---|---|\n| 7 | 12 | 2026-03-01 |\n| 9 | 8.5 |  |",
         "Cranes": "# Cranes\n\n| crane | tonnes |\n|---|---|\n| C1 | 40 |",
     }
+
+
+@pytest.mark.timeout(30)
+def test_a_workbook_of_a_few_cells_far_apart_is_read_at_the_cost_of_its_cells(
+    tmp_path: Path,
+) -> None:
+    # the sheet spans 200,000 rows by 16,384 columns: padding each row to that width took minutes
+    book = openpyxl.Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet["A1"], sheet["XFD1"], sheet["A200000"] = "first", "last column", "last row"
+    path = tmp_path / "sparse.xlsx"
+    book.save(path)
+    text = read_xlsx(path.read_bytes(), path).text
+    lines = text.splitlines()
+    assert lines[2].startswith("| first |") and lines[2].endswith("| last column |")
+    assert lines[-1] == "| last row |" + "  |" * 16383
 
 
 @pytest.mark.parametrize(("module", "name"), [("docx", "handbook.docx"), ("openpyxl", "t.xlsx")])
