@@ -41,7 +41,7 @@ from arcana_loop.cli.common import (
     shown_again,
     stale_line,
 )
-from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, loop_flags, with_help
+from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, SCOPE_FLAG, loop_flags, with_help
 
 NEW = "/new"
 HELP = "/help"
@@ -93,12 +93,7 @@ def _read_line() -> str | None:
     )
 )
 def chat(
-    collection: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
-        ),
-    ] = None,
+    collection: SCOPE_FLAG = None,
     options: dict[str, Any] = FROM_FLAGS,
     checkpointer: Annotated[
         str,

@@ -24,6 +24,13 @@ from arcana_loop.core.context import option_setting
 Command = TypeVar("Command", bound=Callable[..., Any])
 OPTIONS = "options"
 """The parameter of a command that receives the flags given, as a dict."""
+SCOPE_FLAG = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
+    ),
+]
+"""The ``--collection`` flag of the commands that ask (``ask``, ``chat``)."""
 FROM_FLAGS: Any = None
 """The declared default of that parameter (``options: dict[str, Any] = FROM_FLAGS``): the
 command's wrapper always passes the dict, so the body never sees this."""

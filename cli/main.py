@@ -46,7 +46,7 @@ from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.evidence import StaleWatch
-from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, loop_flags
+from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, SCOPE_FLAG, loop_flags
 from arcana_loop.cli.help import FlagHelpGroup
 from arcana_loop.cli.reembed import reembed
 from arcana_loop.cli.server import server_app
@@ -195,12 +195,7 @@ def ingest(
 @loop_flags(*RUN_FLAGS)
 def ask(
     question: Annotated[str, typer.Argument(help="The question.")],
-    collection: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
-        ),
-    ] = None,
+    collection: SCOPE_FLAG = None,
     options: dict[str, Any] = FROM_FLAGS,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the whole result as JSON.")

@@ -8,8 +8,6 @@ import copy
 import difflib
 import functools
 import logging
-import math
-import numbers
 import os
 import re
 import stat
@@ -126,8 +124,6 @@ async def _configure_async(conn: psycopg.AsyncConnection[Any]) -> None:
     conn.add_notice_handler(log_notice)
 
 
-MAX_SEARCH_LIMIT = 10_000
-"""Most chunks one search returns (PostgreSQL's LIMIT takes a bigint; nobody reads more)."""
 Source = str | os.PathLike[str]
 CollectionScope = str | Sequence[str] | None
 
@@ -1147,7 +1143,7 @@ class KnowledgeBase:
 
         Raises:
             ValueError: for a blank query, an unknown mode, a limit outside
-                1..`MAX_SEARCH_LIMIT`, a non-finite threshold, a `section_chars`
+                1..`queries.MAX_SEARCH_LIMIT`, a non-finite threshold, a `section_chars`
                 outside 1..`whole.MAX_SECTION_CHARS`, or a filter that cannot
                 be read (`FilterError`, naming the operator or key).
             TypeError: for a threshold that is not a number (`bool` included), or a
@@ -1155,14 +1151,14 @@ class KnowledgeBase:
             EmbeddingMismatch: if a named collection uses another embedder.
             DatabaseUnavailable: if the server is down or went away mid-search.
         """
-        req = _search_request(
+        req = q.make_request(
             query,
-            collection,
-            limit,
-            mode,
-            threshold,
-            ef_search,
-            filter,
+            collection=collection,
+            limit=limit,
+            mode=mode,
+            threshold=threshold,
+            ef_search=ef_search,
+            filter=filter,
             whole_sections=whole_sections,
             section_chars=section_chars,
         )
@@ -1190,14 +1186,14 @@ class KnowledgeBase:
         section_chars: int | None = None,
     ) -> list[Chunk]:
         """Search like `search`, on an async connection (never blocks the event loop)."""
-        req = _search_request(
+        req = q.make_request(
             query,
-            collection,
-            limit,
-            mode,
-            threshold,
-            ef_search,
-            filter,
+            collection=collection,
+            limit=limit,
+            mode=mode,
+            threshold=threshold,
+            ef_search=ef_search,
+            filter=filter,
             whole_sections=whole_sections,
             section_chars=section_chars,
         )
@@ -1273,12 +1269,12 @@ class KnowledgeBase:
         Args:
             collection: `None` or `"all"` (every collection), a name, or a list of names.
             mode: `"semantic"`, `"fulltext"` or `"hybrid"`.
-            k: Most documents each query returns (1..`MAX_SEARCH_LIMIT`).
+            k: Most documents each query returns (1..`queries.MAX_SEARCH_LIMIT`).
             threshold: Minimum score, in the mode's own scale (see `search`).
             filter: A metadata filter for every query (see `search`).
 
         Raises:
-            ValueError: for an unknown mode, a `k` outside 1..`MAX_SEARCH_LIMIT` or
+            ValueError: for an unknown mode, a `k` outside 1..`queries.MAX_SEARCH_LIMIT` or
                 a non-finite threshold; nothing is sent.
             TypeError: for a threshold that is not a number, or collection names
                 that are not strings.
@@ -1294,10 +1290,10 @@ class KnowledgeBase:
         if (
             isinstance(count, bool)
             or not isinstance(count, int)
-            or not 1 <= count <= MAX_SEARCH_LIMIT
+            or not 1 <= count <= q.MAX_SEARCH_LIMIT
         ):
-            raise ValueError(f"k must be an int in 1..{MAX_SEARCH_LIMIT}, got {k!r}")
-        _check_limit_and_threshold(k, threshold)
+            raise ValueError(f"k must be an int in 1..{q.MAX_SEARCH_LIMIT}, got {k!r}")
+        q.check_limit_and_threshold(k, threshold)
         q.scope_names(collection)
         checked = check_filter(filter)
         return KnowledgeBaseRetriever(
@@ -1359,56 +1355,6 @@ _DOCUMENTS = (
     " WHERE k.stored AND (%(name)s::text IS NULL OR k.name = %(name)s)"
     " GROUP BY d.id, k.name ORDER BY k.name, d.source"
 )
-
-
-def _search_request(
-    query: str,
-    collection: CollectionScope,
-    limit: int,
-    mode: str,
-    threshold: float | None,
-    ef_search: int | None,
-    filter: Any = None,
-    *,
-    whole_sections: bool = False,
-    section_chars: int | None = None,
-) -> q.SearchRequest | None:
-    """Check a search's arguments; `None` when it matches nothing (an empty list of collections).
-
-    Raises:
-        ValueError, TypeError: as `KnowledgeBase.search` says.
-    """
-    _check_limit_and_threshold(limit, threshold)
-    return q.make_request(
-        query,
-        collection=collection,
-        limit=limit,
-        mode=mode,
-        threshold=threshold,
-        ef_search=ef_search,
-        filter=filter,
-        whole_sections=whole_sections,
-        section_chars=section_chars,
-    )
-
-
-def _check_limit_and_threshold(limit: object, threshold: object) -> None:
-    """Refuse what PostgreSQL would reject late (a huge limit) or compare silently wrong (NaN).
-
-    Raises:
-        ValueError: for a limit outside 1..`MAX_SEARCH_LIMIT` or a non-finite threshold.
-        TypeError: for a threshold that is not a real number (`bool` is not one here).
-    """
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_SEARCH_LIMIT:
-        raise ValueError(f"limit must be an int in 1..{MAX_SEARCH_LIMIT}, got {limit!r}")
-    if threshold is None:
-        return
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-        raise TypeError(
-            f"threshold must be a number or None, got {type(threshold).__name__} {threshold!r}"
-        )
-    if not math.isfinite(threshold):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
 
 
 def _check_ingest_options(

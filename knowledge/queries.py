@@ -28,6 +28,8 @@ same statement, the chunks of the best hit's section (`_WHOLE_SELECT`).
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -117,6 +119,29 @@ class ResolvedCollections:
     exact, 7 ms through HNSW's iterative scan)."""
 
 
+MAX_SEARCH_LIMIT = 10_000
+"""Most chunks one search returns (PostgreSQL's LIMIT takes a bigint; nobody reads more)."""
+
+
+def check_limit_and_threshold(limit: object, threshold: object) -> None:
+    """Refuse what PostgreSQL would reject late (a huge limit) or compare silently wrong (NaN).
+
+    Raises:
+        ValueError: for a limit outside 1..`MAX_SEARCH_LIMIT` or a non-finite threshold.
+        TypeError: for a threshold that is not a real number (`bool` is not one here).
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise ValueError(f"limit must be an int in 1..{MAX_SEARCH_LIMIT}, got {limit!r}")
+    if threshold is None:
+        return
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise TypeError(
+            f"threshold must be a number or None, got {type(threshold).__name__} {threshold!r}"
+        )
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be finite, got {threshold!r}")
+
+
 def make_request(
     query: str,
     *,
@@ -136,6 +161,7 @@ def make_request(
         TypeError: for a query or collection of the wrong type, or a `whole_sections`
             that is not a bool.
     """
+    check_limit_and_threshold(limit, threshold)
     value: object = query  # the loop passes model-written arguments
     if not isinstance(value, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")

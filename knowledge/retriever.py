@@ -58,33 +58,27 @@ class KnowledgeBaseRetriever(BaseRetriever):
     """A metadata filter for every query (`knowledge.filters`)."""
     """Minimum score, in the mode's own scale (see `KnowledgeBase.search`)."""
 
+    def _search_options(self) -> dict[str, Any]:
+        """The search's options, the same for both paths."""
+        return {
+            "collection": self.collection,
+            "limit": self.k,
+            "mode": self.mode,
+            "threshold": self.threshold,
+            "filter": self.filter,
+        }
+
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
         kb: Searchable = self.knowledge_base
-        chunks = kb.search(
-            query,
-            collection=self.collection,
-            limit=self.k,
-            mode=self.mode,
-            threshold=self.threshold,
-            filter=self.filter,
-        )
-        return [chunk_document(c) for c in chunks]
+        return [chunk_document(c) for c in kb.search(query, **self._search_options())]
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
         kb: Searchable = self.knowledge_base
-        chunks = await kb.asearch(
-            query,
-            collection=self.collection,
-            limit=self.k,
-            mode=self.mode,
-            threshold=self.threshold,
-            filter=self.filter,
-        )
-        return [chunk_document(c) for c in chunks]
+        return [chunk_document(c) for c in await kb.asearch(query, **self._search_options())]
 
 
 def chunk_document(chunk: Chunk) -> Document:
