@@ -132,8 +132,8 @@ def ingest(
     from arcana_loop.knowledge.errors import (
         DatabaseUnavailable,
         EmbeddingMismatch,
+        IngestError,
         KnowledgeBaseError,
-        UnsupportedFormat,
     )
     from arcana_loop.knowledge.names import new_collection_name
 
@@ -176,8 +176,8 @@ def ingest(
                         f"leave out --embeddings, or re-embed the collection first:"
                         f" arcana-loop reembed {collection} --embeddings {embeddings}",
                     )
-                except UnsupportedFormat as exc:  # names the file and lists the supported types
-                    fail(f"could not ingest {exc}")
+                except IngestError as exc:  # says what is wrong with the file, and the fix
+                    fail(f"could not ingest {path}: {str(exc).removeprefix(f'{path}: ')}")
                 except (TypeError, ValueError) as exc:  # a bad glob, typically
                     fail(f"could not ingest {path}: {exc}", "see arcana-loop ingest --help")
                 except (KnowledgeBaseError, OSError) as exc:
