@@ -10,6 +10,7 @@ tool of its own by replacing it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from arcana_loop.core.state import TerminatedBy
 from arcana_loop.tools import answer, explore, give_up, search
@@ -25,7 +26,13 @@ TOOLS: tuple[LoopTool, ...] = (
 
 def get(name: object) -> LoopTool | None:
     """Return the built-in tool of that name, or ``None``."""
-    return next((tool for tool in TOOLS if tool.name == name), None)
+    return _by_name(TOOLS).get(name) if isinstance(name, str) else None
+
+
+@lru_cache(maxsize=4)
+def _by_name(tools: tuple[LoopTool, ...]) -> dict[str, LoopTool]:
+    # asked several times per call of every turn: a dict, remade only when `TOOLS` changes
+    return {tool.name: tool for tool in tools}
 
 
 def default_names() -> tuple[str, ...]:
