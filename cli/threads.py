@@ -210,7 +210,7 @@ def _replay_file(path: Path) -> tuple[list[str], Any]:
         ValueError,
     ) as exc:  # a field of the wrong type or shape
         fail(
-            f"{path} is not a usable replay record ({type(exc).__name__}: {exc}).",
+            f"{path} is not a replay record ({type(exc).__name__}: {exc}).",
             "replay a file written by arcana-loop record",
         )
         raise AssertionError("unreachable") from exc

@@ -365,7 +365,7 @@ def test_replaying_a_record_of_the_wrong_shape_is_one_line_naming_the_file(tmp_p
     path = tmp_path / "run.json"
     path.write_text(json.dumps(record))
     line = _error_line(_cli("replay", "--record", str(path)))
-    assert str(path) in line and "not a usable replay record" in line
+    assert str(path) in line and "is not a replay record" in line
 
 
 @pytest.mark.postgres
