@@ -38,11 +38,12 @@ full 4 MB list); a smaller one (an edit) leaves its few entries there.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -52,7 +53,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import psycopg
 from langchain_core.embeddings import Embeddings
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -77,6 +78,8 @@ from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import MOVED_KEY
 from arcana_loop.knowledge.schema import (
     HNSW_MAX_DIMENSION,
+    add_term_counts,
+    count_terms_in_writer,
     create_fulltext_index,
     create_hnsw_index,
     drop_fulltext_index,
@@ -102,6 +105,13 @@ FULLTEXT_MERGE_MIN_CHUNKS = 32
 Merging the lists cost a 1 % edit of a 659-chunk document 1.6-2.5 ms (the lifecycle
 bench's stage medians), a fixed cost whatever the edit; a full 4 MB list cost a full-text
 search 2.5 ms at 100k chunks, and a small load adds a small part of that until merged."""
+PIPELINE_MAX_CHUNKS = 64
+"""An edit batch of at most this many new chunks sends its statements in pipeline mode.
+
+Only the statements whose answers it reads wait for the server; the writes after them
+(the document row, the chunks and their vectors as one INSERT each instead of a COPY,
+the BM25 counts) go with the commit, one round trip instead of seven. On two shared
+cores each round trip waits for the server's process to be scheduled."""
 LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
@@ -193,6 +203,32 @@ class _Batch:
     def texts(self) -> list[str]:
         """What is embedded: each new chunk with its context (title and section path)."""
         return [c.searchable for item in self.items for c in item.fresh]
+
+    @property
+    def replaces(self) -> bool:
+        """Whether it replaces a stored version of a document (an edit), so deletes chunks."""
+        return any(item.base is not None for item in self.items)
+
+
+@dataclass
+class _TermCounts:
+    """A batch's net change to its collection's BM25 counts, when it adds them itself.
+
+    Only a batch that replaces documents counts (`schema.count_terms_in_writer`):
+    a deleted chunk and its edited version share most terms, which then cost nothing.
+    """
+
+    df: Counter[int] = field(default_factory=Counter)
+    """Term key to the change of its document frequency."""
+    chunks: int = 0
+    """The change in chunks holding terms."""
+
+    def add(self, keys: Sequence[int] | None, sign: int) -> None:
+        """Count one chunk's term keys in (`sign` 1) or out (-1); a chunk without keys is not counted."""
+        if keys is None:
+            return
+        self.df.update(dict.fromkeys(keys, sign))
+        self.chunks += sign
 
 
 RESERVED_METADATA_KEYS = frozenset(
@@ -699,15 +735,27 @@ def _report(progress: ProgressFn | None, done: int, total: int) -> None:
 
 
 def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> IngestResult:
-    """Write one batch in one transaction and return its counts."""
+    """Write one batch in one transaction and return its counts.
+
+    A batch that replaces documents counts its BM25 terms itself (`_TermCounts`);
+    one of at most `PIPELINE_MAX_CHUNKS` new chunks (an edit) runs in pipeline mode.
+    """
     coll = load.coll
     delta = IngestResult()
     parts = _split_rows(matrix, batch)
-    with load.pool.connection() as conn, conn.transaction():
+    counts = _TermCounts() if batch.replaces else None
+    pipelined = counts is not None and batch.size <= PIPELINE_MAX_CHUNKS
+    with (
+        load.pool.connection() as conn,
+        conn.pipeline() if pipelined else contextlib.nullcontext(),
+        conn.transaction(),
+    ):
         held = _hold_collection(conn, coll, count_pending=load.pending)
         if held.pending is not None:
             load.pending_seen.append(held.pending)
-        kept_ids = _upsert_documents(conn, coll, batch.items, delta)
+        if counts is not None:
+            count_terms_in_writer(conn)
+        kept_ids = _upsert_documents(conn, coll, batch.items, delta, counts)
         writes = []
         for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
             if kept is None:
@@ -722,7 +770,9 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
                 embedded.update(zip((c.id for c in missing), more, strict=True))
             rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
             writes.append((item.doc_id, new, rows))
-        _copy_chunks(conn, coll, writes, load.pending, held.average_length)
+        _copy_chunks(conn, coll, writes, load.pending, held.average_length, counts)
+        if counts is not None:
+            add_term_counts(conn, coll.id, counts.df, counts.chunks)
         delta.chunks_added = sum(len(new) for _, new, _ in writes)
     return delta
 
@@ -776,12 +826,17 @@ def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[
 
 
 def _upsert_documents(
-    conn: psycopg.Connection[Any], coll: CollectionRef, items: list[_Planned], delta: IngestResult
+    conn: psycopg.Connection[Any],
+    coll: CollectionRef,
+    items: list[_Planned],
+    delta: IngestResult,
+    counts: _TermCounts | None = None,
 ) -> list[frozenset[str] | None]:
     """Insert or replace the batch's document rows; return, per item, what to keep of it.
 
     ``None``: nothing to write (the same content is stored); else the ids of its
     chunks that stay stored (none for a new document), so only the others are written.
+    `counts`, when the batch counts its BM25 terms itself, gets the deleted chunks'.
 
     One locking read and one insert for the whole batch (a statement per document
     cost two round trips each). Rows are locked and inserted in id order, so two
@@ -805,7 +860,7 @@ def _upsert_documents(
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
             keep.append(None)
         elif item.doc_id in known:
-            keep.append(_replace_document(conn, item, known[item.doc_id], delta))
+            keep.append(_replace_document(conn, item, known[item.doc_id], delta, counts))
         else:  # inserted by another writer, then deleted before this one could lock it
             raise CollectionNotFound(
                 f"document {item.doc.source!r} of collection {coll.name!r} was deleted"
@@ -849,7 +904,11 @@ def _insert_documents(
 
 
 def _replace_document(
-    conn: psycopg.Connection[Any], item: _Planned, stored_hash: str, delta: IngestResult
+    conn: psycopg.Connection[Any],
+    item: _Planned,
+    stored_hash: str,
+    delta: IngestResult,
+    counts: _TermCounts | None = None,
 ) -> frozenset[str]:
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
 
@@ -859,7 +918,7 @@ def _replace_document(
     document's own metadata, a page) is rewritten; a carried chunk's cannot have
     (it was chunked against this stored version, with the same metadata). A
     document another writer replaced since it was planned is chunked whole again.
-    Returns the kept chunks' ids.
+    The deleted chunks' terms are counted out of `counts`, if given. Returns the kept chunks' ids.
     """
     stored = _stored_chunks(conn, item)
     if item.chunked.carried and (
@@ -874,7 +933,12 @@ def _replace_document(
     places.update((c.id, (c.position, c.metadata.get(MOVED_KEY))) for c in item.rows)
     stale = sorted(stored.keys() - places.keys())
     if stale:
-        conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s)", (stale,))
+        gone = conn.execute(
+            "DELETE FROM kb_chunks WHERE id = ANY(%s) RETURNING lex_keys", (stale,)
+        ).fetchall()
+        if counts is not None:
+            for (keys,) in gone:
+                counts.add(keys, -1)
     delta.chunks_removed += len(stale)
     kept = sorted(stored.keys() & places.keys())
     rewritten: list[ChunkRow] = []
@@ -942,49 +1006,39 @@ def _copy_chunks(
     writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
     pending: bool,
     average_length: float | None,
+    counts: _TermCounts | None = None,
 ) -> None:
-    """Binary-COPY a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings.
+    """Write a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings.
 
-    ``pending``: the embeddings wait outside the collection's live HNSW graph.
-    ``average_length``: the collection's BM25 average chunk length, if it has one yet.
+    Binary COPY, or, on a connection in pipeline mode (an edit's few rows: see
+    `_write_batch`), which cannot COPY, one INSERT of arrays per table, sent with the
+    statements around it. ``pending``: the embeddings wait outside the collection's
+    live HNSW graph. ``average_length``: the collection's BM25 average chunk length,
+    if it has one yet. ``counts``: when the batch counts its BM25 terms itself, gets
+    the new chunks'.
     """
     writes = [w for w in writes if w[1]]
     if not writes:
         return
+    rows = _chunk_rows(conn, coll, writes, average_length, counts)
+    ids = [row[0] for row in rows]
+    vectors = np.concatenate([vectors for _, _, vectors in writes])
+    # into the collection's partition directly: no routing of each row through the parent
+    partition = partition_table(coll.dimension, coll.id)
+    if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        _insert_rows(conn, coll, rows, partition, vectors, pending)
+        return
     with conn.cursor() as cur:
-        rows = [
-            (doc_id, row, lexical.terms(row.searchable))
-            for doc_id, chunks, _ in writes
-            for row in chunks
-        ]
-        avg_len = average_length or _collection_average_length(
-            conn, coll, lexical.average_length(t for _, _, t in rows)
-        )
         with cur.copy(
             "COPY kb_chunks (id, document_id, collection_id, position, text, metadata, lex, lex_keys)"
             " FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(["text", "text", "int8", "int4", "text", "jsonb", "sparsevec", "int4[]"])
-            for doc_id, row, terms in rows:
-                weights = lexical.document_vector(terms, avg_len)
-                copy.write_row(
-                    (
-                        row.id,
-                        doc_id,
-                        coll.id,
-                        row.position,
-                        row.text,
-                        Jsonb(row.metadata),
-                        lexical.sparse_vector(weights),
-                        sorted(weights),
-                    )
-                )
-        # into the collection's partition directly: no routing of each row through the parent
+            for row in rows:
+                copy.write_row(row)
         statement = sql.SQL(
             "COPY {p} (chunk_id, collection_id, embedding, pending) FROM STDIN (FORMAT BINARY)"
-        ).format(p=partition_table(coll.dimension, coll.id))
-        ids = [row.id for _, chunks, _ in writes for row in chunks]
-        vectors = np.concatenate([vectors for _, _, vectors in writes])
+        ).format(p=partition)
         with cur.copy(statement) as copy:
             if all(len(i) == CHUNK_ID_CHARS and i.isascii() for i in ids):
                 copy.write(_binary_embedding_rows(ids, coll.id, vectors, pending))
@@ -992,6 +1046,88 @@ def _copy_chunks(
                 copy.set_types(["text", "int8", "vector", "bool"])
                 for chunk, vector in zip(ids, vectors, strict=True):
                     copy.write_row((chunk, coll.id, vector, pending))
+
+
+_ChunkColumns = tuple[str, str, int, int, str, Jsonb, Any, list[int]]
+"""A `kb_chunks` row as written: id, document id, collection id, position, text, metadata, lex, lex_keys."""
+
+
+def _chunk_rows(
+    conn: psycopg.Connection[Any],
+    coll: CollectionRef,
+    writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
+    average_length: float | None,
+    counts: _TermCounts | None,
+) -> list[_ChunkColumns]:
+    """The `kb_chunks` rows of a batch's new chunks, their BM25 weights computed (and counted into `counts`)."""
+    found = [
+        (doc_id, row, lexical.terms(row.searchable))
+        for doc_id, chunks, _ in writes
+        for row in chunks
+    ]
+    avg_len = average_length or _collection_average_length(
+        conn, coll, lexical.average_length(t for _, _, t in found)
+    )
+    rows: list[_ChunkColumns] = []
+    for doc_id, row, terms in found:
+        weights = lexical.document_vector(terms, avg_len)
+        keys = sorted(weights)
+        if counts is not None:
+            counts.add(keys, 1)
+        rows.append(
+            (
+                row.id,
+                doc_id,
+                coll.id,
+                row.position,
+                row.text,
+                Jsonb(row.metadata),
+                lexical.sparse_vector(weights),
+                keys,
+            )
+        )
+    return rows
+
+
+def _insert_rows(
+    conn: psycopg.Connection[Any],
+    coll: CollectionRef,
+    rows: list[_ChunkColumns],
+    partition: sql.Identifier,
+    vectors: np.ndarray[Any, Any],
+    pending: bool,
+) -> None:
+    """Insert chunk rows and their embeddings with a statement each (pipeline mode, where COPY is not allowed).
+
+    Vectors go in binary (``%b``), as COPY sends them: the same float32 values, and
+    psycopg's text form of a vector cost 0.5 ms each.
+    """
+    ids, doc_ids, _, positions, texts, metadata, lex, keys = (
+        list(c) for c in zip(*rows, strict=True)
+    )
+    conn.execute(
+        "INSERT INTO kb_chunks (id, document_id, collection_id, position, text, metadata, lex, lex_keys)"
+        " SELECT u.id, u.doc, %s, u.pos, u.text, u.meta, u.lex, u.keys::int4[]"
+        " FROM unnest(%s::text[], %s::text[], %s::int4[], %s::text[], %s::jsonb[], %b::sparsevec[],"
+        " %s::text[]) AS u(id, doc, pos, text, meta, lex, keys)",
+        (
+            coll.id,
+            ids,
+            doc_ids,
+            positions,
+            texts,
+            metadata,
+            lex,
+            ["{" + ",".join(map(str, k)) + "}" for k in keys],  # a ragged int4[][] cannot be passed
+        ),
+    )
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {p} (chunk_id, collection_id, embedding, pending)"
+            " SELECT u.id, %s, u.e, %s FROM unnest(%s::text[], %b::vector[]) AS u(id, e)"
+        ).format(p=partition),
+        (coll.id, pending, ids, list(vectors)),
+    )
 
 
 def _collection_average_length(

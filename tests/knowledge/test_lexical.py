@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from langchain_core.documents import Document
 
-from arcana_loop.knowledge import KnowledgeBase, lexical
+from arcana_loop.knowledge import KnowledgeBase, lexical, writer
 from arcana_loop.knowledge.sections import context_line, document_title
 
 pytestmark = pytest.mark.postgres
@@ -131,6 +131,28 @@ def test_chunks_moved_by_an_edit_keep_the_counts_exact(kb: KnowledgeBase, tmp_pa
     with kb.pool().connection() as conn:  # an update that does change terms is still counted
         conn.execute("UPDATE kb_chunks SET lex_keys = lex_keys[1:1] WHERE text LIKE '%zebra%'")
     assert (_df(kb), _chunks(kb)) == _recounted(kb)
+
+
+@pytest.mark.parametrize("pipeline_max", [0, 64], ids=["copied", "pipelined"])
+def test_an_edit_counts_its_own_terms_exactly(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pipeline_max: int
+):
+    # an edit counts the terms it deletes and inserts itself, once, net (the triggers stand
+    # aside): beside a new document in the same batch, written by COPY or in a pipeline
+    monkeypatch.setattr(writer, "PIPELINE_MAX_CHUNKS", pipeline_max)
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    sections = [f"## Berth {n}\n\nBerth {n} takes ships of {n + 40} metres." for n in range(30)]
+    (shelf / "guide.md").write_text("# Guide\n\n" + "\n\n".join(sections))
+    kb.ingest(shelf, collection="port", chunk_size=120, chunk_overlap=0)
+    sections[3] = "## Berth 3\n\nBerth 3 was dredged for tankers and zebra barges."
+    del sections[20]
+    (shelf / "guide.md").write_text("# Guide\n\n" + "\n\n".join(sections))
+    (shelf / "pilots.md").write_text("# Pilots\n\nPilots board at the buoy.")
+    edit = kb.ingest(shelf, collection="port", chunk_size=120, chunk_overlap=0)
+    assert (edit.documents_replaced, edit.documents_added, edit.chunks_removed) == (1, 1, 2)
+    assert (_df(kb), _chunks(kb)) == _recounted(kb)
+    assert _df(kb)[lexical.key("dredg")] == 1 and _df(kb)[lexical.key("pilot")] == 1
 
 
 def test_an_earlier_counting_function_is_replaced_on_open(kb: KnowledgeBase, pg_url: str):

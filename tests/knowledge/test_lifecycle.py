@@ -98,6 +98,33 @@ def test_an_edit_re_embeds_only_the_chunks_it_changed(kb: KnowledgeBase, tmp_pat
     assert "dredged to 37 metres" in hits[0]["text"]
 
 
+def _written(kb: KnowledgeBase, collection: str) -> set[tuple[Any, ...]]:
+    """What each chunk of a collection stores, as text, by chunk text (ids differ between collections)."""
+    with kb.pool().connection() as conn:
+        rows = conn.execute(
+            "SELECT c.text, c.position, c.metadata::text, c.lex::text, c.lex_keys::text,"
+            " e.embedding::text FROM kb_chunks c JOIN kb_collections k ON k.id = c.collection_id"
+            " JOIN kb_embeddings_256 e ON e.chunk_id = c.id WHERE k.name = %s",
+            (collection,),
+        ).fetchall()
+    return set(rows)
+
+
+def test_an_edit_in_a_pipeline_writes_what_copy_writes(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a small edit inserts its rows in pipeline mode, the rest by binary COPY: the same bytes
+    guide = tmp_path / "guide.md"
+    for collection, pipeline_max in (("piped", writer.PIPELINE_MAX_CHUNKS), ("copied", 0)):
+        monkeypatch.setattr(writer, "PIPELINE_MAX_CHUNKS", pipeline_max)
+        guide.write_text(_guide(12))
+        kb.ingest(guide, collection=collection, chunk_size=200, chunk_overlap=0)
+        guide.write_text(_guide(12, edited=4, preface="Pilots board at the buoy."))
+        edit = kb.ingest(guide, collection=collection, chunk_size=200, chunk_overlap=0)
+        assert edit.chunks_added == 2
+    assert _written(kb, "piped") == _written(kb, "copied")
+
+
 def test_text_added_before_a_chunk_moves_it_without_re_embedding_it(
     kb: KnowledgeBase, tmp_path: Path
 ) -> None:
