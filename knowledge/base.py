@@ -68,6 +68,7 @@ from arcana_loop.knowledge.names import new_collection_name, normalize_collectio
 from arcana_loop.knowledge.pools import (
     AsyncFailFastPool,
     FailFastPool,
+    autocommitted,
     connection_lost,
     unavailable,
 )
@@ -458,7 +459,7 @@ class KnowledgeBase:
         name = new_collection_name(name) if create else normalize_collection_name(name)
         created = False
         find = "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s"
-        with self.pool().connection() as conn:
+        with autocommitted(self.pool()) as conn:  # each statement stands alone
             row = conn.execute(find, (name,)).fetchone()
             if row is None and create:  # looked up first: an existing one costs one statement
                 created = (
@@ -856,7 +857,7 @@ class KnowledgeBase:
     def _ingest_entities(
         self, coll: CollectionRef, result: IngestResult, entities: bool | None, extractor: Any
     ) -> None:
-        with self.pool().connection() as conn:
+        with autocommitted(self.pool()) as conn:
             exists = entity_store.has_entities(conn, coll.id)
         if (entities is True or (entities is None and exists)) and (
             result.chunks_added or not exists

@@ -10,6 +10,8 @@ the checkout waits out the rest of its timeout as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -41,6 +43,24 @@ def connection_lost(exc: psycopg.Error) -> bool:
     return isinstance(exc, psycopg.OperationalError) and (
         state is None or state.startswith("08") or state in _SERVER_GONE
     )
+
+
+@contextmanager
+def autocommitted(pool: ConnectionPool[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A pooled connection in autocommit mode, for statements that each stand alone.
+
+    A pooled connection opens a transaction before its first statement and commits
+    it when returned: a lone read costs three round trips (BEGIN, the statement,
+    COMMIT), here one. The connection goes back to the pool as it came, not in
+    autocommit.
+    """
+    with pool.connection() as conn:
+        conn.autocommit = True
+        try:
+            yield conn
+        finally:
+            if not conn.closed:
+                conn.autocommit = False
 
 
 def _probe_kwargs(kwargs: Any) -> dict[str, Any]:

@@ -76,6 +76,7 @@ from arcana_loop.knowledge.loading import (
 )
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import MOVED_KEY
+from arcana_loop.knowledge.pools import autocommitted
 from arcana_loop.knowledge.schema import (
     HNSW_MAX_DIMENSION,
     add_term_counts,
@@ -606,7 +607,7 @@ def _changed_documents(
     Returns the others, and the stored version of each changed one by document id
     (its chunks' ids, structure map, metadata and hash), read in the same statement.
     """
-    with pool.connection() as conn:
+    with autocommitted(pool) as conn:
         rows = conn.execute(
             # an unchanged document's structure and chunks are not read (a sync skips thousands)
             "SELECT d.source, d.content_hash, d.id, c.changed,"
