@@ -14,7 +14,8 @@ product of the two (`<#>`, computed in C by pgvector) is the chunk's BM25 score.
 Document frequencies live in `kb_lex_terms`, per collection (a search sums them over its
 scope's collections), kept exact by statement-level
 triggers on `kb_chunks` (see `knowledge.schema`), whatever path inserts or
-deletes chunks.
+deletes chunks; a batch that replaces documents (an edit) has them stand aside
+and adds its net change itself, once (`writer._TermCounts`).
 
 Terms are code-aware, because questions about code name things the way code
 spells them and prose does not: ``asyncio.wait_for`` yields the dotted name, its
