@@ -75,6 +75,8 @@ class ToolEvent(TypedDict):
     """Arguments the call sent that the tool's offered schema does not have; they were not used."""
     error: NotRequired[str]
     """For a search that failed: why (``summary`` is ``search error: `` and this reason)."""
+    unmatched: NotRequired[list[str]]
+    """For a search: the query's words no chunk of its scope holds (``knowledge.types.SearchResults``)."""
 
 
 class ResolvedScope(TypedDict):

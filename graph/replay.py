@@ -30,7 +30,7 @@ from arcana_loop.graph.build import build_graph, make_deps
 from arcana_loop.graph.checkpoints import resolve_checkpointer
 from arcana_loop.graph.run import LoopResult, recursion_limit, run
 from arcana_loop.graph.trace import history
-from arcana_loop.knowledge.types import Chunk
+from arcana_loop.knowledge.types import Chunk, SearchResults
 from arcana_loop.nodes.conversation import is_closing, is_instruction, opening_index
 from arcana_loop.nodes.replying import ReplyingChatModel
 from arcana_loop.tools import registry
@@ -211,8 +211,9 @@ class Record:
     answerer_reply: dict[str, Any] | None = None
     synthesis_reply: dict[str, Any] | None = None
     searches: list[dict[str, Any]] = field(default_factory=list)
-    """``{"query", "collection", "result": [chunks] | None, "error": text | None}`` per search sent, in order
-    (``collection`` is the scope the controller asked for, ``None`` for the run's; older records lack it)."""
+    """``{"query", "collection", "result": [chunks] | None, "error": text | None, "unmatched": [words]}`` per
+    search sent, in order (``collection`` is the scope the controller asked for, ``None`` for the run's;
+    ``unmatched`` the query's words its scope never uses; older records lack either)."""
     expected: dict[str, Any] = field(default_factory=dict)
     """The original run's answer, terminated_by, iterations, tool_history and chunks."""
     question_index: int = 0
@@ -394,7 +395,13 @@ def _record_searches(record: Record, result: Mapping[str, Any]) -> None:
         if [c["id"] for c in taken] != ids:
             raise ReplayError("the thread's stored search results do not match its tool history")
         record.searches.append(
-            {"query": args.get("query"), "collection": scope, "result": taken, "error": None}
+            {
+                "query": args.get("query"),
+                "collection": scope,
+                "result": taken,
+                "error": None,
+                "unmatched": list(event.get("unmatched", ())),
+            }
         )
 
 
@@ -442,7 +449,7 @@ class RecordedSearch:
         for entry in searches:
             self._queue[entry.get("query")].append(entry)
 
-    def __call__(self, query: str, **_: Any) -> list[Chunk]:
+    def __call__(self, query: str, **_: Any) -> SearchResults:
         """Return the next recorded result for the query, or raise its recorded error."""
         pending = self._queue.get(query)
         if not pending:
@@ -450,7 +457,8 @@ class RecordedSearch:
         entry = pending.popleft()
         if entry.get("error") is not None:
             raise _exception(str(entry["error"]))
-        return [dict(c) for c in entry["result"]]  # type: ignore[misc]  # recorded chunks are Chunk dicts
+        chunks: list[Chunk] = [dict(c) for c in entry["result"]]  # type: ignore[misc]  # recorded chunks are Chunk dicts
+        return SearchResults(chunks, entry.get("unmatched") or ())
 
 
 def replay_record(record: Record) -> LoopResult:

@@ -46,6 +46,7 @@ from arcana_loop.knowledge.types import (
     DocumentInfo,
     IngestResult,
     SearchMode,
+    SearchResults,
 )
 from arcana_loop.knowledge.versions import ChunkVersions, text_hash
 
@@ -69,6 +70,7 @@ __all__ = [
     "MissingExtra",
     "ReembedResult",
     "SearchMode",
+    "SearchResults",
     "UnsupportedFormat",
     "WordLlamaEmbeddings",
     "aingest",

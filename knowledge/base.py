@@ -25,8 +25,8 @@ from pgvector.psycopg import (  # type: ignore[import-untyped]  # pgvector ships
 )
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from arcana_loop.knowledge import lexical, whole
 from arcana_loop.knowledge import queries as q
-from arcana_loop.knowledge import whole
 from arcana_loop.knowledge.embeddings import (
     default_embedder_name,
     embedding_model_name,
@@ -95,6 +95,7 @@ from arcana_loop.knowledge.types import (
     DocumentInfo,
     IngestResult,
     ProgressFn,
+    SearchResults,
 )
 from arcana_loop.knowledge.versions import ChunkVersions, read_versions
 from arcana_loop.knowledge.writer import (
@@ -1105,7 +1106,7 @@ class KnowledgeBase:
         filter: Mapping[str, Any] | None = None,
         whole_sections: bool = True,
         section_chars: int | None = None,
-    ) -> list[Chunk]:
+    ) -> SearchResults:
         """Search chunks.
 
         Args:
@@ -1135,7 +1136,8 @@ class KnowledgeBase:
                 its first chunk and the chunks nearest the hit.
 
         Returns:
-            Chunks, best first. A whole-section result's metadata also holds
+            Chunks, best first, in a list (`SearchResults`) whose `unmatched` holds
+            the query's words no chunk of the scope holds. A whole-section result's metadata also holds
             `hit_start` and `hit_end` (the hit's span in its text),
             `section_chunks`, `merged_hits` and `section_complete`
             (`knowledge.whole`). Entity-fused results carry an RRF score and, in
@@ -1164,7 +1166,7 @@ class KnowledgeBase:
             section_chars=section_chars,
         )
         if req is None:
-            return []
+            return SearchResults()
         vector = self._query_vector(req)
         steps = self._search_steps(req, vector, entities, entity_depth)
         with self._server_errors(), self.pool().connection() as conn:
@@ -1185,7 +1187,7 @@ class KnowledgeBase:
         filter: Mapping[str, Any] | None = None,
         whole_sections: bool = True,
         section_chars: int | None = None,
-    ) -> list[Chunk]:
+    ) -> SearchResults:
         """Search like `search`, on an async connection (never blocks the event loop)."""
         req = q.make_request(
             query,
@@ -1199,7 +1201,7 @@ class KnowledgeBase:
             section_chars=section_chars,
         )
         if req is None:
-            return []
+            return SearchResults()
         vector = await self._aquery_vector(req)
         steps = self._search_steps(req, vector, entities, entity_depth)
         pool = await self.apool()
@@ -1208,10 +1210,24 @@ class KnowledgeBase:
 
     def _search_steps(
         self, req: q.SearchRequest, vector: Any, entities: bool | None, depth: int | None
-    ) -> Steps[list[Chunk]]:
+    ) -> Steps[SearchResults]:
         """The one search `search` and `asearch` run (see `knowledge.steps`)."""
         scope_rows = yield q.scope_statement(req)
         resolved = q.resolve_collections(req, scope_rows, self.model_name, self.dimension)
+        unmatched = lexical.unmatched_words(req.query, resolved.present_word_keys)
+        chunks = yield from self._ranked_steps(req, scope_rows, resolved, vector, entities, depth)
+        return SearchResults(chunks, unmatched)
+
+    def _ranked_steps(
+        self,
+        req: q.SearchRequest,
+        scope_rows: Sequence[tuple[Any, ...]],
+        resolved: q.ResolvedCollections,
+        vector: Any,
+        entities: bool | None,
+        depth: int | None,
+    ) -> Steps[list[Chunk]]:
+        """The search's chunks, ranked, each read as its whole section unless asked not to."""
         if not resolved.ids:
             return []
         opts = self.entity_options

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -101,6 +102,22 @@ def sha256_of(path: Path) -> str:
         while block := file.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def vocabulary_words() -> frozenset[str]:
+    """The tokenizer vocabulary's whole alphabetic words: 22,501 common English words (bert-base-uncased's).
+
+    Names a developer meets every day but an English text rarely holds (``json``, ``git``,
+    ``django``) are not among them, which is what `nodes.offline` asks it.
+
+    Raises:
+        EmbedderUnavailable: if the onnx extra is not installed.
+        ModelFileMismatch: if the file differs from its pinned digest.
+    """
+    with installed_file(TOKENIZER_FILE).open(encoding="utf-8") as file:
+        vocab = json.load(file)["model"]["vocab"]
+    return frozenset(word for word in vocab if word.isalpha())
 
 
 def installed_file(pinned: PinnedFile) -> Path:

@@ -112,6 +112,30 @@ def terms(text: str) -> list[str]:
     return [term for token in _TOKEN.findall(text) for term in _expand(token)]
 
 
+def word_terms(text: str) -> dict[str, str]:
+    """Return each word of `text` (a dotted name's parts apart, lower-cased) with the one term it is indexed under whole.
+
+    A single word is indexed as its stem, a ``snake_case`` or ``CamelCase`` word whole
+    (``read_csv``, ``taskgroup``); stop words and one-letter words have no such term.
+    `unmatched_words` asks whether the scope holds each of these terms.
+    """
+    out: dict[str, str] = {}
+    for token in _TOKEN.findall(text):
+        for piece in (p for p in token.split(".") if p):
+            words = _words(piece)
+            if len(words) > 1:
+                out.setdefault(piece.lower(), piece.lower())
+            elif words and words[0] not in STOP_WORDS and len(words[0]) > 1:
+                out.setdefault(words[0], _stem(words[0]))
+    return out
+
+
+def unmatched_words(text: str, present_keys: Iterable[int]) -> tuple[str, ...]:
+    """Return the words of `text` whose term (`word_terms`) is none of `present_keys`, in order."""
+    present = set(present_keys)
+    return tuple(word for word, term in word_terms(text).items() if key(term) not in present)
+
+
 @lru_cache(maxsize=500_000)
 def key(term: str) -> int:
     """Return the sparse-vector index of `term` (0-based, as `SparseVector` takes it; stable across processes)."""

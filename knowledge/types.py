@@ -7,7 +7,7 @@ state and checkpoints; `IngestResult` and `CollectionInfo` are dataclasses with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NotRequired
@@ -42,6 +42,21 @@ class Chunk(TypedDict):
     """Zero-based index of the chunk within its document."""
     metadata: NotRequired[dict[str, Any]]
     """Document metadata plus `source`, `start_index` (character offset in the document) and `section`."""
+
+
+class SearchResults(list[Chunk]):
+    """What `KnowledgeBase.search` returns: the chunks, best first, as a list.
+
+    Also the query's words no chunk of the searched collections holds (`unmatched`,
+    from `knowledge.lexical.unmatched_words`), which tells a reader that a question
+    names something the knowledge base never mentions (a library, a tool, an API).
+    """
+
+    unmatched: tuple[str, ...]
+
+    def __init__(self, chunks: Iterable[Chunk] = (), unmatched: Iterable[str] = ()) -> None:
+        super().__init__(chunks)
+        self.unmatched = tuple(unmatched)
 
 
 @dataclass

@@ -7,7 +7,9 @@ gives up, and it writes nothing of its own: the answer is passages quoted from w
 the searches returned, per question part the passages that match it best (see
 `passage_score`: the similarity of their best sentence, the share of the part's words
 they hold, and the rank the search gave them), each its best sentences, led by what
-it documents and citing its chunk id. When no passage scores `MIN_SCORE` it gives up.
+it documents and citing its chunk id. When no passage scores `MIN_SCORE` it gives up, and
+so it does when the question names something the knowledge base never mentions
+(`unknown_names`: "pandas", "django") and no passage answers it strongly.
 Without tools (synthesis, answer rewrite) it replies with the same quotes. Every reply
 says so in its ``response_metadata`` (`core.sources.ANSWER_KIND_KEY`), which is how a
 result tells an extracted answer from a written one (`core.sources.answer_kind`).
@@ -36,6 +38,8 @@ from langchain_core.runnables import Runnable
 from arcana_loop.core.sources import ANSWER_KIND_KEY, EXTRACTED, named
 from arcana_loop.grounding.local import content_terms
 from arcana_loop.grounding.sentences import split_sentences
+from arcana_loop.knowledge.embeddings_minilm import vocabulary_words
+from arcana_loop.knowledge.errors import EmbedderUnavailable
 from arcana_loop.knowledge.sections import document_title
 from arcana_loop.nodes.replying import ReplyingChatModel
 from arcana_loop.tools import answer, give_up, search
@@ -58,6 +62,10 @@ NOTHING_MATCHES = (
     "(best passage {score:.2f}, below {threshold:.2f})"
 )
 NOTHING_FOUND = "the searches found nothing to quote"
+NEVER_MENTIONED = "the knowledge base never mentions {names}"
+NAMED_UNKNOWN_MAX_SCORE = 0.6
+"""A question naming something the knowledge base never mentions (`unknown_names`) is given up
+unless a passage scores at least this: what was found answers another question."""
 NO_ANSWER_TEXT = "The gathered information does not answer the question."
 
 _FILLER = re.compile(
@@ -144,6 +152,33 @@ def search_queries(question: str) -> list[str]:
     """What the first turn searches: each part of the question, then its key terms (what the wording may hide)."""
     terms = " ".join(sorted(content_terms(question)))
     return [q for q in dict.fromkeys([*question_parts(question), terms]) if q]
+
+
+def unknown_names(messages: Sequence[BaseMessage]) -> list[str]:
+    """The names the question uses that the knowledge base never mentions, as its searches reported them.
+
+    A search's result lists the query's words no chunk of its scope holds (its artifact's
+    ``unmatched``); of those, a name is one that is not a common English word (a
+    ``snake_case`` name, one of its words): ``pandas``, ``django``, ``taskgroup``. A plain
+    word the documents happen not to use (``toppings``) is no sign the question is
+    elsewhere. Without the word list (the onnx extra not installed), none is a name.
+    """
+    try:
+        common = vocabulary_words()
+    except EmbedderUnavailable:
+        return []
+    reported = dict.fromkeys(
+        word
+        for m in messages
+        if isinstance(m, ToolMessage) and is_search_artifact(m.artifact)
+        for word in m.artifact.get("unmatched", ())
+    )
+    return [
+        word
+        for word in reported
+        if word.replace("_", "").isalpha()
+        and any(part not in common for part in word.split("_") if part)
+    ]
 
 
 def _overlap(part: str, text: str) -> float:
@@ -370,6 +405,10 @@ class OfflineController(ReplyingChatModel):
         found = extract(question, _results(messages))
         if not self.tools_offered:
             return _reply(found.text or NO_ANSWER_TEXT)
+        names = unknown_names(messages)
+        if names and (found.best is None or found.best < NAMED_UNKNOWN_MAX_SCORE):
+            reason = NEVER_MENTIONED.format(names=", ".join(names))
+            return _reply("", [_call(give_up.NAME, 1, reason=reason)])
         if found.text is None:
             reason = (
                 NOTHING_FOUND

@@ -52,6 +52,8 @@ def _entry(outcome: CallOutcome, iteration: int) -> ToolEvent:
         entry["ignored_args"] = list(outcome.ignored_args)
     if outcome.error is not None:
         entry["error"] = outcome.error
+    if outcome.unmatched:
+        entry["unmatched"] = list(outcome.unmatched)
     return entry
 
 

@@ -87,6 +87,8 @@ class CallOutcome:
     """For a search result: the data its text was rendered from (the tool message's ``artifact``)."""
     error: str | None = None
     """For a search that failed: why (its text is ``search error: `` and this reason)."""
+    unmatched: tuple[str, ...] = ()
+    """For a search: the query's words no chunk of its scope holds (`knowledge.types.SearchResults`)."""
 
     concurrent: ClassVar[bool] = False
 

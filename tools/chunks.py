@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 from xml.sax.saxutils import quoteattr
 
 from typing_extensions import TypedDict
@@ -21,6 +21,8 @@ SHOWN_PER_SEARCH = 5
 """How many chunks of one search result the controller reads in full."""
 
 NO_RESULTS = "No results."
+UNMATCHED_NOTE = "No document searched contains: {words}."
+"""The last line of a result whose query has words the scope never uses (a name it does not know)."""
 FOUND_TEMPLATE = "Found {total} chunks. Top {shown}:"
 MAX_CHUNK_CHARS = 100_000
 """Longest chunk text the loop keeps; a longer one is cut (it would be checkpointed with every merge)."""
@@ -164,6 +166,8 @@ class SearchArtifact(TypedDict):
     total: int
     """How many chunks the search returned (``entries`` holds the shown ones)."""
     entries: list[ResultEntry]
+    unmatched: NotRequired[list[str]]
+    """The query's words no chunk of the scope holds (absent from results written before it existed)."""
 
 
 def is_search_artifact(value: Any) -> bool:
@@ -214,7 +218,9 @@ def _entry(rank: int, chunk: Chunk, shown_in: int | None) -> ResultEntry:
 
 
 def render_search_result(
-    chunks: Sequence[Chunk], shown_before: Mapping[str, int] | None = None
+    chunks: Sequence[Chunk],
+    shown_before: Mapping[str, int] | None = None,
+    unmatched: Sequence[str] = (),
 ) -> tuple[str, SearchArtifact | None]:
     """Render a search result as the controller reads it, and the artifact it was rendered from.
 
@@ -227,9 +233,19 @@ def render_search_result(
         chunks: the result, in the order the search returned it.
         shown_before: chunk id -> iteration of the result that already showed its
             full text; those chunks appear by id with a pointer instead.
+        unmatched: the query's words no chunk of the scope holds: named on a last line
+            (`UNMATCHED_NOTE`), since a controller should not go on searching for them.
     """
+    note = f"\n\n{UNMATCHED_NOTE.format(words=', '.join(unmatched))}" if unmatched else ""
     if not chunks:
-        return NO_RESULTS, None
+        if not unmatched:
+            return NO_RESULTS, None
+        return NO_RESULTS + note, {
+            "kind": "search",
+            "total": 0,
+            "entries": [],
+            "unmatched": list(unmatched),
+        }
     earlier = shown_before or {}
     shown = chunks[:SHOWN_PER_SEARCH]
     text = FOUND_TEMPLATE.format(total=len(chunks), shown=len(shown))
@@ -243,7 +259,10 @@ def render_search_result(
             entry["text_start"], entry["text_end"] = start, start + len(body)
             text += f"\n{body}\n</{CHUNK_TAG}>"
         entries.append(entry)
-    return text, {"kind": "search", "total": len(chunks), "entries": entries}
+    artifact: SearchArtifact = {"kind": "search", "total": len(chunks), "entries": entries}
+    if unmatched:
+        artifact["unmatched"] = list(unmatched)
+    return text + note, artifact
 
 
 def entry_text(content: str, entry: ResultEntry) -> str | None:

@@ -17,7 +17,7 @@ from arcana_loop.core import bridge
 from arcana_loop.core.sources import relative_sources
 from arcana_loop.core.state import ToolEvent
 from arcana_loop.core.text import describe_error
-from arcana_loop.knowledge.types import Chunk
+from arcana_loop.knowledge.types import Chunk, SearchResults
 from arcana_loop.tools import tracing
 from arcana_loop.tools.base import CallOutcome, LoopTool, RenderView, RunEnv, Turn
 from arcana_loop.tools.chunks import (
@@ -129,6 +129,7 @@ class SearchCall:
             )
         # bounded: a search may return far more than it was asked for; no machine path is kept
         found = relative_sources(to_chunks(results, self.limit))
+        unmatched = results.unmatched if isinstance(results, SearchResults) else ()
         return CallOutcome(
             self.call_id,
             NAME,
@@ -140,6 +141,7 @@ class SearchCall:
             rendered=False,
             entities=entity_usage(found),
             ignored_args=self.ignored_args,
+            unmatched=unmatched,
         )
 
 
@@ -261,7 +263,7 @@ class SearchTool(LoopTool):
                     {k: v for k, v in shown.items() if k not in changed} if changed else shown
                 )
                 text, artifact = render_search_result(
-                    outcome.found, pointers if view.show_once else None
+                    outcome.found, pointers if view.show_once else None, outcome.unmatched
                 )
                 for chunk in outcome.found[:SHOWN_PER_SEARCH]:
                     shown[chunk["id"]] = (

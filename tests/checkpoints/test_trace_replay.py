@@ -19,6 +19,7 @@ from arcana_loop.graph.replay import (
     verify_record,
 )
 from arcana_loop.graph.trace import ThreadNotFoundError, history, trace
+from arcana_loop.knowledge.types import SearchResults
 from arcana_loop.nodes.deps import LoopDeps
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, calls, chunk, search, tool_call
 
@@ -232,12 +233,15 @@ SCRIPTS = {
     "grounded": dict(
         responses=[search("alpha"), answer("Alpha is first.")], options={"grounder": "local"}
     ),
+    "words no document holds": dict(responses=[search("alpha pandas"), answer("none")]),
 }
 
 
 def _search(query, **kw):
     if query == "boom":
         raise ConnectionError("database went away")
+    if query == "alpha pandas":  # the search says which words its scope never uses
+        return SearchResults([chunk("c1", "Alpha is first.")], unmatched=["pandas"])
     return {
         "alpha": [chunk("c1", "Alpha is first."), chunk("c9", score=0.2)],
         "beta": [chunk("c2", "Beta is second.", score=0.7)],
@@ -271,6 +275,9 @@ def test_a_recorded_replay_reproduces_the_run_exactly_without_model_or_database(
     )
     if case == "grounded":
         assert replayed.grounding["score"] == original.grounding["score"]
+    if case == "words no document holds":
+        assert replayed.tool_history[0]["unmatched"] == ["pandas"]
+        assert replayed.messages[2].content.endswith("No document searched contains: pandas.")
 
 
 def test_a_question_that_ended_as_it_opened_has_no_record(monkeypatch):

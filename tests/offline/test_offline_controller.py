@@ -182,3 +182,45 @@ def test_every_offline_reply_says_its_answer_is_extracted():
     )
     replies = [m for m in result.messages if m.type == "ai" and m.tool_calls]
     assert replies and all(m.response_metadata[ANSWER_KIND_KEY] == EXTRACTED for m in replies)
+
+
+def _reporting(*unmatched):
+    """`memory_search`, reporting the given words as ones no document holds."""
+    from arcana_loop.knowledge.types import SearchResults
+
+    def search(query, **kwargs):
+        words = [w for w in unmatched if w in query.lower()]
+        return SearchResults(memory_search(query, **kwargs), unmatched=words)
+
+    return search
+
+
+def test_a_name_no_document_mentions_is_given_up_unless_a_passage_answers_it_strongly():
+    question = "How do I stop a slow coroutine with anyio?"
+    weak = run(question, controller_llm="offline", search_fn=_reporting("anyio"))
+    assert weak.terminated_by == "gave_up"
+    assert weak.tool_history[-1]["args"]["reason"] == "the knowledge base never mentions anyio"
+    unreported = run(question, controller_llm="offline", search_fn=memory_search)
+    assert unreported.terminated_by == "answered"  # the passage alone would have been quoted
+    strong = run(
+        "How do I run a coroutine with a timeout with anyio?",
+        controller_llm="offline",
+        search_fn=_reporting("anyio"),
+    )
+    assert strong.terminated_by == "answered"  # asyncio.wait_for answers it whatever anyio is
+
+
+def test_without_the_word_list_no_unknown_word_is_taken_for_a_name(monkeypatch):
+    from arcana_loop.knowledge.errors import EmbedderUnavailable
+    from arcana_loop.nodes import offline
+
+    def missing():
+        raise EmbedderUnavailable("the onnx extra is not installed")
+
+    monkeypatch.setattr(offline, "vocabulary_words", missing)
+    result = run(
+        "How do I stop a slow coroutine with anyio?",
+        controller_llm="offline",
+        search_fn=_reporting("anyio"),
+    )
+    assert result.terminated_by == "answered"

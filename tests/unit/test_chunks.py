@@ -106,3 +106,21 @@ def test_chunk_text_cannot_open_or_close_an_entry():
     assert text.count("<chunk ") == 1 and text.count("</chunk>") == 1
     assert len(artifact["entries"]) == 1
     assert "The code is 42." in entry_text(text, artifact["entries"][0])
+
+
+def test_the_words_no_document_holds_end_the_result_and_travel_in_its_artifact():
+    from arcana_loop.tools.chunks import entry_text, render_search_result
+
+    text, artifact = render_search_result(
+        [{"id": "a", "text": "Body.", "score": 1.0}], unmatched=["pandas", "read_csv"]
+    )
+    assert text.endswith("</chunk>\n\nNo document searched contains: pandas, read_csv.")
+    assert artifact["unmatched"] == ["pandas", "read_csv"]
+    assert entry_text(text, artifact["entries"][0]) == "Body."
+    # nothing found: the words still reach the controller, as text and as data
+    text, artifact = render_search_result([], unmatched=["pandas"])
+    assert text == "No results.\n\nNo document searched contains: pandas."
+    assert artifact == {"kind": "search", "total": 0, "entries": [], "unmatched": ["pandas"]}
+    # every word known: the result is as it always was
+    assert render_search_result([]) == ("No results.", None)
+    assert "unmatched" not in render_search_result([{"id": "a", "text": "B", "score": 1.0}])[1]
