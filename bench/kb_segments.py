@@ -17,6 +17,9 @@ collection a growth run left (``kb_bench --growth --keep``: 220k chunks in
 - ``filtered K...``: the same with a join and a filter keeping 10 % of the chunks;
 - ``attach``: a 10k segment built beside, then attached: how long, under which locks;
 - ``merge``: pending vectors moved into a 100k graph on one connection, then two;
+- ``inplace``: a 55k segment attached with no graph (searched by a bounded sort), then its
+  graph built in place while a thread searches: the plan, and the searches' p50 and
+  slowest before, during and after the build;
 - ``drop``: drop the lab schema (it is kept between commands).
 
     .venv/bin/python -m bench.kb_bench --growth --sizes 100000 --summaries pypi.tsv --keep
@@ -272,6 +275,55 @@ class Lab:
         c.execute(f"ALTER TABLE {LAB}.seg2_c DETACH PARTITION {LAB}.{new}")
         c.execute(f"DROP TABLE {LAB}.{new}")
 
+    def inplace(self) -> None:
+        """A segment attached before its graph: searched exactly, then its graph built under searches."""
+        c, new = self.conn, "seg2_c_s3"
+        c.execute(f"DROP TABLE IF EXISTS {LAB}.{new}")
+        c.execute(f"CREATE TABLE {LAB}.{new} PARTITION OF {LAB}.seg2_c FOR VALUES IN (3)")
+        self.copy(new, "abs(hashtext(chunk_id)) % 4 = 0", segment=3)
+        c.execute(f"ANALYZE {LAB}.{new}")
+        qs = self.queries(100)
+        statement = _SEARCH.format(t=self.table(2))
+        plan = c.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + statement,
+            {"q": qs[0], "ids": [self.collection]},
+        ).fetchall()
+        print("\n".join(r[0] for r in plan if "Sort" in r[0] or "Scan" in r[0] or "Append" in r[0]))
+        self.searches_meanwhile(qs, "without its graph", lambda: time.sleep(5))
+        self.searches_meanwhile(qs, "during its build", lambda: self.build(new, debug=True))
+        self.searches_meanwhile(qs, "with its graph", lambda: time.sleep(5))
+        c.execute(f"DROP TABLE {LAB}.{new}")
+
+    def searches_meanwhile(self, qs: list[str], label: str, work: Any) -> None:
+        """Search over and over on a connection of its own while `work` runs; p50 and slowest."""
+        stop, times = threading.Event(), []
+
+        def search() -> None:
+            with psycopg.connect(database_url(), autocommit=True) as conn:
+                statement = _SEARCH.format(t=self.table(2))
+                while not stop.is_set():
+                    for q in qs:
+                        with conn.transaction():
+                            conn.execute("SELECT set_config('hnsw.ef_search', '300', true)")
+                            start = time.perf_counter()
+                            conn.execute(statement, {"q": q, "ids": [self.collection]}).fetchall()
+                            times.append(time.perf_counter() - start)
+                        if stop.is_set():
+                            return
+
+        thread = threading.Thread(target=search)
+        thread.start()
+        work()
+        stop.set()
+        thread.join()
+        self.note(
+            "inplace",
+            segment=label,
+            searches=len(times),
+            p50_ms=1000 * statistics.median(times),
+            max_ms=1000 * max(times),
+        )
+
     def merge(self) -> None:
         """Pending vectors into a 100k graph, as `merge_pending_batch` moves them: one connection, then two."""
         c, table, moves = self.conn, "m100", 4500
@@ -329,7 +381,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "what", choices=["builds", "segments", "sweep", "filtered", "attach", "merge", "drop"]
+        "what",
+        choices=["builds", "segments", "sweep", "filtered", "attach", "merge", "inplace", "drop"],
     )
     parser.add_argument(
         "args", nargs="*", help="segment counts (segments, filtered) or K:EF pairs (sweep)"
@@ -354,6 +407,8 @@ def main() -> None:
         lab.sweep([(p[0], p[1]) for p in pairs], filtered=args.what == "filtered")
     elif args.what == "attach":
         lab.attach()
+    elif args.what == "inplace":
+        lab.inplace()
     else:
         lab.merge()
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
