@@ -21,7 +21,7 @@ from arcana_loop.cli.common import (
     shown,
     shown_path,
 )
-from arcana_loop.cli.threads import DEFAULT_CHECKPOINTER, CheckpointerOption
+from arcana_loop.cli.threads import DEFAULT_CHECKPOINTER, StoredCheckpointerOption
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def stale_command(
         str | None,
         typer.Option("--collection", "-c", help="Only answers resting on this collection."),
     ] = None,
-    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    checkpointer: StoredCheckpointerOption = DEFAULT_CHECKPOINTER,
     as_json: JsonOption = False,
 ) -> None:
     """List the finished threads whose answer rests on text that has changed or been deleted since."""
@@ -116,7 +116,7 @@ def _print_diff(diff: Any) -> None:
 def diff_command(
     a: Annotated[str, typer.Argument(help="A thread id (its last question) or a record file.")],
     b: Annotated[str, typer.Argument(help="The run to compare with, the same way.")],
-    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    checkpointer: StoredCheckpointerOption = DEFAULT_CHECKPOINTER,
     as_json: JsonOption = False,
 ) -> None:
     """Show how two runs differ: decisions, searches, chunks, claims' support, answers, tokens, time."""

@@ -25,6 +25,27 @@ CheckpointerOption = Annotated[
 ]
 
 
+def _existing_store(spec: str) -> str:
+    """A SQLite file that is not there holds no thread: say so, rather than create it empty."""
+    if spec.startswith("sqlite:") and not Path(spec.split(":", 1)[1]).expanduser().is_file():
+        fail(
+            f"no checkpoint database at {spec.split(':', 1)[1]}.",
+            "pass the --checkpointer sqlite:PATH your runs were stored with",
+        )
+    return spec
+
+
+StoredCheckpointerOption = Annotated[
+    str,
+    typer.Option(
+        "--checkpointer",
+        help="Where the threads are stored: postgres, memory or sqlite:PATH.",
+        callback=_existing_store,
+    ),
+]
+"""`CheckpointerOption` for commands that only read threads: a missing SQLite file is an error."""
+
+
 QuestionOption = Annotated[
     int | None,
     typer.Option(
@@ -51,7 +72,7 @@ def _steps(thread_id: str, checkpointer: str, question: int | None = None) -> li
 
 def trace_command(
     thread_id: Annotated[str, typer.Argument(help="The thread id that ask printed.")],
-    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    checkpointer: StoredCheckpointerOption = DEFAULT_CHECKPOINTER,
     as_json: Annotated[bool, typer.Option("--json", help="Print the steps as JSON.")] = False,
     question: QuestionOption = None,
 ) -> None:
@@ -219,7 +240,7 @@ def _replay_file(path: Path) -> tuple[list[str], Any]:
 def record_command(
     thread_id: Annotated[str, typer.Argument(help="A finished thread.")],
     out_path: Annotated[Path, typer.Option("--out", "-o", help="The record file to write.")],
-    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    checkpointer: StoredCheckpointerOption = DEFAULT_CHECKPOINTER,
     question: QuestionOption = None,
 ) -> None:
     """Save a finished question's model replies and search results (the thread's last by default), for an exact replay anywhere."""

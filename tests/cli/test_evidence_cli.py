@@ -89,3 +89,16 @@ def test_the_chat_says_before_the_steps_that_earlier_evidence_changed():
         {"event": "loop_start", "stale_evidence": stale}
     )
     assert _step_line({"event": "loop_start"}) is None
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("stale",), ("diff", "t1", "t2"), ("trace", "t1"), ("record", "t1", "--out", "r.json")],
+)
+def test_a_read_of_a_sqlite_file_that_is_not_there_says_so_and_creates_nothing(command, tmp_path):
+    store = tmp_path / "threads.sqlite"
+    env = {**clean_env(), "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    done = cli(*command, "--checkpointer", f"sqlite:{store}", env=env, cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"no checkpoint database at {store}." in done.stderr.replace("\n", "")
+    assert not store.exists() and not (tmp_path / "r.json").exists()
