@@ -331,5 +331,12 @@ def evidence_view(values: Mapping[str, Any]) -> dict[str, Any]:
         "steps": _steps(values.get("tool_history") or []),
         "totals": _totals(values),
         "answer_kind": values.get("answer_kind"),
+        "stale_note": _stale_note(values.get("stale_evidence")),
         "earlier": [_earlier(q, c) for q, c in asked[:-1]],
     }
+
+
+def _stale_note(stale: Any) -> str | None:
+    """What a follow-up says first when the previous answer's evidence changed since (`nodes.pins`)."""
+    note = stale.get("note") if isinstance(stale, Mapping) else None
+    return note if isinstance(note, str) and note else None

@@ -206,3 +206,16 @@ def test_a_claim_is_backed_by_its_own_citations_and_the_best_scoring_source() ->
     claims = evidence_view(values)["claims"]
     assert [e["n"] for e in claims[0]["evidence"]] == [1]  # the weak overlap is left out
     assert [e["n"] for e in claims[1]["evidence"]] == [1, 2]  # its own citation, and the best
+
+
+def test_a_follow_up_whose_earlier_evidence_changed_carries_the_note_to_the_page() -> None:
+    result = run(
+        "How much grain?",
+        controller_llm=scripted(search("grain"), answer("60,000 tonnes [c-grain].")),
+        search_fn=ScriptedSearch([[GRAIN]]),
+    )
+    values = _values(result)
+    assert evidence_view(values)["stale_note"] is None
+    note = "Earlier evidence has changed: 1 passage(s) of capacity.pdf that changed since."
+    values["stale_evidence"] = {"note": note, "changed": [], "deleted": []}
+    assert evidence_view(values)["stale_note"] == note

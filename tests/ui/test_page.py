@@ -9,6 +9,7 @@ page reaches is saved as a screenshot in ``tests/ui/screenshots/``.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,30 @@ def test_an_empty_knowledge_base_and_a_server_that_is_down(
     expect(page.locator("#banner")).to_contain_text("does not answer: is it running?")
     expect(page.locator("#server-status")).to_have_text("server down")
     shot(page, "8-server-down")
+
+
+def test_a_follow_up_says_first_that_the_earlier_answer_s_evidence_changed(
+    page: Page, server: LangGraphServer, pg_url: str, tmp_path: Path, shot: Shot
+) -> None:
+    name = f"ui-stale-{uuid.uuid4().hex[:8]}"
+    notes = tmp_path / "cranes.md"
+    notes.write_text("# Cranes\n\nThe quay cranes lift 65 tonnes each, two boxes at a time.\n")
+    kb = KnowledgeBase(pg_url)
+    try:
+        kb.ingest(notes, collection=name)
+        _open(page, server, name)
+        _ask(page, "How much do the quay cranes lift?")
+        _runs_done(page, 1)
+        expect(page.locator(".turn.current .answer")).to_contain_text("65 tonnes")
+        expect(page.locator(".turn.current .stale")).to_have_count(0)
+        notes.write_text("# Cranes\n\nThe quay cranes lift 80 tonnes each since the refit.\n")
+        kb.ingest(notes, collection=name)
+        _ask(page, "And how many boxes at a time?")
+        _runs_done(page, 2)
+        stale = page.locator(".turn.current .stale")
+        expect(stale).to_contain_text("changed since")
+        expect(stale).to_contain_text("cranes.md")
+        shot(page, "8-stale-evidence")
+    finally:
+        kb.delete_collection(name)
+        kb.close()

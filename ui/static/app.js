@@ -447,8 +447,11 @@ function renderConversation(view, timing) {
   const extracted = view.answer_kind === "extracted" && view.terminated_by !== "gave_up"
     ? el("p", { class: "muted small", text: "Extracted: passages quoted as found; no model wrote this answer." })
     : null;
+  // said before the answer, as the CLI says it: the previous answer's evidence changed since
+  const stale = view.stale_note ? el("p", { class: "note stale", text: view.stale_note }) : null;
   const current = el("article", { class: "turn current" },
     el("p", { class: "question", text: view.question }),
+    stale,
     stateLine(view),
     extracted,
     answerNode(view.answer, view.citations),
