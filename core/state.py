@@ -87,6 +87,20 @@ class ResolvedScope(TypedDict):
     """The allowed collections, in the caller's order (NFC, as the knowledge base stores them)."""
 
 
+class QuestionSetup(TypedDict):
+    """What ``start`` works out once per question for every node of it: one state field, not two.
+
+    LangGraph copies and visits every channel of the graph on every step and router read,
+    so a field costs a loop about 0.5 M instructions (1 %), written or not: as two fields
+    these cost 0.52 M more (`bench.loop_instructions`).
+    """
+
+    scope: ResolvedScope
+    """The question's ``collection``, checked and resolved (``tools.scoping.Scope`` as data)."""
+    offered: list[str]
+    """The tools the controller is offered, in order."""
+
+
 Coverage = Literal["supported", "partially_supported", "unsupported"]
 """How much of a grounded answer the evidence holds (see ``nodes.evidence``)."""
 
@@ -260,10 +274,8 @@ class LoopState(LoopInput):
     coverage: NotRequired[Coverage | None]
     search_nudged: NotRequired[bool]
     """An answer made before any search was sent back (see ``nodes.search_first``); only once per run."""
-    scope: NotRequired[ResolvedScope]
-    """The question's ``collection``, checked and resolved once by ``start``; every node reads this."""
-    offered: NotRequired[list[str]]
-    """The tools the controller is offered for this question, in order (``start`` works them out once)."""
+    question_setup: NotRequired[QuestionSetup]
+    """The question's scope and offered tools, worked out once by ``start``; every node reads them here."""
     options: NotRequired[dict[str, Any]]
     """The run's options (its `LoopContext` as JSON). LangGraph does not checkpoint the context,
     and resumes, traces and recorded replays need it: `run` sends them with its input

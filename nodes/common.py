@@ -28,7 +28,7 @@ Role = str  # "controller", "answer" or "fallback"
 def offered_names(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> list[str]:
     """Work out the tools a question offers, in order: the toolset's, then the optional built-ins its options offer.
 
-    ``start`` does, once per question (``LoopState.offered``); every node reads them there.
+    ``start`` does, once per question (``LoopState.question_setup``); every node reads them there.
     """
     offer = Offer(ctx, scope, deps.search_fn, frozenset(deps.custom_tools))
     optional = (t.name for t in registry.TOOLS if not t.default and t.offered(offer))
@@ -37,8 +37,8 @@ def offered_names(deps: LoopDeps, ctx: LoopContext | None, scope: Scope) -> list
 
 def offered_of(deps: LoopDeps, ctx: LoopContext | None, state: LoopState) -> Sequence[str]:
     """Return the tools the question offers, as ``start`` worked them out (an older thread's state has none)."""
-    offered = state.get("offered")
-    return offered if offered is not None else offered_names(deps, ctx, scope_of(state))
+    setup = state.get("question_setup")
+    return setup["offered"] if setup is not None else offered_names(deps, ctx, scope_of(state))
 
 
 def offered_tools(deps: LoopDeps, ctx: LoopContext | None, state: LoopState) -> list[ToolSchema]:

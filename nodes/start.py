@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.state import LoopState, ResolvedScope, StaleEvidence, TerminatedBy
+from arcana_loop.core.state import LoopState, QuestionSetup, StaleEvidence, TerminatedBy
 from arcana_loop.core.text import check_question
 from arcana_loop.nodes import prompts
 from arcana_loop.nodes.common import emit, offered_names
@@ -44,8 +44,7 @@ class StartUpdate(TypedDict, total=False):
     answer: str | None
     options: dict[str, Any]
     stale_evidence: StaleEvidence | None
-    scope: ResolvedScope
-    offered: list[str]
+    question_setup: QuestionSetup
 
 
 def _told_of_changes(state: LoopState, update: Mapping[str, Any], deps: LoopDeps) -> dict[str, Any]:
@@ -80,10 +79,9 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
         else:
             emit(runtime, start_event(asked.text, ctx, len(offered), update.get("stale_evidence")))
     # resolved once here, for every node of the question (each run may bring other options)
-    if state.get("scope") != scope.as_data():
-        update["scope"] = scope.as_data()
-    if state.get("offered") != offered:
-        update["offered"] = offered
+    setup: QuestionSetup = {"scope": scope.as_data(), "offered": offered}
+    if state.get("question_setup") != setup:
+        update["question_setup"] = setup
     # LangGraph does not checkpoint the context; resumes, traces and recorded replays need it.
     # `run` sends it with the input; a served run's input holds none, and every run (each
     # question of a conversation, a question carried on) may come with other options

@@ -145,5 +145,7 @@ def scope_of(state: Mapping[str, Any]) -> Scope:
 
     A state written before the scope was carried (an older thread) has only its ``collection``.
     """
-    data = state.get("scope")
-    return Scope.from_data(data) if data is not None else normalize_scope(state.get("collection"))
+    setup = state.get("question_setup")
+    if setup is None:
+        return normalize_scope(state.get("collection"))
+    return Scope.from_data(setup["scope"])
