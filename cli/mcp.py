@@ -72,6 +72,8 @@ class SearchResult(TypedDict):
     """What `search` returns: the hits, best first."""
 
     chunks: list[FoundChunk]
+    unmatched: list[str]
+    """The query's words no chunk of the searched collections holds: what the knowledge base never mentions."""
 
 
 class Answer(TypedDict):
@@ -238,9 +240,8 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
     ) -> SearchResult:
         """Search the knowledge base's chunks; returns them best first with their place and score."""
         with tool_errors():
-            hits = relative_sources(
-                kb.search(query, collection=scope.names(collection), limit=limit, mode=mode)
-            )
+            found = kb.search(query, collection=scope.names(collection), limit=limit, mode=mode)
+            hits = relative_sources(found)
         return {
             "chunks": [
                 {
@@ -251,7 +252,8 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
                     "collection": hit.get("collection"),
                 }
                 for hit in hits
-            ]
+            ],
+            "unmatched": list(found.unmatched),
         }
 
     @server.tool(annotations=READ_ONLY)

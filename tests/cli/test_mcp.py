@@ -109,7 +109,10 @@ async def test_every_tool_answers_json_over_stdio(collections, tmp_path: Path) -
         assert {tool.name for tool in listed.tools} == TOOLS
         assert all(tool.output_schema for tool in listed.tools)
 
-        found = await call(session, "search", query="harbor rollback release", collection=ops)
+        found = await call(
+            session, "search", query="harbor rollback release kubernetes", collection=ops
+        )
+        assert found["unmatched"] == ["kubernetes"]  # a word no document of the scope holds
         top = found["chunks"][0]
         assert "harbor rollback" in top["text"] and top["collection"] == ops
         assert top["title"] == "harbor" and top["source"] == "harbor.md"
