@@ -24,6 +24,15 @@ server_app = typer.Typer(
 _EXTERNAL = "DATABASE_URL is set: arcana-loop uses that server and runs no embedded one"
 
 
+def _worker_line() -> str:
+    from arcana_loop.cli.warm import worker_state
+
+    state = worker_state()
+    if state is None:
+        return "  warm worker: none (the next command starts one; see arcana-loop's README)"
+    return f"  warm worker: PID {state['pid']}, stops after {state['idle_seconds']:g} s without a command"
+
+
 def _embedded_only() -> None:
     from arcana_loop.knowledge.server import DATABASE_URL_ENV
 
@@ -49,6 +58,7 @@ def status(
 ) -> None:
     """Say whether the embedded server runs, where, since when, and when it stops."""
     _embedded_only()
+    from arcana_loop.cli.warm import worker_state
     from arcana_loop.knowledge.server import embedded_server_status
 
     status = embedded_server_status()
@@ -64,11 +74,13 @@ def status(
             "keeper_pid": status.keeper_pid,
             "idle_seconds": status.idle_seconds,
             "in_use": status.in_use,
+            "warm_worker_pid": (worker_state() or {}).get("pid"),
         }
         out.print_json(json.dumps(fields))
         return
     if not status.running:
         out.print(f"The embedded PostgreSQL of {status.pgdata} is not running.")
+        out.print(_worker_line())
         return
     out.print(f"The embedded PostgreSQL runs in {status.pgdata}")
     if status.cluster != status.pgdata:
@@ -81,11 +93,17 @@ def status(
         users = "in use now" if status.in_use else "unused now"
         idle = f"{status.idle_seconds:g} s" if status.idle_seconds is not None else "?"
         out.print(f"  keeper:   PID {status.keeper_pid}, stops it after {idle} unused ({users})")
+    out.print(_worker_line())
 
 
 @server_app.command()
 def stop() -> None:
-    """Stop the embedded server now (a process still using it starts it again when it needs it)."""
+    """Stop the warm worker and the embedded server now (a process still using it starts it again when it needs it)."""
+    from arcana_loop.cli.warm import stop_worker
+
+    worker = stop_worker()
+    if worker is not None:
+        out.print(f"Stopped the warm worker (PID {worker}); the commands it runs finish first.")
     _embedded_only()
     from arcana_loop.knowledge.server import pgdata_dir, stop_embedded_server
 

@@ -24,6 +24,8 @@ def session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
         # session and module fixtures make collections too: WordLlama for them as for tests
         # (a search of every collection reads those of the default embedder only)
         mp.setenv("ARCANA_LOOP_EMBEDDINGS", "wordllama")
+        # the user's data folder (a warm worker's socket, a default data directory) is the session's
+        mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
         yield cache
 
 
@@ -50,3 +52,6 @@ def _no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     # New collections are embedded with WordLlama (thousands of chunks a second); the tests of
     # MiniLM, the default with the onnx extra, choose it (tests/knowledge/test_minilm.py).
     monkeypatch.setenv("ARCANA_LOOP_EMBEDDINGS", "wordllama")
+    # Each command a test runs is a process of its own: a warm worker would outlive the test
+    # (tests/cli/test_warm_worker.py starts its own, in a folder of its own).
+    monkeypatch.setenv("ARCANA_LOOP_WARM_WORKER", "off")

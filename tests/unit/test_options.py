@@ -16,6 +16,7 @@ DECLARATIONS = {
     "arcana_loop.settings",
     "arcana_loop.core.context",
     "arcana_loop.knowledge.settings",
+    "arcana_loop.cli.settings",
 }
 """The mechanism and the modules that declare options and settings: the only ones naming variables."""
 

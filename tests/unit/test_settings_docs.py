@@ -6,6 +6,7 @@ import ast
 import re
 from pathlib import Path
 
+from arcana_loop.cli.settings import CLI_SETTINGS
 from arcana_loop.knowledge.settings import KNOWLEDGE_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +33,9 @@ def test_the_knowledge_readme_lists_every_setting_with_its_default_and_meaning()
         assert meaning == setting.help, setting.env
 
 
-def test_the_readme_names_knowledge_settings_as_declared():
+def test_the_readme_names_settings_as_declared() -> None:
     rows = _rows(ROOT / "README.md", "| environment | meaning |")
-    declared = {s.env: s.help for s in KNOWLEDGE_SETTINGS}
+    declared = {s.env: s.help for s in (*KNOWLEDGE_SETTINGS, *CLI_SETTINGS)}
     assert rows
     for env, _, meaning in rows:
         assert declared.get(env) == meaning, env
