@@ -35,10 +35,11 @@ Decisions:
 * **Signals.** The client forwards SIGINT, SIGTERM, SIGHUP and SIGQUIT to the child (a
   Ctrl-C reaches the client, the foreground process); a child whose client is gone (its
   socket closed, however it ended) is sent SIGTERM, then SIGKILL a few seconds later.
-* **One worker per user**, beside the embedded server's default data directory
-  (``warm.sock``, ``warm.lock`` held for the worker's life, ``warm.json`` for ``arcana-loop
-  server status``): the environment is the command's, so one worker serves every data
-  directory. Only its user can connect (the socket is ``0600`` and the peer's uid is
+* **One worker per user and installation**, beside the embedded server's default data
+  directory (``warm-<tag>.sock``, ``warm-<tag>.lock`` held for the worker's life,
+  ``warm-<tag>.json`` for ``arcana-loop server status``; the tag names the interpreter, so
+  two checkouts used in turn do not replace each other's worker at every command): the
+  environment is the command's, so one worker serves every data directory. Only its user can connect (the socket is ``0600`` and the peer's uid is
   checked). It ends after ``ARCANA_LOOP_SERVER_IDLE_SECONDS`` without a command, as
   the embedded server does, when its socket is removed, or on ``arcana-loop server
   stop``. ``ARCANA_LOOP_WARM_WORKER=0`` turns it off (every command runs in its own
@@ -93,19 +94,27 @@ def home() -> Path:
     return platformdirs.user_data_path("arcana-loop")
 
 
+def _named(suffix: str) -> Path:
+    """The worker's file `suffix` in `home`, named after this installation's interpreter."""
+    import hashlib
+
+    tag = hashlib.sha1(sys.executable.encode(), usedforsecurity=False).hexdigest()[:8]
+    return home() / f"warm-{tag}.{suffix}"
+
+
 def socket_path() -> Path:
     """The worker's Unix socket."""
-    return home() / "warm.sock"
+    return _named("sock")
 
 
 def lock_path() -> Path:
     """The lock a worker holds for its whole life."""
-    return home() / "warm.lock"
+    return _named("lock")
 
 
 def state_path() -> Path:
     """The running worker's state, for ``arcana-loop server status``."""
-    return home() / "warm.json"
+    return _named("json")
 
 
 def code_stamp() -> str:
@@ -239,7 +248,7 @@ def start_worker(stamp: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if not _lock_is_free():
             return  # one is starting (or runs and refused: it ends once its children have)
-        with open(folder / "warm.log", "ab") as log:
+        with open(_named("log"), "ab") as log:
             subprocess.Popen(
                 [sys.executable, "-P", "-m", "arcana_loop.cli.worker", stamp],
                 stdin=subprocess.DEVNULL,

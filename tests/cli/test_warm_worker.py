@@ -229,7 +229,8 @@ def test_a_dead_worker_leaves_the_command_to_its_own_process(started: Worker) ->
     dead = started.pid()
     os.kill(dead, signal.SIGKILL)
     psutil.Process(dead).wait(timeout=10)
-    assert (started.folder / "arcana-loop" / "warm.sock").exists()  # left behind
+    with started.here():
+        assert warm.socket_path().exists()  # left behind
     assert started.run(*FAILING) == started.run(*FAILING, warm_worker=False)
     assert started.pid(other_than=dead) != dead
 
@@ -251,4 +252,4 @@ def test_off_runs_every_command_in_its_own_process_and_starts_no_worker(worker: 
     time.sleep(1)
     with worker.here():
         assert warm.worker_state() is None
-    assert not (worker.folder / "arcana-loop" / "warm.sock").exists()
+        assert not warm.socket_path().exists()
