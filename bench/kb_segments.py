@@ -20,6 +20,8 @@ collection a growth run left (``kb_bench --growth --keep``: 220k chunks in
 - ``inplace``: a 55k segment attached with no graph (searched by a bounded sort), then its
   graph built in place while a thread searches: the plan, and the searches' p50 and
   slowest before, during and after the build;
+- ``unequal EF...``: a 200k segment and a 20k one (a 10 % load's), searched at each EF
+  with the small one's graph, then without it (its rows sorted exactly);
 - ``drop``: drop the lab schema (it is kept between commands).
 
     .venv/bin/python -m bench.kb_bench --growth --sizes 100000 --summaries pypi.tsv --keep
@@ -154,6 +156,32 @@ class Lab:
         self.build("b110", efc=40)
         self.build("b110")
 
+    def unequal(self, efs: list[int]) -> None:
+        """A large segment and a small one: each `ef_search`, with the small one's graph and without."""
+        c, parent = self.conn, "sequ"
+        c.execute(f"DROP TABLE IF EXISTS {LAB}.{parent}")
+        c.execute(
+            f"CREATE TABLE {LAB}.{parent} (LIKE {LAB}.seg2) PARTITION BY LIST (collection_id)"
+        )
+        c.execute(
+            f"CREATE TABLE {LAB}.{parent}_c PARTITION OF {LAB}.{parent}"
+            f" FOR VALUES IN ({self.collection}) PARTITION BY LIST (segment)"
+        )
+        for s, where in (
+            (0, "abs(hashtext(chunk_id)) % 11 <> 0"),
+            (1, "abs(hashtext(chunk_id)) % 11 = 0"),
+        ):
+            sub = f"{parent}_c_s{s}"
+            c.execute(f"CREATE TABLE {LAB}.{sub} PARTITION OF {LAB}.{parent}_c FOR VALUES IN ({s})")
+            self.copy(sub, where, segment=s)
+            self.build(sub)
+            c.execute(f"CREATE INDEX ON {LAB}.{sub} (collection_id) WHERE pending")
+        c.execute(f"ANALYZE {LAB}.{parent}")
+        self.sweep([(-1, ef) for ef in efs])
+        c.execute(f"DROP INDEX {LAB}.{parent}_c_s1_hnsw")
+        print("without the small segment's graph:")
+        self.sweep([(-1, ef) for ef in efs])
+
     def segments(self, k: int) -> None:
         """The collection's vectors in `k` sub-partitions (by a hash of the chunk id), each with its graph."""
         c, parent = self.conn, f"seg{k}"
@@ -208,6 +236,8 @@ class Lab:
             return [r[0] for r in rows], time.perf_counter() - start
 
     def table(self, k: int) -> str:
+        if k == -1:  # `unequal`'s
+            return f"{LAB}.sequ"
         return f"{SCHEMA}.kb_embeddings_256" if k == 1 else f"{LAB}.seg{k}"
 
     def sweep(self, configs: list[tuple[int, int]], *, filtered: bool = False) -> None:
@@ -382,7 +412,17 @@ def main() -> None:
     )
     parser.add_argument(
         "what",
-        choices=["builds", "segments", "sweep", "filtered", "attach", "merge", "inplace", "drop"],
+        choices=[
+            "builds",
+            "segments",
+            "sweep",
+            "filtered",
+            "attach",
+            "merge",
+            "inplace",
+            "unequal",
+            "drop",
+        ],
     )
     parser.add_argument(
         "args", nargs="*", help="segment counts (segments, filtered) or K:EF pairs (sweep)"
@@ -409,6 +449,8 @@ def main() -> None:
         lab.attach()
     elif args.what == "inplace":
         lab.inplace()
+    elif args.what == "unequal":
+        lab.unequal([int(ef) for ef in args.args])
     else:
         lab.merge()
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
