@@ -146,6 +146,21 @@ def collection_errors(kb: Any, collection: str | None, doing: str) -> Iterator[N
         fail(f"no collection named {collection!r}.", f"known collections: {known}")
 
 
+_opened: list[Any] = []
+"""The knowledge bases `knowledge_base` opened for the command running (one at a time per process)."""
+
+
+def close_opened() -> None:
+    """Close the knowledge bases the command opened, when it ends (`cli.help.FlagHelpGroup.invoke`).
+
+    A pool left to the garbage collector may be collected in one of its own worker
+    threads, which cannot join itself: a warning in any process that outlives the
+    command (a test runner, the warm worker's tests).
+    """
+    while _opened:
+        _opened.pop().close()
+
+
 def knowledge_base(embeddings: str | None = None) -> Any:
     """Open the knowledge base the CLI uses (`DATABASE_URL` or the embedded server), with one-line errors.
 
@@ -171,6 +186,7 @@ def knowledge_base(embeddings: str | None = None) -> Any:
             kb.collections()
     except SettingError as exc:  # the message names the variable and what it must be
         fail(str(exc))
+    _opened.append(kb)
     return kb
 
 

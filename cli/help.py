@@ -35,6 +35,15 @@ class FlagHelpGroup(TyperGroup):
             self._placeholders_set = True
         return super().get_params(ctx)
 
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command, then close the knowledge bases it opened."""
+        from arcana_loop.cli.common import close_opened
+
+        try:
+            return super().invoke(ctx)
+        finally:
+            close_opened()
+
     def main(  # type: ignore[override]  # the same parameters, by keyword
         self,
         args: Any = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import uuid
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from psycopg_pool import ConnectionPool
 from typer.testing import CliRunner
 
 from arcana_loop.cli.doctor import _print_report
@@ -54,12 +56,24 @@ def test_pending_vectors_below_the_threshold_are_normal_and_fix_merges_them(wait
 
 
 @pytest.mark.postgres
+def _open_pools() -> list[ConnectionPool[Any]]:
+    """Every connection pool not closed, garbage not yet collected included."""
+    return [p for p in gc.get_objects() if isinstance(p, ConnectionPool) and not p.closed]
+
+
 def test_merge_pending_is_a_hidden_alias_that_still_merges(waiting: str) -> None:
     assert "merge-pending" not in invoke("--help").stdout
-    merged = invoke("merge-pending", "-c", waiting)
+    gc.disable()  # a pool the command left behind stays findable until it is collected
+    try:
+        before = len(_open_pools())
+        merged = invoke("merge-pending", "-c", waiting)
+        left = len(_open_pools()) - before
+    finally:
+        gc.enable()
     assert merged.exit_code == 0, merged.output
     assert re.search(r"Merged [1-9][\d,]* pending vectors", merged.stdout)
     assert "doctor --fix" in merged.stderr
+    assert left == 0  # the command closed the knowledge base it opened
 
 
 def report(**changes: Any) -> dict[str, Any]:
