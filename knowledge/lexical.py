@@ -122,11 +122,9 @@ def word_terms(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for token in _TOKEN.findall(text):
         for piece in (p for p in token.split(".") if p):
-            words = _words(piece)
-            if len(words) > 1:
-                out.setdefault(piece.lower(), piece.lower())
-            elif words and words[0] not in STOP_WORDS and len(words[0]) > 1:
-                out.setdefault(words[0], _stem(words[0]))
+            # the piece's first term is the one it is indexed under whole (`_expand` says how)
+            if indexed := _expand(piece):
+                out.setdefault(piece.lower(), indexed[0])
     return out
 
 
