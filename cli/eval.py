@@ -7,6 +7,7 @@ Every command prints a Rich table, or the whole report as JSON with ``--json``;
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from arcana_loop.cli.flags import FROM_FLAGS, Flag, loop_flags
+from arcana_loop.cli.flags import FROM_FLAGS, Flag, flag_group, loop_flags
 from arcana_loop.evaluation.report import format_delta, format_metric
 
 eval_app = typer.Typer(
@@ -56,14 +57,25 @@ def _cli() -> ModuleType:
     return common
 
 
-def _load_cases(path: Path | None, set_name: str = "realistic", split: str | None = None) -> Any:
+@dataclass(frozen=True)
+class CaseChoice:
+    """The flags that choose an evaluation's cases and the collection it searches."""
+
+    cases_path: CasesOption = None
+    set_name: SetOption = "realistic"
+    split: SplitOption = None
+    collection: CollectionOption = None
+
+
+def _load_cases(choice: CaseChoice) -> Any:
     from arcana_loop.evaluation.cases import EVAL_SETS, SPLITS, CaseSet, load_cases
 
+    set_name, split = choice.set_name, choice.split
     if set_name not in EVAL_SETS:
         _cli().fail(f"--set must be one of {', '.join(EVAL_SETS)}, got {set_name!r}.")
     if split is not None and split not in SPLITS:
         _cli().fail(f"--split must be one of {', '.join(SPLITS)}, got {split!r}.")
-    target = path or EVAL_SETS[set_name]
+    target = choice.cases_path or EVAL_SETS[set_name]
     try:
         cases = load_cases(target)
     except FileNotFoundError:
@@ -121,11 +133,9 @@ def _emit(report: dict[str, Any], as_json: bool, out_path: Path | None, table: T
 
 
 @eval_app.command("retrieval")
+@flag_group(CaseChoice)
 def retrieval(
-    cases_path: CasesOption = None,
-    set_name: SetOption = "realistic",
-    split: SplitOption = None,
-    collection: CollectionOption = None,
+    choice: CaseChoice = FROM_FLAGS,
     mode: Annotated[
         list[str] | None,
         typer.Option(
@@ -143,8 +153,8 @@ def retrieval(
     from arcana_loop.evaluation.metrics import DEFAULT_KS
     from arcana_loop.evaluation.retrieval import evaluate_retrieval
 
-    cases = _load_cases(cases_path, set_name, split)
-    scope = collection or cases.collection
+    cases = _load_cases(choice)
+    scope = choice.collection or cases.collection
     kb = _prepare_kb(scope)
     try:
         report = evaluate_retrieval(
@@ -251,11 +261,9 @@ def _options_table(report: dict[str, Any]) -> Table:
     Flag("min_support", help="Send answers grounded below this back once."),
     Flag("max_iterations", help="Most controller turns."),
 )
+@flag_group(CaseChoice)
 def loop(
-    cases_path: CasesOption = None,
-    set_name: SetOption = "realistic",
-    split: SplitOption = None,
-    collection: CollectionOption = None,
+    choice: CaseChoice = FROM_FLAGS,
     model: Annotated[
         str, typer.Option("--model", help="Controller model, e.g. offline or openai:gpt-4o-mini.")
     ] = "offline",
@@ -293,7 +301,7 @@ def loop(
     from arcana_loop.nodes.deps import ConfigurationError
     from arcana_loop.nodes.models import ModelSpecError
 
-    cases = _load_cases(cases_path, set_name, split)
+    cases = _load_cases(choice)
     if limit is not None:
         cases = CaseSet(
             cases.cases[:limit],
@@ -301,7 +309,7 @@ def loop(
             collection=cases.collection,
             description=cases.description,
         )
-    scope = collection or cases.collection
+    scope = choice.collection or cases.collection
     kb = _prepare_kb(scope)
     main = _cli()
     options = {**_named_options(option), **options}

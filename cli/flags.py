@@ -6,6 +6,10 @@ placeholder in help), its ``--name`` and its help come from the option's declara
 blocks of their own. A command may give a flag another name or help of its own where
 its wording says more (``--model`` for ``controller_model``). The command receives the
 flags the user gave as one ``options`` dict, keyed by the keyword each goes to.
+
+Flags of the command line's own that several commands share are one dataclass, whose
+fields `flag_group` offers as flags (``eval retrieval`` and ``eval loop`` choose their
+cases this way).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -32,8 +37,8 @@ SCOPE_FLAG = Annotated[
 ]
 """The ``--collection`` flag of the commands that ask (``ask``, ``chat``)."""
 FROM_FLAGS: Any = None
-"""The declared default of that parameter (``options: dict[str, Any] = FROM_FLAGS``): the
-command's wrapper always passes the dict, so the body never sees this."""
+"""The declared default of a parameter the flags fill (``options: dict[str, Any] = FROM_FLAGS``,
+or a `flag_group`'s): the command's wrapper always passes it, so the body never sees this."""
 
 
 @dataclass(frozen=True)
@@ -103,25 +108,58 @@ def loop_flags(*flags: Flag) -> Callable[[Command], Command]:
     keyed by `Flag.key`.
     """
 
+    def given(values: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in values.items() if value is not None}
+
+    return _gathered(OPTIONS, [f.parameter() for f in flags], given)
+
+
+def flag_group(group: type[Any]) -> Callable[[Command], Command]:
+    """Give a command the fields of the dataclass `group` as flags, in place of its parameter of that type.
+
+    Each field is one flag: its name is the keyword, its annotation the type and the
+    ``typer.Option``, its default the default. Commands that share a set of flags declare
+    them once this way, and receive them as one `group` object.
+    """
+    hints = typing.get_type_hints(group, include_extras=True)
+    params = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
+        )
+        for f in dataclasses.fields(group)
+    ]
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        name = next(p.name for p in signature.parameters.values() if p.annotation is group)
+        return _gathered(name, params, lambda values: group(**values))(command)
+
+    return decorate
+
+
+def _gathered(
+    name: str, params: list[inspect.Parameter], gather: Callable[[dict[str, Any]], Any]
+) -> Callable[[Command], Command]:
+    """Put `params` in the place of a command's parameter `name`, which receives `gather` of their values."""
+
     def decorate(command: Command) -> Command:
         signature = inspect.signature(command, eval_str=True)
         own = list(signature.parameters.values())
-        at = [p.name for p in own].index(OPTIONS)
-        params = [
+        at = [p.name for p in own].index(name)
+        spliced = [
             p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-            for p in (*own[:at], *(f.parameter() for f in flags), *own[at + 1 :])
+            for p in (*own[:at], *params, *own[at + 1 :])
         ]
-        keys = [f.key for f in flags]
+        keys = [p.name for p in params]
 
         @functools.wraps(command)
-        def with_options(**kwargs: Any) -> Any:
-            given = {key: kwargs.pop(key) for key in keys}
-            options = {key: value for key, value in given.items() if value is not None}
-            return command(**kwargs, **{OPTIONS: options})
+        def with_group(**kwargs: Any) -> Any:
+            values = {key: kwargs.pop(key) for key in keys}
+            return command(**kwargs, **{name: gather(values)})
 
         # Typer reads the parameters and their types from these, not from the wrapped command
-        with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]  # read by inspect.signature
-        with_options.__annotations__ = {p.name: p.annotation for p in params}
-        return with_options  # type: ignore[return-value]  # same call, the flags gathered
+        with_group.__signature__ = signature.replace(parameters=spliced)  # type: ignore[attr-defined]  # read by inspect.signature
+        with_group.__annotations__ = {p.name: p.annotation for p in spliced}
+        return with_group  # type: ignore[return-value]  # same call, the flags gathered
 
     return decorate

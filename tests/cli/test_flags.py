@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
 from typer.testing import CliRunner
 
-from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, Flag, loop_flags
+from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, Flag, flag_group, loop_flags
 from arcana_loop.cli.main import app as main_app
 from arcana_loop.core.context import OPTIONS
 
@@ -70,3 +71,38 @@ def test_every_command_that_runs_the_loop_offers_the_run_flags():
         shown = CliRunner().invoke(main_app, [*command, "--help"], env={"COLUMNS": "250"}).output
         for flag in RUN_FLAGS:
             assert (flag.name or "--" + flag.option.replace("_", "-")) in shown, (command, flag)
+
+
+@dataclass(frozen=True)
+class _Pick:
+    path: Annotated[str | None, typer.Option("--path", help="Where from.")] = None
+    size: Annotated[int, typer.Option("--size", help="How many.")] = 3
+
+
+def _group_app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.command()
+    @loop_flags(Flag("max_iterations"))
+    @flag_group(_Pick)
+    def go(
+        pick: _Pick = FROM_FLAGS, options: dict[str, Any] = FROM_FLAGS, loud: bool = False
+    ) -> None:
+        received.append({"pick": pick, "loud": loud, **options})
+
+    return app
+
+
+def test_a_flag_group_offers_its_fields_as_flags_and_passes_them_as_one_object():
+    received.clear()
+    args = ["--path", "here", "--max-iterations", "2", "--loud"]
+    done = CliRunner().invoke(_group_app(), args)
+    assert done.exit_code == 0, done.output
+    assert received == [{"pick": _Pick("here", 3), "loud": True, "max_iterations": 2}]
+    shown = " ".join(
+        CliRunner().invoke(_group_app(), ["--help"], env={"COLUMNS": "250"}).output.split()
+    )
+    assert shown.index("--path") < shown.index("--size") < shown.index("--max-iterations")
+    assert "Where from." in shown and "How many." in shown
+    bad = CliRunner().invoke(_group_app(), ["--size", "many"])
+    assert bad.exit_code != 0 and "Invalid value for '--size'" in bad.output
