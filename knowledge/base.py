@@ -7,6 +7,7 @@ import contextlib
 import copy
 import difflib
 import functools
+import inspect
 import logging
 import os
 import re
@@ -14,7 +15,7 @@ import stat
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import psycopg
 from langchain_core.documents import Document
@@ -111,6 +112,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 P = ParamSpec("P")
+R = TypeVar("R")
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -170,6 +172,32 @@ def _ascope_embedder(
 
     functools.update_wrapper(run, search)
     return run
+
+
+def _parameters_of(
+    sync: Callable[Concatenate[KnowledgeBase, P], R],
+) -> Callable[[Callable[..., Awaitable[R]]], Callable[Concatenate[KnowledgeBase, P], Awaitable[R]]]:
+    """Give a coroutine method the parameters of its sync twin, declared once, on the twin.
+
+    Whoever reads the coroutine's signature (``help``, `inspect.signature`, a type checker)
+    sees the twin's; the coroutine is called with every parameter by name, defaults
+    applied. A call that does not fit them raises `TypeError` when awaited.
+    """
+    signature = inspect.signature(sync)
+
+    def decorate(
+        body: Callable[..., Awaitable[R]],
+    ) -> Callable[Concatenate[KnowledgeBase, P], Awaitable[R]]:
+        async def twin(kb: KnowledgeBase, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            bound = signature.bind(kb, *args, **kwargs)
+            bound.apply_defaults()
+            return await body(**bound.arguments)
+
+        functools.update_wrapper(twin, body)
+        twin.__signature__ = signature  # type: ignore[attr-defined]  # read by inspect.signature
+        return twin
+
+    return decorate
 
 
 def _scope_of(options: Mapping[str, Any]) -> tuple[list[str] | None, str]:
@@ -1173,33 +1201,12 @@ class KnowledgeBase:
             return read_sync(conn, steps, lambda: self._embed(req.query))
 
     @_ascope_embedder
+    @_parameters_of(search)
     async def asearch(
-        self,
-        query: str,
-        *,
-        collection: CollectionScope = None,
-        limit: int = 5,
-        mode: str = "hybrid",
-        threshold: float | None = None,
-        ef_search: int | None = None,
-        entities: bool | None = None,
-        entity_depth: int | None = None,
-        filter: Mapping[str, Any] | None = None,
-        whole_sections: bool = True,
-        section_chars: int | None = None,
+        self, query: str, entities: bool | None, entity_depth: int | None, **request: Any
     ) -> SearchResults:
-        """Search like `search`, on an async connection (never blocks the event loop)."""
-        req = q.make_request(
-            query,
-            collection=collection,
-            limit=limit,
-            mode=mode,
-            threshold=threshold,
-            ef_search=ef_search,
-            filter=filter,
-            whole_sections=whole_sections,
-            section_chars=section_chars,
-        )
+        """Search like `search`, with its parameters, on an async connection (never blocks the event loop)."""
+        req = q.make_request(query, **request)
         if req is None:
             return SearchResults()
         vector = await self._aquery_vector(req)

@@ -229,6 +229,18 @@ async def test_asearch_matches_search(loaded: KnowledgeBase) -> None:
     await loaded.aclose()
 
 
+def test_asearch_takes_the_parameters_search_declares() -> None:
+    assert inspect.signature(KnowledgeBase.asearch) == inspect.signature(KnowledgeBase.search)
+    assert inspect.iscoroutinefunction(KnowledgeBase.asearch)
+
+
+async def test_asearch_refuses_an_unknown_keyword_as_search_does(loaded: KnowledgeBase) -> None:
+    with pytest.raises(TypeError, match="nosuch"):
+        loaded.search("bread", nosuch=1)  # type: ignore[call-arg]  # the mistake under test
+    with pytest.raises(TypeError, match="nosuch"):
+        await loaded.asearch("bread", nosuch=1)  # type: ignore[call-arg]  # the mistake under test
+
+
 async def test_module_level_api_fits_search_fn(
     loaded: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
