@@ -338,17 +338,23 @@ class KnowledgeBase:
                 # fails fast with DatabaseUnavailable once the server is gone, not after 30 s
                 pool: ConnectionPool[Any] = FailFastPool(
                     self.url,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    kwargs={"options": self._options},
                     configure=_configure,
                     # a connection the server dropped (restart, failover, idle kill) is replaced, not handed to a search
                     check=ConnectionPool.check_connection,
-                    open=False,
+                    **self._pool_settings(),
                 )
                 pool.open(wait=True, timeout=30)
                 self._pool = pool
             return self._pool
+
+    def _pool_settings(self) -> dict[str, Any]:
+        """What the sync and the async pool share: their size and connection options, opened by the caller."""
+        return {
+            "min_size": 1,
+            "max_size": self._pool_size,
+            "kwargs": {"options": self._options},
+            "open": False,
+        }
 
     def _prepare_database(self) -> None:
         try:
@@ -369,12 +375,9 @@ class KnowledgeBase:
             await asyncio.to_thread(self.pool)  # schema and extension, once
             apool: AsyncConnectionPool[Any] = AsyncFailFastPool(
                 self.url,
-                min_size=1,
-                max_size=self._pool_size,
-                kwargs={"options": self._options},
                 configure=_configure_async,
                 check=AsyncConnectionPool.check_connection,
-                open=False,
+                **self._pool_settings(),
             )
             await apool.open(wait=True, timeout=30)
             self._apool, self._apool_loop = apool, loop
