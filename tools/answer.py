@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from arcana_loop.tools.base import CallOutcome, ControlTool
+from arcana_loop.tools.base import ControlTool
 
 NAME = "answer"
 DESCRIPTION = (
@@ -17,7 +15,6 @@ GUIDANCE = f"- `{NAME}`: give the final answer; this ends the conversation."
 OUTPUT = f"Call `{NAME}` with a complete, well-structured reply; its `text` is exactly what the user sees."
 """How the system prompt asks for the answer while the tool is offered (else ``nodes.prompts.PLAIN_OUTPUT``)."""
 
-MISSING_TEXT = f"Tool error: {NAME} needs a non-empty string `text` argument"
 ANSWERED_SUMMARY = "Answered."
 
 
@@ -31,13 +28,8 @@ class AnswerTool(ControlTool):
     ends_as = "answered"
     streamed_argument = argument = "text"
     argument_description = TEXT_DESCRIPTION
-    missing = MISSING_TEXT
-
-    def ended(self, call_id: str, args: dict[str, Any], value: str) -> CallOutcome:
-        """End the run with the text as the answer."""
-        return CallOutcome(
-            call_id, NAME, args, value, ANSWERED_SUMMARY, terminal="answered", answer=value
-        )
+    answer_template = "{text}"
+    summary_template = ANSWERED_SUMMARY
 
 
 TOOL = AnswerTool()

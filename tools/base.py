@@ -233,14 +233,20 @@ class LoopTool:
         )
 
 
+MISSING_ARGUMENT = "Tool error: {name} needs a non-empty string `{argument}` argument"
+"""The result of a control tool's call without its argument (the run goes on)."""
+
+
 class ControlTool(LoopTool):
     """A tool that ends the run: one required, non-blank string argument, and no evidence."""
 
     gathers = False
     argument: ClassVar[str]
     argument_description: ClassVar[str]
-    missing: ClassVar[str]
-    """The result of a call without the argument (the run goes on)."""
+    answer_template: ClassVar[str]
+    """The run's answer, with the argument in the slot of its name (``{text}``)."""
+    summary_template: ClassVar[str]
+    """The history entry of a valid call, with the answer in ``{answer}``."""
 
     def parameters(self, scope: Scope) -> tuple[dict[str, Any], list[str]]:
         """The one argument, required."""
@@ -249,15 +255,16 @@ class ControlTool(LoopTool):
         ]
 
     def plan(self, call_id: str, args: dict[str, Any], turn: Turn) -> CallOutcome:
-        """End the run with the argument, or say that it is missing."""
+        """End the run with the answer the argument gives, or say that it is missing."""
         value = args.get(self.argument)
         if not isinstance(value, str) or not value.strip():
-            return CallOutcome(call_id, self.name, args, self.missing, self.missing)
-        return self.ended(call_id, args, value)
-
-    def ended(self, call_id: str, args: dict[str, Any], value: str) -> CallOutcome:
-        """Return the outcome of a valid call."""
-        raise NotImplementedError
+            missing = MISSING_ARGUMENT.format(name=self.name, argument=self.argument)
+            return CallOutcome(call_id, self.name, args, missing, missing)
+        answer = self.answer_template.format_map({self.argument: value})
+        summary = self.summary_template.format(answer=answer)
+        return CallOutcome(
+            call_id, self.name, args, answer, summary, terminal=self.ends_as, answer=answer
+        )
 
 
 CUSTOM_TOOL_GUIDANCE = "- `{name}`: {description}"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from arcana_loop.tools.base import CallOutcome, ControlTool
+from arcana_loop.tools.base import ControlTool
 
 NAME = "give_up"
 DESCRIPTION = (
@@ -18,7 +16,6 @@ LAST_STEP = (
 )
 """The workflow's last step while the tool is offered (else ``nodes.prompts.NO_GIVE_UP_STEP``)."""
 
-MISSING_REASON = f"Tool error: {NAME} needs a non-empty string `reason` argument"
 GIVE_UP_ANSWER = "Could not answer: {reason}"
 """The answer of a question given up (by this tool, or before any model call when nothing can be searched)."""
 GAVE_UP_SUMMARY = "Gave up: {answer}"
@@ -34,13 +31,8 @@ class GiveUpTool(ControlTool):
     ends_as = "gave_up"
     argument = "reason"
     argument_description = REASON_DESCRIPTION
-    missing = MISSING_REASON
-
-    def ended(self, call_id: str, args: dict[str, Any], value: str) -> CallOutcome:
-        """End the run with the reason, said as why there is no answer."""
-        answer = GIVE_UP_ANSWER.format(reason=value)
-        summary = GAVE_UP_SUMMARY.format(answer=answer)
-        return CallOutcome(call_id, NAME, args, answer, summary, terminal="gave_up", answer=answer)
+    answer_template = GIVE_UP_ANSWER
+    summary_template = GAVE_UP_SUMMARY
 
 
 TOOL = GiveUpTool()
