@@ -26,7 +26,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, LiteralString
 
 import psutil  # type: ignore[import-untyped]  # psutil ships no type hints
 import psycopg
@@ -95,22 +95,27 @@ class Current:
 
 def current_settings(conn: psycopg.Connection[Any]) -> dict[str, Current]:
     """The tuned settings as the server has them."""
-    rows = conn.execute(
+    rows = _tuned_rows(
+        conn,
         "SELECT name, current_setting(name), source, pending_restart FROM pg_settings"
         " WHERE name = ANY(%s)",
-        (list(TUNED),),
-    ).fetchall()
+    )
     return {r[0]: Current(r[0], r[1], r[2], bool(r[3])) for r in rows}
 
 
 def _written(conn: psycopg.Connection[Any]) -> dict[str, str]:
     """The tuned settings written to ``postgresql.auto.conf`` (by `apply_settings` or anyone)."""
-    rows = conn.execute(
+    rows = _tuned_rows(
+        conn,
         "SELECT name, setting FROM pg_file_settings"
         " WHERE sourcefile LIKE '%%postgresql.auto.conf' AND name = ANY(%s)",
-        (list(TUNED),),
-    ).fetchall()
+    )
     return {r[0]: r[1] for r in rows}
+
+
+def _tuned_rows(conn: psycopg.Connection[Any], query: LiteralString) -> list[tuple[Any, ...]]:
+    """The rows `query` reads of the tuned settings, whose names are its one parameter."""
+    return conn.execute(query, (list(TUNED),)).fetchall()
 
 
 def apply_settings(conn: psycopg.Connection[Any], chosen: Mapping[str, Chosen]) -> list[str]:
