@@ -46,11 +46,13 @@ from arcana_loop.knowledge.queries import Ranking
 from arcana_loop.knowledge.schema import embeddings_table
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.stdlib_docs import COLLECTION, ensure_python_docs
+from bench.embedder_bench import VARIANTS
 
 Ranker = Callable[[str], list[int]]
 SHIPPED = Ranking()
 """The fusion `KnowledgeBase` ships with, which the lab's `hybrid` reproduces."""
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+_QUESTION_SENTENCE = re.compile(r"(?<=[.!?:;])\s+")
 
 
 @dataclass
@@ -217,12 +219,18 @@ class Lab:
         pool: int = 40,
         prior: np.ndarray[Any, Any] | None = None,
         by_section: bool = False,
+        floor: float = SHIPPED.hybrid_min_similarity,
+        lexical_cut: float = SHIPPED.lexical_min_ratio,
+        more_lists: Sequence[tuple[float, list[int]]] = (),
     ) -> list[int]:
         """Fused ranking, as `knowledge.queries` fuses (sides given, or the baseline's).
 
         `prior`: per chunk, a factor of its fused score (default: the shipped length
         prior). `by_section`: each side ranks sections (a section at its best chunk's
-        place, its other chunks left out).
+        place, its other chunks left out). `floor` and `lexical_cut`: the shipped
+        cosine floor of semantic-only rows and BM25 share of the best row.
+        `more_lists`: further ranked lists fused with their weights (their rows are
+        kept like lexical ones).
         """
         if prior is None:
             prior = self.shipped_prior
@@ -230,7 +238,7 @@ class Lab:
         lex = self.bm25.scores(query) if lexical_scores is None else lexical_scores
         lex_order = [int(i) for i in np.argsort(-lex)[:pool]]
         best = lex[lex_order[0]] if lex_order else 0.0
-        lexical_rows = [i for i in lex_order if lex[i] > 0 and lex[i] >= 0.3 * best]
+        lexical_rows = [i for i in lex_order if lex[i] > 0 and lex[i] >= lexical_cut * best]
         semantic_rows = [int(i) for i in np.argsort(-sims)[:pool]]
         if by_section:
             semantic_rows, lexical_rows = self._firsts(semantic_rows), self._firsts(lexical_rows)
@@ -239,9 +247,13 @@ class Lab:
             fused[i] += 1.0 / (rrf_k + rank + 1)
         for rank, i in enumerate(lexical_rows):
             fused[i] += lexical_weight / (rrf_k + rank + 1)
-        fused = defaultdict(float, {i: v * prior[i] for i, v in fused.items()})
         kept = set(lexical_rows)
-        return [i for i in sorted(fused, key=lambda i: -fused[i]) if i in kept or sims[i] >= 0.35]
+        for weight, rows in more_lists:
+            for rank, i in enumerate(rows):
+                fused[i] += weight / (rrf_k + rank + 1)
+            kept.update(rows)
+        fused = defaultdict(float, {i: v * prior[i] for i, v in fused.items()})
+        return [i for i in sorted(fused, key=lambda i: -fused[i]) if i in kept or sims[i] >= floor]
 
     def _firsts(self, rows: list[int]) -> list[int]:
         """Each section's first chunk in `rows`, in order."""
@@ -319,7 +331,55 @@ class Lab:
             "semantic, best sentence": lambda q: top(self.best_sentence(q)),
             "hybrid, best sentence": lambda q: self.hybrid(q, semantic=self.best_sentence(q)),
             **self.priors(),
+            **self.contextual(),
         }
+
+    def contextual(self) -> dict[str, Ranker]:
+        """Ideas for a contextual embedder's misses (tune half only, run with ``--embeddings minilm``).
+
+        The floor and the lexical cut swept; WordLlama's cosine ranking fused as a third
+        list; each sentence of a many-sentence question ranked on its own and fused in
+        (weights shared by its sentences); a chunk scored by its cosine mixed with its
+        best sentence's.
+        """
+        out: dict[str, Ranker] = {}
+        for floor in (0.0, 0.25, 0.4):
+            out[f"hybrid, floor {floor}"] = lambda q, f=floor: self.hybrid(q, floor=f)
+        for cut in (0.0, 0.1, 0.5):
+            out[f"hybrid, lexical cut {cut}"] = lambda q, c=cut: self.hybrid(q, lexical_cut=c)
+        static = WordLlamaEmbeddings()
+        static_vectors: list[np.ndarray[Any, Any]] = []
+
+        def static_rows(query: str) -> list[int]:
+            if not static_vectors:
+                matrix = static.embed_documents(self.corpus.searchable)
+                static_vectors.append(np.array(matrix, dtype=np.float32))
+            cosines = static_vectors[0] @ np.array(static.embed_query(query), dtype=np.float32)
+            return [int(i) for i in np.argsort(-cosines)[:40]]
+
+        for weight in (0.2, 0.4):
+            out[f"hybrid, + wordllama list {weight}"] = lambda q, w=weight: self.hybrid(
+                q, more_lists=[(w, static_rows(q))]
+            )
+
+        def sentence_lists(query: str, weight: float) -> list[tuple[float, list[int]]]:
+            parts = [p for p in _QUESTION_SENTENCE.split(query) if len(p.split()) >= 3]
+            if len(parts) < 2:
+                return []
+            return [
+                (weight / len(parts), [int(i) for i in np.argsort(-self.cosine(p))[:40]])
+                for p in parts
+            ]
+
+        for weight in (0.3, 0.6, 1.0):
+            out[f"hybrid, + question sentences {weight}"] = lambda q, w=weight: self.hybrid(
+                q, more_lists=sentence_lists(q, w)
+            )
+        for weight in (0.25, 0.5):
+            out[f"hybrid, chunk and best sentence mixed {weight}"] = lambda q, w=weight: (
+                self.hybrid(q, semantic=(1 - w) * self.cosine(q) + w * self.best_sentence(q))
+            )
+        return out
 
     def priors(self) -> dict[str, Ranker]:
         """Ways to rank a section's answering chunk above its short namesakes (tune half only).
@@ -378,14 +438,24 @@ def main() -> None:
     parser.add_argument("--match", help="only the variants whose name holds this text")
     parser.add_argument("--skip", help="not the variants whose name holds this text")
     parser.add_argument("--embeddings", help="an embedder spec (default: WordLlama)")
+    parser.add_argument(
+        "--reembed",
+        choices=sorted(VARIANTS),
+        help="embed the chunks and questions again with this build (minilm-stored: MiniLM "
+        "as its package ships it, fp32 compute) instead of the stored vectors",
+    )
     args = parser.parse_args()
     kb = KnowledgeBase(embeddings=args.embeddings)
     corpus = load_corpus(kb)
+    embeddings = kb.embeddings
+    if args.reembed:
+        embeddings = VARIANTS[args.reembed]()
+        corpus.vectors = np.array(embeddings.embed_documents(corpus.searchable), dtype=np.float32)
     cases = [
         c for c in load_cases(EVAL_SETS["realistic"]).cases if c.split == args.split and c.evidence
     ]
     relevant = relevant_sections(corpus, cases)
-    lab = Lab(corpus, kb.embeddings)
+    lab = Lab(corpus, embeddings)
     chosen = lab.variants()
     if args.variants:
         chosen = {n: chosen[n] for n in args.variants.split(",")}
