@@ -249,17 +249,18 @@ holds: an index lookup per word on `kb_lex_terms`' primary key."""
 
 
 _ESTIMATED_VECTORS = """
-SELECT (CASE WHEN c.reltuples > 0 AND c.relpages > 0 THEN c.reltuples / c.relpages
-             ELSE greatest(1, 8168 / (4 * k.dimension + 64)) END
-        * pg_relation_size(c.oid) / current_setting('block_size')::int)::bigint
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = current_schema() AND c.relname = 'kb_embeddings_' || k.dimension || '_c' || k.id
+SELECT sum(CASE WHEN c.reltuples > 0 AND c.relpages > 0 THEN c.reltuples / c.relpages
+                ELSE greatest(1, 8168 / (4 * k.dimension + 64)) END
+           * pg_relation_size(c.oid) / current_setting('block_size')::int)::bigint
+FROM pg_class p JOIN pg_namespace n ON n.oid = p.relnamespace
+JOIN pg_inherits i ON i.inhparent = p.oid JOIN pg_class c ON c.oid = i.inhrelid
+WHERE n.nspname = current_schema() AND p.relname = 'kb_embeddings_' || k.dimension || '_c' || k.id
 """
-"""The vectors of a collection's partition as the planner would estimate them: the
-density its statistics last measured (rows a page; before any, what fits a page at
-this dimension) times the pages it has now, so a partition that grew since its last
+"""The vectors of a collection's segments as the planner would estimate them: the
+density their statistics last measured (rows a page; before any, what fits a page at
+this dimension) times the pages they have now, so a segment that grew since its last
 ANALYZE is estimated at its size now. The partition is named as
-`schema.partition_table` names it. A real bounded count cost 5-7 ms at 100k
+`schema.partition_table` names it, its segments are its partitions. A real bounded count cost 5-7 ms at 100k
 rows, more than the HNSW search itself. A wrong estimate only changes speed or
 recall a little, never which rows are eligible."""
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,9 @@ HNSW_MAX_DIMENSION = 2000
 _SCHEMA_LOCK_KEY = 0x6B625F736368  # "kb_sch": serialises concurrent schema creation
 _INDEX_LOCK_KEY = 0x6B625F696478  # "kb_idx": one builder per index, so two never race on its name
 _HNSW_LOCK_CLASS = 0x6B6268  # "kbh": with the index name's hash, one builder per HNSW index
+_SEGMENT_LOCK_CLASS = (
+    0x6B6273  # "kbs": with the partition name's hash, one segment numbering at a time
+)
 
 PENDING_MAX_ROWS: int = settings.PENDING_MAX_ROWS.default
 """Pending vectors a collection may hold before a write merges them into its graph.
@@ -434,6 +437,7 @@ def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:
         elif kind is None:
             _create_embeddings_table(conn, dimension)
         _add_pending(conn, dimension)
+        _into_segments(conn, dimension)
         ids = conn.execute(
             "SELECT id FROM kb_collections WHERE dimension = %s ORDER BY id", (dimension,)
         ).fetchall()
@@ -464,7 +468,8 @@ def _relation_kind(conn: psycopg.Connection[Any], name: str) -> str | None:
 
 
 def _create_embeddings_table(conn: psycopg.Connection[Any], dimension: int) -> None:
-    # the key leads with chunk_id: a chunk's delete cascades here through it
+    # no key: a unique key of a partitioned table must hold the segment column too
+    # (`_into_segments`); a chunk's one vector is written with its row in `kb_chunks`
     conn.execute(
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {t} ("
@@ -472,9 +477,101 @@ def _create_embeddings_table(conn: psycopg.Connection[Any], dimension: int) -> N
             " collection_id bigint NOT NULL,"
             " embedding vector({d}) NOT NULL,"
             " pending boolean NOT NULL DEFAULT false,"
-            " PRIMARY KEY (chunk_id, collection_id)) PARTITION BY LIST (collection_id)"
+            " segment integer NOT NULL DEFAULT 0) PARTITION BY LIST (collection_id)"
         ).format(t=embeddings_table(dimension), d=sql.Literal(dimension))
     )
+    _index_chunk_ids(conn, dimension)
+
+
+def _index_chunk_ids(conn: psycopg.Connection[Any], dimension: int) -> None:
+    """Index the vectors by chunk id on the parent (every segment gets its own): cascaded deletes find them."""
+    name = _embeddings_name(dimension)
+    conn.execute(
+        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (chunk_id)").format(
+            i=sql.Identifier(f"{name}_chunk_idx"), t=sql.Identifier(name)
+        )
+    )
+
+
+def _into_segments(conn: psycopg.Connection[Any], dimension: int) -> None:
+    """Move a table of the layout before segments into it, once (a catalog change, and a scan).
+
+    The parent gets its `segment` column (a constant default: no row rewritten), its
+    key (chunk id, collection id) becomes a plain chunk-id index, and each
+    collection's partition, a plain table, becomes its first segment (`..._s0`, its
+    HNSW index renamed with it, not rebuilt) under a partition of the same name
+    partitioned by segment.
+    """
+    name = _embeddings_name(dimension)
+    if not _has_column(conn, name, "segment"):
+        logger.warning(
+            "giving the %s-dimension embeddings one segment per collection (once)", dimension
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {t} ADD COLUMN segment integer NOT NULL DEFAULT 0").format(
+                t=sql.Identifier(name)
+            )
+        )
+    # each checked in the catalog first: the statements would lock the parent table even
+    # with nothing to do, and wait for every open write and rebuild of the dimension
+    if _relation_kind(conn, f"{name}_pkey") is not None:
+        conn.execute(
+            sql.SQL("ALTER TABLE {t} DROP CONSTRAINT IF EXISTS {k}").format(
+                t=sql.Identifier(name), k=sql.Identifier(f"{name}_pkey")
+            )
+        )
+    if _relation_kind(conn, f"{name}_chunk_idx") is None:
+        _index_chunk_ids(conn, dimension)
+    for collection_id, partition in partitions(conn, dimension):
+        if _relation_kind(conn, partition) == "r":
+            _segment_existing(conn, dimension, collection_id)
+
+
+def _segment_existing(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
+    """Make a collection's plain partition the first segment of a partition partitioned by segment."""
+    partition = _partition_name(dimension, collection_id)
+    first = _segment_name(partition, 0)
+    parent = embeddings_table(dimension)
+    conn.execute(
+        sql.SQL("ALTER TABLE {t} DETACH PARTITION {p}").format(
+            t=parent, p=sql.Identifier(partition)
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {p} RENAME TO {s}").format(
+            p=sql.Identifier(partition), s=sql.Identifier(first)
+        )
+    )
+    if _relation_kind(conn, _hnsw_index_name(partition)) is not None:
+        conn.execute(
+            sql.SQL("ALTER INDEX {i} RENAME TO {n}").format(
+                i=_here(conn, _hnsw_index_name(partition)),
+                n=sql.Identifier(_hnsw_index_name(first)),
+            )
+        )
+    _create_segmented(conn, dimension, collection_id, attach=False)
+    # the rows already hold segment 0 and this collection: each ATTACH checks them (one scan)
+    conn.execute(
+        sql.SQL("ALTER TABLE {p} ATTACH PARTITION {s} FOR VALUES IN (0)").format(
+            p=sql.Identifier(partition), s=sql.Identifier(first)
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {t} ATTACH PARTITION {p} FOR VALUES IN ({c})").format(
+            t=parent, p=sql.Identifier(partition), c=sql.Literal(int(collection_id))
+        )
+    )
+
+
+def _has_column(conn: psycopg.Connection[Any], table: str, column: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = %s AND a.attname = %s"
+        " AND NOT a.attisdropped",
+        (table, column),
+    ).fetchone()
+    return row is not None
 
 
 def _add_pending(conn: psycopg.Connection[Any], dimension: int) -> None:
@@ -485,14 +582,7 @@ def _add_pending(conn: psycopg.Connection[Any], dimension: int) -> None:
     rebuilt partial by `create_hnsw_index`.
     """
     name = _embeddings_name(dimension)
-    has_column = conn.execute(
-        "SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
-        " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = current_schema() AND c.relname = %s AND a.attname = 'pending'"
-        " AND NOT a.attisdropped",
-        (name,),
-    ).fetchone()
-    if has_column is None:
+    if not _has_column(conn, name, "pending"):
         conn.execute(
             sql.SQL(
                 "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS pending boolean NOT NULL DEFAULT false"
@@ -516,16 +606,124 @@ def create_partition(conn: psycopg.Connection[Any], dimension: int, collection_i
 def _create_partition(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
     if _relation_kind(conn, _partition_name(dimension, collection_id)) is not None:
         return  # checked first: IF NOT EXISTS would still lock the parent table, and say so
-    partition = partition_table(dimension, collection_id)
+    _create_segmented(conn, dimension, collection_id, attach=True)
+    first = _segment_name(_partition_name(dimension, collection_id), 0)
     conn.execute(
-        sql.SQL("CREATE TABLE IF NOT EXISTS {p} PARTITION OF {t} FOR VALUES IN ({c})").format(
-            p=partition, t=embeddings_table(dimension), c=sql.Literal(int(collection_id))
+        sql.SQL("CREATE TABLE {s} PARTITION OF {p} FOR VALUES IN (0)").format(
+            s=sql.Identifier(first), p=partition_table(dimension, collection_id)
         )
     )
+    _store_inline(conn, first)
+
+
+def _create_segmented(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int, *, attach: bool
+) -> None:
+    """Create a collection's partition, itself partitioned by segment (no segment yet)."""
+    partition = partition_table(dimension, collection_id)
+    if attach:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {p} PARTITION OF {t} FOR VALUES IN ({c}) PARTITION BY LIST (segment)"
+            ).format(p=partition, t=embeddings_table(dimension), c=sql.Literal(int(collection_id)))
+        )
+    else:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {p} (LIKE {t} INCLUDING DEFAULTS) PARTITION BY LIST (segment)"
+            ).format(p=partition, t=embeddings_table(dimension))
+        )
+
+
+def _store_inline(conn: psycopg.Connection[Any], table: str) -> None:
     # vectors inline, not TOASTed out of line: an exact scan reads them in place
     conn.execute(
-        sql.SQL("ALTER TABLE {p} ALTER COLUMN embedding SET STORAGE MAIN").format(p=partition)
+        sql.SQL("ALTER TABLE {p} ALTER COLUMN embedding SET STORAGE MAIN").format(
+            p=sql.Identifier(table)
+        )
     )
+
+
+def _segment_name(partition: str, segment: int) -> str:
+    return f"{partition}_s{int(segment)}"
+
+
+def segments(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int
+) -> list[tuple[int, str]]:
+    """The ``(segment number, table name)`` of each segment of a collection, oldest first."""
+    partition = _partition_name(dimension, collection_id)
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n ON n.oid = p.relnamespace"
+        " WHERE n.nspname = current_schema() AND p.relname = %s",
+        (partition,),
+    ).fetchall()
+    prefix = f"{partition}_s"
+    found = [
+        (int(name.removeprefix(prefix)), name)
+        for (name,) in rows
+        if name.startswith(prefix) and name.removeprefix(prefix).isdigit()
+    ]
+    return sorted(found)
+
+
+def first_segment_name(dimension: int, collection_id: int) -> str:
+    """The table of a collection's first segment, which it always has: where small writes go.
+
+    Created with the collection's partition, and kept by every compaction, which
+    names what it builds after the oldest segment it replaces (`rebuild_hnsw_beside`).
+    """
+    return _segment_name(_partition_name(dimension, collection_id), 0)
+
+
+def segment_sizes(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int
+) -> dict[int, int]:
+    """Count the vectors of each segment of a collection (one scan of its partition)."""
+    rows = conn.execute(
+        sql.SQL("SELECT segment, count(*) FROM {p} GROUP BY segment").format(
+            p=partition_table(dimension, collection_id)
+        )
+    ).fetchall()
+    sizes = {number: 0 for number, _ in segments(conn, dimension, collection_id)}
+    sizes.update({int(number): int(count) for number, count in rows})
+    return sizes
+
+
+def add_segment(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> str:
+    """Attach a new, empty segment to a collection, with no HNSW graph yet; return its table name.
+
+    Created beside and attached (`SHARE UPDATE EXCLUSIVE` on the collection's
+    partition: searches and writes go on), it is searched exactly until its graph is
+    built in place (`create_hnsw_index`). Its `segment` default is its number, so a
+    write into it names no segment.
+    """
+    partition = _partition_name(dimension, collection_id)
+    with conn.transaction():
+        # one numbering at a time per collection
+        conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_SEGMENT_LOCK_CLASS, partition)
+        )
+        number = max((n for n, _ in segments(conn, dimension, collection_id)), default=-1) + 1
+        name = _segment_name(partition, number)
+        conn.execute(
+            sql.SQL("CREATE TABLE {s} (LIKE {p} INCLUDING DEFAULTS)").format(
+                s=sql.Identifier(name), p=sql.Identifier(partition)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {s} ALTER COLUMN segment SET DEFAULT {n}").format(
+                s=sql.Identifier(name), n=sql.Literal(number)
+            )
+        )
+        _store_inline(conn, name)
+        conn.execute(
+            sql.SQL("ALTER TABLE {p} ATTACH PARTITION {s} FOR VALUES IN ({n})").format(
+                p=sql.Identifier(partition), s=sql.Identifier(name), n=sql.Literal(number)
+            )
+        )
+    return name
 
 
 def _partition_existing(conn: psycopg.Connection[Any], dimension: int) -> None:
@@ -615,50 +813,70 @@ def create_hnsw_index(
     """
     if dimension > HNSW_MAX_DIMENSION:
         return
-    names = (
-        [_partition_name(dimension, collection_id)]
+    collections = (
+        [collection_id]
         if collection_id is not None
-        else [name for _, name in partitions(conn, dimension)]
+        else [c for c, _ in partitions(conn, dimension)]
     )
-    for partition in names:
-        if not _usable(conn, _hnsw_index_name(partition), partial=True):
-            _build_hnsw(conn, partition, on_open=on_open)
+    for collection in collections:
+        for _, segment in segments(conn, dimension, collection):
+            if not _usable(conn, _hnsw_index_name(segment), partial=True):
+                _build_hnsw(conn, segment, on_open=on_open)
 
 
-def _build_hnsw(conn: psycopg.Connection[Any], partition: str, *, on_open: bool) -> None:
-    index = _hnsw_index_name(partition)
+def _build_hnsw(conn: psycopg.Connection[Any], segment: str, *, on_open: bool) -> None:
+    """Build one segment's graph in place: `SHARE` on that segment only, searches go on.
+
+    An interruption (the client killed, the server stopped) rolls the build back:
+    the segment's rows stay searched exactly and the other segments' graphs were
+    never touched; the next opening builds it (``on_open``).
+    """
+    index = _hnsw_index_name(segment)
     with conn.transaction():
-        # one builder per index; builds of different collections' indexes do not wait for each other
+        # one builder per index; builds of different segments' indexes do not wait for each other
         conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_HNSW_LOCK_CLASS, index))
-        if _usable(conn, index, partial=True) or _relation_kind(conn, partition) is None:
+        if _usable(conn, index, partial=True) or _relation_kind(conn, segment) is None:
             return  # another process built it while this one waited, or the collection is gone
         if _usable(conn, index):
             logger.warning(
                 "rebuilding the HNSW index of %s once, to keep fresh writes out of its graph"
                 " (an index over every row, from before pending vectors)",
-                partition,
+                segment,
             )
         elif on_open:
-            _say_rebuilding(conn, "HNSW", partition)
+            _say_rebuilding(conn, "HNSW", segment)
+        _end_with_the_client(conn)
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=_here(conn, index)))
         # a build takes every row into the graph: 0.3 ms a row, against 1.3 to merge one
         conn.execute(
             sql.SQL("UPDATE {p} SET pending = false WHERE pending").format(
-                p=sql.Identifier(partition)
+                p=sql.Identifier(segment)
             )
         )
         # at least 1 GB keeps a 100k-row build in memory (149 s spilling at 64 MB, 58 s at
         # 1 GB); a server tuned to its host (`knowledge.tuning`) may give it more
-        conn.execute(
-            "SELECT set_config('maintenance_work_mem', '1GB', true)"
-            " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
-        )
+        _build_memory(conn)
         conn.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {i} ON {p} USING hnsw (embedding vector_cosine_ops)"
                 " WHERE NOT pending"
-            ).format(i=sql.Identifier(index), p=sql.Identifier(partition))
+            ).format(i=sql.Identifier(index), p=sql.Identifier(segment))
         )
+
+
+def _end_with_the_client(conn: psycopg.Connection[Any]) -> None:
+    """A client that dies mid-build ends its backend's build within a second, not at its end."""
+    conn.execute(  # PostgreSQL 14 and later
+        "SELECT set_config(name, '1s', true) FROM pg_settings"
+        " WHERE name = 'client_connection_check_interval'"
+    )
+
+
+def _build_memory(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "SELECT set_config('maintenance_work_mem', '1GB', true)"
+        " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
+    )
 
 
 def pending_vectors(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> int:
@@ -731,6 +949,7 @@ def rebuild_hnsw_beside(
     collection_id: int,
     *,
     due: Callable[[int, int], bool] | None = None,
+    only: Sequence[int] | None = None,
 ) -> Rebuilt | None:
     """Build a new HNSW graph over all of a collection's vectors beside its live one, then swap it in.
 
@@ -763,30 +982,30 @@ def rebuild_hnsw_beside(
     if dimension > HNSW_MAX_DIMENSION:
         return None
     partition = _partition_name(dimension, collection_id)
-    shadow = f"{partition}_rebuild"
-    names = _RebuildNames(partition, shadow)
     with conn.transaction():
         # KEY SHARE, as an ingest batch holds it: a delete of the collection waits for this build
-        if conn.execute(
-            "SELECT 1 FROM kb_collections WHERE id = %s FOR KEY SHARE", (collection_id,)
-        ).fetchone() is None or not _usable(conn, _hnsw_index_name(partition), partial=True):
+        if (
+            conn.execute(
+                "SELECT 1 FROM kb_collections WHERE id = %s FOR KEY SHARE", (collection_id,)
+            ).fetchone()
+            is None
+            or _relation_kind(conn, partition) != "p"
+        ):
             return None
-        # the lock an index build of this partition takes: never two builders at once
+        # the lock every rebuild of this collection takes: never two at once
         conn.execute(
             "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
             (_HNSW_LOCK_CLASS, _hnsw_index_name(partition)),
         )
-        if due is not None and not due(*pending_and_stored(conn, dimension, collection_id)):
+        present = dict(segments(conn, dimension, collection_id))
+        sources = sorted(present if only is None else set(only) & set(present))
+        if not sources or (
+            due is not None and not due(*pending_and_stored(conn, dimension, collection_id))
+        ):
             return None
-        # a client that dies mid-build ends its backend's build within a second, not at its end
-        conn.execute(  # PostgreSQL 14 and later
-            "SELECT set_config(name, '1s', true) FROM pg_settings"
-            " WHERE name = 'client_connection_check_interval'"
-        )
-        conn.execute(
-            "SELECT set_config('maintenance_work_mem', '1GB', true)"
-            " WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes('1GB')"
-        )
+        names = _RebuildNames(partition, sources)
+        _end_with_the_client(conn)
+        _build_memory(conn)
         start = time.perf_counter()
         rows = _copy_beside(conn, dimension, collection_id, names)
         copied = time.perf_counter()
@@ -806,62 +1025,74 @@ def rebuild_hnsw_beside(
 
 
 class _RebuildNames:
-    """The names of a partition being rebuilt, of the table built beside it, and of their indexes."""
+    """The segments being rebuilt into one, the table built beside them, and their names.
 
-    def __init__(self, partition: str, shadow: str) -> None:
-        self.partition, self.shadow = partition, shadow
-        # (the new table's index, the name the partition's index has): HNSW, key, pending rows
+    The new table takes the name and number of the oldest segment it replaces, so a
+    collection rebuilt whole keeps its first segment's names.
+    """
+
+    def __init__(self, partition: str, sources: list[int]) -> None:
+        self.partition, self.sources = partition, sources
+        self.number = sources[0]
+        self.segment = _segment_name(partition, self.number)
+        self.shadow = f"{partition}_rebuild"
+        # (the new table's index, the name the segment's index has): HNSW, chunk ids, pending rows
         self.indexes = (
-            (f"{shadow}_hnsw", _hnsw_index_name(partition)),
-            (f"{shadow}_pkey", f"{partition}_pkey"),
-            (f"{shadow}_pending", f"{partition}_collection_id_idx"),
+            (f"{self.shadow}_hnsw", _hnsw_index_name(self.segment)),
+            (f"{self.shadow}_chunk", f"{self.segment}_chunk_id_idx"),
+            (f"{self.shadow}_pending", f"{self.segment}_collection_id_idx"),
         )
-        self.check = f"{shadow}_collection"
+        self.check = f"{self.shadow}_bound"
 
 
 def _copy_beside(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int, names: _RebuildNames
 ) -> int:
-    """Create the table beside the partition and copy its rows into it, none pending; return them."""
+    """Create the table beside the segments and copy their rows into it, none pending; return them."""
     shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(_here(conn, names.shadow)))
-    # the CHECK lets ATTACH PARTITION skip scanning the rows for the partition's bound
+    # the CHECK lets ATTACH PARTITION skip scanning the rows for the bounds
     conn.execute(
         sql.SQL(
-            "CREATE TABLE {s} (LIKE {t} INCLUDING DEFAULTS, CONSTRAINT {c} CHECK (collection_id = {i}))"
+            "CREATE TABLE {s} (LIKE {t} INCLUDING DEFAULTS,"
+            " CONSTRAINT {c} CHECK (collection_id = {i} AND segment = {n}))"
         ).format(
             s=shadow,
             t=embeddings_table(dimension),
             c=sql.Identifier(names.check),
             i=sql.Literal(int(collection_id)),
+            n=sql.Literal(names.number),
         )
     )
     conn.execute(
-        sql.SQL("ALTER TABLE {s} ALTER COLUMN embedding SET STORAGE MAIN").format(s=shadow)
+        sql.SQL("ALTER TABLE {s} ALTER COLUMN segment SET DEFAULT {n}").format(
+            s=shadow, n=sql.Literal(names.number)
+        )
     )
+    _store_inline(conn, names.shadow)
     cur = conn.execute(
         sql.SQL(
             "INSERT INTO {s} (chunk_id, collection_id, embedding, pending)"
             " SELECT chunk_id, collection_id, embedding, false FROM {p}"
-        ).format(s=shadow, p=partition)
+            " WHERE segment = ANY(%s)"
+        ).format(s=shadow, p=partition),
+        (names.sources,),
     )
     return max(cur.rowcount, 0)
 
 
 def _build_beside(conn: psycopg.Connection[Any], names: _RebuildNames) -> None:
-    """Build the new table's graph, its key and its pending-rows index; gather its statistics."""
+    """Build the new table's graph, chunk-id and pending-rows indexes; gather its statistics."""
     shadow = sql.Identifier(names.shadow)
-    (hnsw, _), (key, _), (waiting, _) = names.indexes
+    (hnsw, _), (chunks, _), (waiting, _) = names.indexes
     conn.execute(
         sql.SQL(
             "CREATE INDEX {i} ON {s} USING hnsw (embedding vector_cosine_ops) WHERE NOT pending"
         ).format(i=sql.Identifier(hnsw), s=shadow)
     )
-    # the key and the pending rows' index the parent's indexes match when the table is attached
+    # the indexes the parent's indexes match when the table is attached
     conn.execute(
-        sql.SQL("ALTER TABLE {s} ADD CONSTRAINT {k} PRIMARY KEY (chunk_id, collection_id)").format(
-            s=shadow, k=sql.Identifier(key)
-        )
+        sql.SQL("CREATE INDEX {i} ON {s} (chunk_id)").format(i=sql.Identifier(chunks), s=shadow)
     )
     conn.execute(
         sql.SQL("CREATE INDEX {i} ON {s} (collection_id) WHERE pending").format(
@@ -874,40 +1105,51 @@ def _build_beside(conn: psycopg.Connection[Any], names: _RebuildNames) -> None:
 def _swap_in(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int, names: _RebuildNames
 ) -> float:
-    """Bring over what changed since the copy, then put the new table in the partition's place.
+    """Bring over what changed since the copy, then put the new table in the segments' place.
 
-    Returns when (`time.perf_counter`) it began to hold the parent table.
+    Returns when (`time.perf_counter`) it began to hold the collection's partition.
     """
     shadow, partition = sql.Identifier(names.shadow), sql.Identifier(names.partition)
     conn.execute("SELECT set_config('lock_timeout', %s, true)", (SWAP_LOCK_TIMEOUT,))
     # every write of a vector writes its chunk first, in the same transaction, and every
-    # delete cascades from a chunk: with kb_chunks held, the partition holds still. Taken
-    # before the parent's lock (the DROP below), the order ATTACH would take them in.
+    # delete cascades from a chunk: with kb_chunks held, the segments hold still. Taken
+    # before the partition's lock (the DROP below), the order ATTACH would take them in.
     conn.execute("LOCK TABLE kb_chunks IN SHARE ROW EXCLUSIVE MODE")
     conn.execute(
         sql.SQL(
             "INSERT INTO {s} (chunk_id, collection_id, embedding, pending)"
             " SELECT o.chunk_id, o.collection_id, o.embedding, true FROM {p} o"
-            " WHERE NOT EXISTS (SELECT 1 FROM {s} n WHERE n.chunk_id = o.chunk_id)"
-        ).format(s=shadow, p=partition)
+            " WHERE o.segment = ANY(%(g)s)"
+            " AND NOT EXISTS (SELECT 1 FROM {s} n WHERE n.chunk_id = o.chunk_id)"
+        ).format(s=shadow, p=partition),
+        {"g": names.sources},
     )
     conn.execute(
         sql.SQL(
-            "DELETE FROM {s} n WHERE NOT EXISTS (SELECT 1 FROM {p} o WHERE o.chunk_id = n.chunk_id)"
-        ).format(s=shadow, p=partition)
+            "DELETE FROM {s} n WHERE NOT EXISTS (SELECT 1 FROM {p} o"
+            " WHERE o.chunk_id = n.chunk_id AND o.segment = ANY(%(g)s))"
+        ).format(s=shadow, p=partition),
+        {"g": names.sources},
     )
-    # from here to the commit, searches of this dimension wait (the parent is locked)
+    # from here to the commit, searches of this collection wait (its partition is locked)
     dropping = time.perf_counter()
-    drop_partition(conn, dimension, collection_id)
-    conn.execute(sql.SQL("ALTER TABLE {s} RENAME TO {p}").format(s=shadow, p=partition))
+    for number in names.sources:
+        conn.execute(
+            sql.SQL("DROP TABLE IF EXISTS {t}").format(
+                t=_here(conn, _segment_name(names.partition, number))
+            )
+        )
     conn.execute(
-        sql.SQL("ALTER TABLE {t} ATTACH PARTITION {p} FOR VALUES IN ({i})").format(
-            t=embeddings_table(dimension), p=partition, i=sql.Literal(int(collection_id))
+        sql.SQL("ALTER TABLE {s} RENAME TO {g}").format(s=shadow, g=sql.Identifier(names.segment))
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {p} ATTACH PARTITION {g} FOR VALUES IN ({n})").format(
+            p=partition, g=sql.Identifier(names.segment), n=sql.Literal(names.number)
         )
     )
     conn.execute(
-        sql.SQL("ALTER TABLE {p} DROP CONSTRAINT {c}").format(
-            p=partition, c=sql.Identifier(names.check)
+        sql.SQL("ALTER TABLE {g} DROP CONSTRAINT {c}").format(
+            g=sql.Identifier(names.segment), c=sql.Identifier(names.check)
         )
     )
     for built, kept in names.indexes:
@@ -920,10 +1162,12 @@ def _swap_in(
 
 
 def drop_hnsw_index(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> None:
-    """Drop one collection's HNSW index before its bulk load; searches stay correct (exact)."""
-    index = _hnsw_index_name(_partition_name(dimension, collection_id))
+    """Drop one collection's HNSW indexes before its bulk load; searches stay correct (exact)."""
     with conn.transaction():
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {i}").format(i=_here(conn, index)))
+        for _, segment in segments(conn, dimension, collection_id):
+            conn.execute(
+                sql.SQL("DROP INDEX IF EXISTS {i}").format(i=_here(conn, _hnsw_index_name(segment)))
+            )
 
 
 def merge_fulltext_pending(conn: psycopg.Connection[Any]) -> None:
@@ -972,8 +1216,9 @@ def missing_indexes(conn: psycopg.Connection[Any], dimension: int) -> list[str]:
     """Name the search indexes (`"full-text"`, `"HNSW"`) that are not usable right now."""
     missing = [] if all(_usable(conn, name) for name in _TEXT_INDEXES) else ["full-text"]
     if dimension <= HNSW_MAX_DIMENSION and not all(
-        _usable(conn, _hnsw_index_name(name), partial=True)
-        for _, name in partitions(conn, dimension)
+        _usable(conn, _hnsw_index_name(segment), partial=True)
+        for collection, _ in partitions(conn, dimension)
+        for _, segment in segments(conn, dimension, collection)
     ):
         missing.append("HNSW")
     return missing
@@ -1044,7 +1289,7 @@ def truncate_all(conn: psycopg.Connection[Any]) -> None:
         leftover = conn.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
             " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
             " AND c.relname LIKE 'kb\\_embeddings\\_%'"
         ).fetchall()
         for (name,) in leftover:

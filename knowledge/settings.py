@@ -23,6 +23,7 @@ __all__ = [
     "PG_SETTINGS",
     "PG_TUNED",
     "REBUILD_MIN_SHARE",
+    "SEGMENT_MIN_ROWS",
     "SERVER_IDLE_SECONDS",
     "Setting",
     "SettingError",
@@ -71,6 +72,14 @@ REBUILD_MIN_SHARE = Setting(
     help="pending vectors per graph vector from which a write rebuilds the graph instead of"
     " merging into it (default 0.25; `knowledge.writer`)",
 )
+SEGMENT_MIN_ROWS = Setting(
+    env="ARCANA_LOOP_SEGMENT_MIN_ROWS",
+    kind=int,
+    default=5_000,
+    minimum=1,
+    help="new chunks from which a write into a collection whose graph is live gets a segment"
+    " and a graph of its own (default 5000; `knowledge.writer`)",
+)
 PG_TUNED = (
     "shared_buffers",
     "effective_cache_size",
@@ -99,6 +108,7 @@ KNOWLEDGE_SETTINGS = (
     CACHE_DIR,
     PENDING_MAX_ROWS,
     REBUILD_MIN_SHARE,
+    SEGMENT_MIN_ROWS,
     *PG_SETTINGS.values(),
 )
 """Every setting of the knowledge base, in the order the README's table lists them."""

@@ -79,12 +79,14 @@ from arcana_loop.knowledge.placed import MOVED_KEY
 from arcana_loop.knowledge.pools import autocommitted
 from arcana_loop.knowledge.schema import (
     HNSW_MAX_DIMENSION,
+    add_segment,
     add_term_counts,
     count_terms_in_writer,
     create_fulltext_index,
     create_hnsw_index,
     drop_fulltext_index,
     drop_hnsw_index,
+    first_segment_name,
     merge_fulltext_pending,
     merge_pending_batch,
     missing_indexes,
@@ -92,6 +94,8 @@ from arcana_loop.knowledge.schema import (
     pending_and_stored,
     pending_vectors,
     rebuild_hnsw_beside,
+    segment_sizes,
+    segments,
 )
 from arcana_loop.knowledge.types import IngestResult, ProgressFn
 
@@ -130,6 +134,20 @@ as the machine's load fell from 10 to 3, so 0.24, 0.16, 0.19, 0.28, 0.22; the qu
 Near the crossing the two cost about the same, so the choice matters little there."""
 
 
+SEGMENT_MIN_SHARE = 0.05
+"""A load gets a segment of its own only if it adds at least this share of its collection's vectors.
+
+Below, it waits pending in the first segment and is merged there: a segment costs every
+later search a graph walk, and a compaction (`compact_segments`) a build of its rows again,
+which many small segments would make grow with the whole collection."""
+MAX_SEGMENTS = 3
+"""Segments a collection may hold after a load; past it, some are rebuilt into one (`compact_segments`).
+
+Each segment is walked by every search of its collection: at 220k vectors, two segments of
+110k at ``ef_search`` 300 cost 1.7-2.2x one graph's p50, four of 55k 5x (bench/README.md,
+Segments); a 10 % segment beside a large one 1.0-1.2x."""
+
+
 @dataclass(frozen=True)
 class Upkeep:
     """When a load takes its pending vectors into the graph, and how."""
@@ -138,6 +156,8 @@ class Upkeep:
     """Pending vectors a collection may keep after a load (`knowledge.schema.PENDING_MAX_ROWS`)."""
     rebuild_min_share: float
     """Pending vectors per graph vector from which the graph is rebuilt, not merged into."""
+    segment_min_rows: int = settings.SEGMENT_MIN_ROWS.default
+    """New chunks from which a load into a live graph gets a segment of its own."""
 
     @classmethod
     def from_env(cls) -> Upkeep:
@@ -149,6 +169,7 @@ class Upkeep:
         return cls(
             pending_max_rows=settings.PENDING_MAX_ROWS.read(),
             rebuild_min_share=float(settings.REBUILD_MIN_SHARE.read()),
+            segment_min_rows=settings.SEGMENT_MIN_ROWS.read(),
         )
 
     def rebuild_due(self, pending: int, stored: int) -> bool:
@@ -399,13 +420,24 @@ class _Load:
     """When the pending vectors are taken into the graph (`settle_pending`); None: the defaults."""
     pending_seen: list[int] = field(default_factory=list)
     """The collection's pending vectors as each batch found them (written by the batches)."""
+    segment: str | None = None
+    """The new segment the load writes into (`_own_segment`); None: the collection's first."""
 
 
 def _load(load: _Load) -> None:
     """Write the batches; whatever happens, put back the indexes a bulk load dropped."""
     bulk = _bulk_load(load.pool, load.coll, load.total)
-    # into a live index, vectors wait outside its graph until merged (`knowledge.schema`)
-    load = replace(load, pending=not bulk.hnsw and load.coll.dimension <= HNSW_MAX_DIMENSION)
+    upkeep = load.upkeep or Upkeep.from_env()
+    segment = _own_segment(load, bulk, upkeep)
+    # into a live index, vectors wait outside its graph until merged (`knowledge.schema`);
+    # into a segment of their own, they are its graph's rows, built after the last batch
+    load = replace(
+        load,
+        pending=not bulk.hnsw and segment is None and load.coll.dimension <= HNSW_MAX_DIMENSION,
+        segment=segment,
+    )
+    if segment is not None:
+        bulk = replace(bulk, hnsw=True)
     # with the vectors pending, one writer or two made no clear difference (0.66-0.80
     # against 0.71 ms a chunk into 91k); two were worth it while writes inserted into the graph
     writers = 1 if bulk.hnsw else min(LIVE_INDEX_WRITERS, load.pool.max_size)
@@ -420,12 +452,97 @@ def _load(load: _Load) -> None:
         raise
     if load.total:
         _after_load(load.pool, load.coll, bulk, added=load.total)
-        upkeep = load.upkeep or Upkeep.from_env()
+        if segment is not None:
+            compact_segments(load.pool, load.coll)
+            return
         # the batches counted what was pending: a load that cannot have crossed the limit
         # (an edit, mostly) does not count again (a concurrent load may, slightly: the next settles)
         seen = max(load.pending_seen, default=upkeep.pending_max_rows)
         if load.pending and seen + load.total > upkeep.pending_max_rows:
             settle_pending(load.pool, load.coll, upkeep)
+
+
+def _own_segment(load: _Load, bulk: _Bulk, upkeep: Upkeep) -> str | None:
+    """Give a large load into a collection whose graph is live a new segment; return its table.
+
+    A segment's graph is built over its own rows after the last batch (`schema.add_segment`):
+    a build costs 0.3-0.8 ms a row here, a merge into the live graph 1.8-4.4 ms, a rebuild of
+    the whole graph a build of every row (bench/README.md, Segments). Only a load of at least
+    `Upkeep.segment_min_rows` chunks and `SEGMENT_MIN_SHARE` of the collection gets one, into
+    a collection of at least `Upkeep.segment_min_rows` vectors.
+    """
+    if (
+        bulk.hnsw
+        or load.coll.dimension > HNSW_MAX_DIMENSION
+        or load.total < upkeep.segment_min_rows
+    ):
+        return None
+    with load.pool.connection() as conn:
+        # a graph of some size already (a bounded count), which the load is a share of
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {p} LIMIT %s) v").format(
+                p=partition_table(load.coll.dimension, load.coll.id)
+            ),
+            (upkeep.segment_min_rows,),
+        ).fetchone()
+        if (row[0] if row else 0) < upkeep.segment_min_rows or (
+            load.total < SEGMENT_MIN_SHARE * _estimated_vectors(conn, load.coll)
+        ):
+            return None
+        name = add_segment(conn, load.coll.dimension, load.coll.id)
+    logger.info(
+        "load of %d chunks into %r: a segment of its own (%s), its graph built after the load",
+        load.total,
+        load.coll.name,
+        name,
+    )
+    return name
+
+
+def _estimated_vectors(conn: psycopg.Connection[Any], coll: CollectionRef) -> int:
+    """The collection's vectors as its segments' statistics estimate them (no scan)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = ANY(%s)",
+        ([name for _, name in segments(conn, coll.dimension, coll.id)],),
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def compact_segments(pool: ConnectionPool[Any], coll: CollectionRef) -> str | None:
+    """Rebuild some of a collection's segments into one when it holds more than `MAX_SEGMENTS`.
+
+    The segments other than the largest, when together they hold fewer rows than it
+    (one graph over them: a build of their rows only); else all of them. Built
+    beside and swapped in as a rebuild is (`schema.rebuild_hnsw_beside`). Returns
+    what it did, or None.
+    """
+    with pool.connection() as conn:
+        sizes = segment_sizes(conn, coll.dimension, coll.id)
+    if len(sizes) <= MAX_SEGMENTS:
+        return None
+    largest = max(sizes, key=lambda n: sizes[n])
+    rest = [n for n in sizes if n != largest]
+    only = rest if sum(sizes[n] for n in rest) < sizes[largest] else list(sizes)
+    logger.info(
+        "compacting %d of the %d segments of %r (%d vectors) into one",
+        len(only),
+        len(sizes),
+        coll.name,
+        sum(sizes[n] for n in only),
+    )
+    try:
+        with pool.connection() as conn:
+            rebuilt = rebuild_hnsw_beside(conn, coll.dimension, coll.id, only=only)
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+        logger.warning(
+            "could not swap in the compacted segments of %r (%s): they stay as they are",
+            coll.name,
+            str(exc).strip().splitlines()[0],
+        )
+        return None
+    return None if rebuilt is None else "compacted"
 
 
 def settle_pending(pool: ConnectionPool[Any], coll: CollectionRef, upkeep: Upkeep) -> str | None:
@@ -771,7 +888,7 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
                 embedded.update(zip((c.id for c in missing), more, strict=True))
             rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
             writes.append((item.doc_id, new, rows))
-        _copy_chunks(conn, coll, writes, load.pending, held.average_length, counts)
+        _copy_chunks(conn, coll, writes, load.pending, held.average_length, counts, load.segment)
         if counts is not None:
             add_term_counts(conn, coll.id, counts.df, counts.chunks)
         delta.chunks_added = sum(len(new) for _, new, _ in writes)
@@ -1008,6 +1125,7 @@ def _copy_chunks(
     pending: bool,
     average_length: float | None,
     counts: _TermCounts | None = None,
+    segment: str | None = None,
 ) -> None:
     """Write a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings.
 
@@ -1016,7 +1134,8 @@ def _copy_chunks(
     statements around it. ``pending``: the embeddings wait outside the collection's
     live HNSW graph. ``average_length``: the collection's BM25 average chunk length,
     if it has one yet. ``counts``: when the batch counts its BM25 terms itself, gets
-    the new chunks'.
+    the new chunks'. ``segment``: the new segment of a large load; else the
+    collection's first, which every collection has.
     """
     writes = [w for w in writes if w[1]]
     if not writes:
@@ -1024,8 +1143,8 @@ def _copy_chunks(
     rows = _chunk_rows(conn, coll, writes, average_length, counts)
     ids = [row[0] for row in rows]
     vectors = np.concatenate([vectors for _, _, vectors in writes])
-    # into the collection's partition directly: no routing of each row through the parent
-    partition = partition_table(coll.dimension, coll.id)
+    # into the segment directly: no routing of each row through the parents
+    partition = sql.Identifier(segment or first_segment_name(coll.dimension, coll.id))
     if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
         _insert_rows(conn, coll, rows, partition, vectors, pending)
         return

@@ -404,7 +404,7 @@ def test_bulk_load_rebuilds_both_indexes(
         r[0]
         for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
     }
-    assert {"kb_chunks_tsv_idx", f"kb_embeddings_256_c{coll_id}_hnsw"} <= indexes
+    assert {"kb_chunks_tsv_idx", f"kb_embeddings_256_c{coll_id}_s0_hnsw"} <= indexes
     stats = _rows(
         kb,
         "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'kb_chunks' AND attname = 'tsv'",

@@ -20,7 +20,7 @@ def _rows(kb: KnowledgeBase, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 def _partitions(kb: KnowledgeBase) -> dict[str, int]:
-    """Each embeddings partition of the schema and the rows it holds."""
+    """Each embeddings table of the schema that holds rows (a collection's segment) and its rows."""
     rows = _rows(
         kb,
         "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
@@ -58,8 +58,8 @@ def test_a_collection_is_searched_on_its_own_partition_and_deleted_with_it(
     kb.ingest("Rooks move along ranks and files.", collection="chess")
     ids = _ids(kb)
     assert _partitions(kb) == {
-        f"kb_embeddings_256_c{ids['harbour']}": 1,
-        f"kb_embeddings_256_c{ids['chess']}": 1,
+        f"kb_embeddings_256_c{ids['harbour']}_s0": 1,
+        f"kb_embeddings_256_c{ids['chess']}_s0": 1,
     }
     plan = _plan(kb, "chess")
     assert f"kb_embeddings_256_c{ids['chess']}" in plan
@@ -68,11 +68,11 @@ def test_a_collection_is_searched_on_its_own_partition_and_deleted_with_it(
         r[0]
         for r in _rows(kb, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
     }
-    assert {f"kb_embeddings_256_c{i}_hnsw" for i in ids.values()} <= indexes
+    assert {f"kb_embeddings_256_c{i}_s0_hnsw" for i in ids.values()} <= indexes
     assert [h["collection"] for h in kb.search("rook", collection="chess")] == ["chess"]
     assert {h["collection"] for h in kb.search("rook tug", limit=5)} == {"chess", "harbour"}
     kb.delete_collection("chess")
-    assert _partitions(kb) == {f"kb_embeddings_256_c{ids['harbour']}": 1}
+    assert _partitions(kb) == {f"kb_embeddings_256_c{ids['harbour']}_s0": 1}
 
 
 def _back_to_one_table(kb: KnowledgeBase) -> None:

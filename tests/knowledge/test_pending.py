@@ -100,11 +100,11 @@ def test_the_graph_side_of_a_search_uses_the_partial_hnsw_index(kb: KnowledgeBas
             "EXPLAIN SELECT chunk_id FROM kb_embeddings_256 WHERE NOT pending"
             " ORDER BY embedding <=> (SELECT embedding FROM kb_embeddings_256 LIMIT 1) LIMIT 5"
         ).fetchall()
-    assert any("Index Scan using kb_embeddings_256_c1_hnsw" in line for (line,) in plan), plan
-    (pending_index,) = _rows(  # the partition's own part of the parent's partial b-tree index
+    assert any("Index Scan using kb_embeddings_256_c1_s0_hnsw" in line for (line,) in plan), plan
+    (pending_index,) = _rows(  # the segment's own part of the parent's partial b-tree index
         kb,
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
-        " WHERE i.inhparent = 'kb_embeddings_256_pending_idx'::regclass",
+        "SELECT c.relname FROM pg_partition_tree('kb_embeddings_256_pending_idx') t"
+        " JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
     )[0]
     for mode in ("semantic", "hybrid"):
         plan_text = _graph_plan(kb, QUESTIONS["tcp"], mode=mode)
@@ -144,9 +144,9 @@ def test_an_index_over_every_row_is_rebuilt_partial_once(
     load_topics(kb, collection="topics")
     waiting = _pending(kb)
     with kb.pool().connection() as conn:  # the index an earlier version built
-        conn.execute("DROP INDEX kb_embeddings_256_c1_hnsw")
+        conn.execute("DROP INDEX kb_embeddings_256_c1_s0_hnsw")
         conn.execute(
-            "CREATE INDEX kb_embeddings_256_c1_hnsw ON kb_embeddings_256_c1"
+            "CREATE INDEX kb_embeddings_256_c1_s0_hnsw ON kb_embeddings_256_c1_s0"
             " USING hnsw (embedding vector_cosine_ops)"
         )
     assert _index_predicate(kb) == [None] and waiting > 0

@@ -41,6 +41,8 @@ WORDS = (
 ).split()
 PARTITION = "kb_embeddings_256_c1"
 """The one collection's partition (ids start at 1 in each test)."""
+SEGMENT = f"{PARTITION}_s0"
+"""Its first segment, which a rebuild of the whole collection replaces under the same name."""
 
 
 def notes(start: int, count: int) -> list[Document]:
@@ -117,7 +119,7 @@ def _index_state(kb: KnowledgeBase) -> tuple[bool, bool, str | None] | None:
             " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
             " JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE n.nspname = current_schema() AND c.relname = %s",
-            (f"{PARTITION}_hnsw",),
+            (f"{SEGMENT}_hnsw",),
         ).fetchone()
     return None if row is None else (row[0], row[1], row[2])
 
@@ -144,26 +146,26 @@ def test_a_load_that_adds_a_large_share_rebuilds_the_graph_beside_the_live_one(
     first, second = notes(0, 1200), notes(1200, 1200)
     kb.ingest(first, collection="port")  # into an empty graph: rebuilt at once
     assert _pending(kb) == 0 and _index_state(kb) == (True, True, "(NOT pending)")
-    before = (_oid(kb, PARTITION), _oid(kb, f"{PARTITION}_hnsw"))
+    before = (_oid(kb, SEGMENT), _oid(kb, f"{SEGMENT}_hnsw"))
 
     kb.ingest(second, collection="port")  # as many again: a new graph over all 2,400
     assert _pending(kb) == 0
-    after = (_oid(kb, PARTITION), _oid(kb, f"{PARTITION}_hnsw"))
+    after = (_oid(kb, SEGMENT), _oid(kb, f"{SEGMENT}_hnsw"))
     assert None not in after and after[0] != before[0] and after[1] != before[1]
     assert _index_state(kb) == (True, True, "(NOT pending)")
     assert _vectors_match_chunks(kb)
     assert _one(kb, "SELECT count(*) FROM pg_class WHERE relname LIKE %s", "%rebuild%") == 0
-    # the new table took the partition's place under every name: its graph, its key and
-    # its share of the parent's pending-rows index
+    # the new table took the segment's place under every name: its graph, and its share
+    # of the parent's chunk-id and pending-rows indexes
     plan = _graph_plan(kb, second[0].page_content)
-    assert f"Index Scan using {PARTITION}_hnsw" in plan, plan
-    assert f"Index Scan using {PARTITION}_collection_id_idx" in plan, plan
+    assert f"Index Scan using {SEGMENT}_hnsw" in plan, plan
+    assert f"Index Scan using {SEGMENT}_collection_id_idx" in plan, plan
     assert (
         _one(
             kb,
             "SELECT count(*) FROM pg_inherits WHERE inhrelid IN (%s::regclass, %s::regclass)",
-            f"{PARTITION}_pkey",
-            f"{PARTITION}_collection_id_idx",
+            f"{SEGMENT}_chunk_id_idx",
+            f"{SEGMENT}_collection_id_idx",
         )
         == 2
     )
@@ -172,11 +174,11 @@ def test_a_load_that_adds_a_large_share_rebuilds_the_graph_beside_the_live_one(
 
 def test_a_load_below_the_share_merges_into_the_live_graph(kb: KnowledgeBase, eager: None) -> None:
     kb.ingest(notes(0, 1200), collection="port")
-    before = (_oid(kb, PARTITION), _oid(kb, f"{PARTITION}_hnsw"))
+    before = (_oid(kb, SEGMENT), _oid(kb, f"{SEGMENT}_hnsw"))
     more = notes(1200, 300)  # a quarter: past the pending limit, below half the graph
     kb.ingest(more, collection="port")
     assert _pending(kb) == 0
-    assert (_oid(kb, PARTITION), _oid(kb, f"{PARTITION}_hnsw")) == before  # merged, not rebuilt
+    assert (_oid(kb, SEGMENT), _oid(kb, f"{SEGMENT}_hnsw")) == before  # merged, not rebuilt
     assert _found_first(kb, more[::50])
 
 
@@ -224,10 +226,10 @@ def _wait_for(check: Any, timeout: float = 120.0) -> None:
 
 
 def test_writes_and_deletes_during_the_rebuild_are_kept(
-    kb: KnowledgeBase, pg_url: str, eager: None
+    kb: KnowledgeBase, pg_url: str, eager: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kb.ingest(notes(0, 3000), collection="port")
-    old = _oid(kb, PARTITION)
+    old = _oid(kb, SEGMENT)
     gone, late = notes(0, 1)[0], notes(9000, 1)[0]
     errors: list[BaseException] = []
 
@@ -242,6 +244,15 @@ def test_writes_and_deletes_during_the_rebuild_are_kept(
         thread.start()
         return thread
 
+    # the swap waits until the writes below are done: a 6,000-row graph is built in a second or two
+    swap = threading.Event()
+    real_swap = schema._swap_in
+
+    def swap_when_told(*args: Any) -> float:
+        assert swap.wait(120)
+        return real_swap(*args)
+
+    monkeypatch.setattr(schema, "_swap_in", swap_when_told)
     watch = _Watch(pg_url, kb.schema)
     other = KnowledgeBase(pg_url, kb.embeddings, schema=kb.schema)
     other.collections()  # opened before: its writes come within the build
@@ -255,14 +266,16 @@ def test_writes_and_deletes_during_the_rebuild_are_kept(
         )
         assert other.delete_document(source="note-0", collection="port") == 1
         # both went into the old partition, after the copy the new graph is built from
-        assert watch.one("SELECT %s::regclass::oid", PARTITION) == old
+        assert watch.one("SELECT %s::regclass::oid", SEGMENT) == old
+        swap.set()
         for thread in (loader, writing):
             thread.join()
     finally:
+        swap.set()
         other.close()
         watch.close()
     assert not errors, errors
-    assert _oid(kb, PARTITION) != old  # swapped in
+    assert _oid(kb, SEGMENT) != old  # swapped in
     assert _pending(kb) == 1  # the late vector, brought over pending
     assert _vectors_match_chunks(kb)  # the deleted one left behind
     hits = kb.search(late.page_content, mode="semantic", limit=1)
@@ -289,7 +302,7 @@ def test_a_load_killed_during_the_rebuild_leaves_the_old_graph_valid_and_in_use(
 ) -> None:
     base = notes(0, 3000)
     kb.ingest(base, collection="port")
-    index = _oid(kb, f"{PARTITION}_hnsw")
+    index = _oid(kb, f"{SEGMENT}_hnsw")
     env = {
         **os.environ,
         settings.PENDING_MAX_ROWS.env: "100",
@@ -324,13 +337,13 @@ def test_a_load_killed_during_the_rebuild_leaves_the_old_graph_valid_and_in_use(
 
     later = KnowledgeBase(pg_url, schema=kb.schema)  # the next process to open it
     try:
-        assert _oid(later, f"{PARTITION}_hnsw") == index
+        assert _oid(later, f"{SEGMENT}_hnsw") == index
         assert _index_state(later) == (True, True, "(NOT pending)")
         added = _pending(later)  # the killed load's batches had all committed, pending
         assert added == 3000
         assert _vectors_match_chunks(later)
         plan = _graph_plan(later, base[0].page_content)
-        assert f"Index Scan using {PARTITION}_hnsw" in plan, plan
+        assert f"Index Scan using {SEGMENT}_hnsw" in plan, plan
         assert _found_first(later, base[::300] + notes(3000, 3000)[::300])
     finally:
         later.close()
@@ -380,7 +393,7 @@ def test_a_server_stopped_during_the_rebuild_leaves_the_old_graph_valid_and_in_u
     try:
         base = notes(0, 3000)
         kb.ingest(base, collection="port")
-        index = _oid(kb, f"{PARTITION}_hnsw")
+        index = _oid(kb, f"{SEGMENT}_hnsw")
     finally:
         kb.close()
     child = subprocess.Popen(
@@ -410,12 +423,12 @@ def test_a_server_stopped_during_the_rebuild_leaves_the_old_graph_valid_and_in_u
     )
     later = KnowledgeBase(started.stdout.strip(), schema="kb_rebuild")
     try:
-        assert _oid(later, f"{PARTITION}_hnsw") == index
+        assert _oid(later, f"{SEGMENT}_hnsw") == index
         assert _index_state(later) == (True, True, "(NOT pending)")
         assert _one(later, "SELECT count(*) FROM pg_class WHERE relname LIKE '%%rebuild%%'") == 0
         assert _pending(later) == 3000 and _vectors_match_chunks(later)
         plan = _graph_plan(later, base[0].page_content)
-        assert f"Index Scan using {PARTITION}_hnsw" in plan, plan
+        assert f"Index Scan using {SEGMENT}_hnsw" in plan, plan
         assert _found_first(later, base[::300] + notes(3000, 3000)[::300])
     finally:
         later.close()
@@ -440,14 +453,14 @@ def test_a_swap_held_off_by_writers_is_tried_again_then_left_pending(
     monkeypatch.setattr(schema, "SWAP_LOCK_TIMEOUT", "200ms")
     monkeypatch.setattr(schema, "SWAP_ATTEMPTS", 3)
     kb.ingest(notes(0, 1200), collection="port")
-    index = _oid(kb, f"{PARTITION}_hnsw")
+    index = _oid(kb, f"{SEGMENT}_hnsw")
     with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as writer_:
         # an ingest batch that stays open: the swap cannot hold kb_chunks still
         writer_.execute("LOCK TABLE kb_chunks IN ROW EXCLUSIVE MODE")
         more = notes(1200, 1200)
         kb.ingest(more, collection="port")  # stored and found; its graph not swapped in
         writer_.rollback()
-    assert _oid(kb, f"{PARTITION}_hnsw") == index and _pending(kb) == 1200
+    assert _oid(kb, f"{SEGMENT}_hnsw") == index and _pending(kb) == 1200
     assert _found_first(kb, more[::200])
 
     watch = _Watch(pg_url, kb.schema)
@@ -469,7 +482,7 @@ def test_a_swap_held_off_by_writers_is_tried_again_then_left_pending(
             release.join()
             watch.close()
     assert waited.is_set()
-    assert _oid(kb, f"{PARTITION}_hnsw") != index and _pending(kb) == 0
+    assert _oid(kb, f"{SEGMENT}_hnsw") != index and _pending(kb) == 0
 
 
 _SWAP_WAITING = (

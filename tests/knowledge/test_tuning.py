@@ -96,7 +96,7 @@ def _port_index(conn: psycopg.Connection, collection: str = "port") -> str:
     """The name of the HNSW index of a collection (on its own partition)."""
     row = conn.execute("SELECT id FROM kb_collections WHERE name = %s", (collection,)).fetchone()
     assert row is not None
-    return f"kb_embeddings_256_c{row[0]}_hnsw"
+    return f"kb_embeddings_256_c{row[0]}_s0_hnsw"
 
 
 def _hnsw_state(conn: psycopg.Connection) -> tuple[bool, bool] | None:

@@ -222,7 +222,7 @@ HNSW = "kb_embeddings_256_c*_hnsw"
 
 def _indexes(kb: KnowledgeBase) -> set[str]:
     rows = _rows(kb, f"SELECT indexname FROM pg_indexes WHERE schemaname = '{kb.schema}'")
-    names = {re.sub(r"_c\d+_hnsw$", "_c*_hnsw", str(r[0])) for r in rows}
+    names = {re.sub(r"_c\d+_s\d+_hnsw$", "_c*_hnsw", str(r[0])) for r in rows}
     return names & {"kb_chunks_tsv_idx", HNSW}
 
 
