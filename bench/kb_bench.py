@@ -581,6 +581,14 @@ class Bench:
             "recall@5 >= 0.95 (HNSW forced)": o["recall_hnsw_vs_exact"] >= 0.95,
         }
 
+    def _segments(self) -> int:
+        """The collection's segments (each with a graph of its own: `knowledge.schema`)."""
+        with self.kb.pool().connection() as conn:
+            (coll,) = conn.execute(
+                "SELECT id FROM kb_collections WHERE name = 'main'"
+            ).fetchone() or (0,)
+            return len(schema.segments(conn, 256, int(coll)))
+
     def close(self, keep: bool) -> None:
         self.kb.close()
         if not keep:
@@ -714,6 +722,7 @@ class Growth:
                 f"{name}_pipeline_vs_embedder": n / (t - index) / embed,
                 **{f"{name}_{kind}_s": spent for kind, spent in self.work.items()},
                 f"{name}_pending_after": self._pending(),
+                f"{name}_segments_after": self._segments(),
             }
         )
         for r in self.rebuilt:
@@ -758,6 +767,14 @@ class Growth:
                 sql.SQL("SELECT count(*) FROM {t} WHERE pending").format(t=embeddings_table(256))
             ).fetchone()
         return int(row[0]) if row else 0
+
+    def _segments(self) -> int:
+        """The collection's segments (each with a graph of its own: `knowledge.schema`)."""
+        with self.kb.pool().connection() as conn:
+            (coll,) = conn.execute(
+                "SELECT id FROM kb_collections WHERE name = 'main'"
+            ).fetchone() or (0,)
+            return len(schema.segments(conn, 256, int(coll)))
 
     def close(self, keep: bool) -> None:
         self.kb.close()

@@ -168,3 +168,89 @@ def test_a_new_schema_leaves_the_public_schemas_indexes_and_partitions_alone(
         public.close()
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _back_to_collection_partitions(kb: KnowledgeBase) -> None:
+    """Rewrite the embeddings as the layout before segments stored them.
+
+    A key on (chunk id, collection id), and each collection's partition a plain table
+    with its partial HNSW index and its part of the parent's pending-rows index.
+    """
+    with kb.pool().connection() as conn:
+        ids = [i for (i,) in conn.execute("SELECT id FROM kb_collections ORDER BY id").fetchall()]
+        conn.execute(
+            "CREATE TABLE old_rows AS SELECT chunk_id, collection_id, embedding, pending"
+            " FROM kb_embeddings_256"
+        )
+        conn.execute("DROP TABLE kb_embeddings_256")
+        conn.execute(
+            "CREATE TABLE kb_embeddings_256 ("
+            " chunk_id text NOT NULL REFERENCES kb_chunks (id) ON DELETE CASCADE,"
+            " collection_id bigint NOT NULL, embedding vector(256) NOT NULL,"
+            " pending boolean NOT NULL DEFAULT false, PRIMARY KEY (chunk_id, collection_id))"
+            " PARTITION BY LIST (collection_id)"
+        )
+        conn.execute(
+            "CREATE INDEX kb_embeddings_256_pending_idx ON kb_embeddings_256 (collection_id)"
+            " WHERE pending"
+        )
+        for i in ids:
+            conn.execute(
+                f"CREATE TABLE kb_embeddings_256_c{i} PARTITION OF kb_embeddings_256"
+                f" FOR VALUES IN ({i})"
+            )
+        conn.execute("INSERT INTO kb_embeddings_256 SELECT * FROM old_rows")
+        conn.execute("DROP TABLE old_rows")
+        for i in ids:
+            conn.execute(
+                f"CREATE INDEX kb_embeddings_256_c{i}_hnsw ON kb_embeddings_256_c{i}"
+                " USING hnsw (embedding vector_cosine_ops) WHERE NOT pending"
+            )
+
+
+def test_collections_of_the_layout_before_segments_become_their_first_segment_once(
+    kb: KnowledgeBase, pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    kb.ingest("Tugs pull the tanker off the quay.", collection="harbour", name="tugs")
+    kb.ingest("The pilot boards the ship at the buoy.", collection="harbour", name="pilot")
+    kb.ingest("Rooks move along ranks and files.", collection="chess")
+    before = {c: [h["id"] for h in kb.search("rook", collection=c)] for c in ("chess", "harbour")}
+    _back_to_collection_partitions(kb)
+    ids = _ids(kb)
+    graph = {
+        name: _rows(kb, "SELECT %s::regclass::oid", f"kb_embeddings_256_c{i}_hnsw")[0][0]
+        for name, i in ids.items()
+    }
+    caplog.set_level(logging.WARNING, logger="arcana_loop.knowledge.schema")
+    upgraded = KnowledgeBase(pg_url, schema=kb.schema)
+    try:
+        after = {
+            c: [h["id"] for h in upgraded.search("rook", collection=c)]
+            for c in ("chess", "harbour")
+        }
+        assert after == before
+        assert "one segment per collection" in caplog.text
+        assert _partitions(upgraded) == {
+            f"kb_embeddings_256_c{ids['harbour']}_s0": 2,
+            f"kb_embeddings_256_c{ids['chess']}_s0": 1,
+        }
+        for name, i in ids.items():  # each graph renamed with its table, not built again
+            oid = _rows(upgraded, "SELECT %s::regclass::oid", f"kb_embeddings_256_c{i}_s0_hnsw")
+            assert oid[0][0] == graph[name]
+        assert f"kb_embeddings_256_c{ids['chess']}_s0" in _plan(upgraded, "chess")
+        assert _rows(upgraded, "SELECT to_regclass('kb_embeddings_256_pkey')") == [(None,)]
+        # deletes cascade through the chunk-id index; writes go into the first segment
+        assert upgraded.delete_document(source="tugs", collection="harbour") == 1
+        upgraded.ingest("The harbour master logs every berth.", collection="harbour", name="berths")
+        assert _partitions(upgraded)[f"kb_embeddings_256_c{ids['harbour']}_s0"] == 2
+        upgraded.delete_collection("chess")
+        assert set(_partitions(upgraded)) == {f"kb_embeddings_256_c{ids['harbour']}_s0"}
+    finally:
+        upgraded.close()
+    caplog.clear()
+    again = KnowledgeBase(pg_url, schema=kb.schema)  # once: the next opening moves nothing
+    try:
+        again.collections()
+        assert "one segment per collection" not in caplog.text
+    finally:
+        again.close()
