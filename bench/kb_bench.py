@@ -581,14 +581,6 @@ class Bench:
             "recall@5 >= 0.95 (HNSW forced)": o["recall_hnsw_vs_exact"] >= 0.95,
         }
 
-    def _segments(self) -> int:
-        """The collection's segments (each with a graph of its own: `knowledge.schema`)."""
-        with self.kb.pool().connection() as conn:
-            (coll,) = conn.execute(
-                "SELECT id FROM kb_collections WHERE name = 'main'"
-            ).fetchone() or (0,)
-            return len(schema.segments(conn, 256, int(coll)))
-
     def close(self, keep: bool) -> None:
         self.kb.close()
         if not keep:

@@ -36,6 +36,18 @@ that leaves many pending vectors beside a graph of comparable size is cheaper
 taken in by a new graph over every row, built beside the live one on a table of
 its own and swapped in at one commit (`rebuild_hnsw_beside`).
 
+Each collection's partition is itself list-partitioned by `segment`
+(`kb_embeddings_<dim>_c<id>_s<n>`), each segment with its own partial HNSW
+index: a search walks each graph and merges their orders. A large load into a
+collection whose graph is live writes a new segment (`add_segment`) and builds
+its graph over its rows only after the last batch, in place (`create_hnsw_index`):
+no other graph is touched, and until it is built its rows are sorted exactly in
+the same search. Every collection keeps its first segment (`first_segment_name`),
+where smaller writes wait pending. `rebuild_hnsw_beside` rebuilds some or all
+segments into one (compaction). A unique key of a partitioned table must hold
+every partition column, so the parent has none: a chunk-id index serves the
+cascaded deletes, and `kb_chunks`' key and the writer keep one vector a chunk.
+
 `kb_chunks.tsv` is a generated `to_tsvector('english', text)` column with a GIN
 index. Deleting a collection or document cascades to its chunks and embeddings.
 The knowledge-graph tables (`knowledge.entities.schema`) are created by
@@ -953,8 +965,11 @@ def rebuild_hnsw_beside(
 ) -> Rebuilt | None:
     """Build a new HNSW graph over all of a collection's vectors beside its live one, then swap it in.
 
+    ``only``: the segments to rebuild into one (a compaction, `knowledge.writer`);
+    None: all of them. The new table takes the oldest one's name and number.
+
     Returns what it did, or None when nothing was done: the
-    collection is gone or has no usable HNSW index, or `due` (given the pending
+    collection or its segments are gone, or `due` (given the pending
     and the stored vectors, counted once this builder holds the partition's build
     lock) says a rebuild is not due any more (another builder just did one).
 
@@ -965,17 +980,17 @@ def rebuild_hnsw_beside(
     built on a table of its own, never on the live partition: clearing the
     pending flag of a row is an update, and an update inserts the row into every
     graph of its table again, which is the cost avoided. So, in one transaction:
-    the partition's rows are copied, all with ``pending = false``, into a new
-    table; its HNSW index (partial, as the live one), key and pending index are
-    built; then the swap, under a savepoint: `kb_chunks` is locked against writes
+    the segments' rows are copied, all with ``pending = false``, into a new
+    table; its HNSW index (partial, as the live one), chunk-id and pending
+    indexes are built; then the swap, under a savepoint: `kb_chunks` is locked against writes
     (which waits for open ingest batches and holds off the next), rows written
     or deleted since the copy are brought over (new ones pending: scanned
-    exactly, merged later), and the old partition is dropped and the new table
-    attached in its place under its names. Until the commit every search reads
-    the old partition (its graph and an exact scan of its pending rows); from
+    exactly, merged later), and the old segments are dropped and the new table
+    attached in their place. Until the commit every search reads the old
+    segments (their graphs and an exact scan of their pending rows); from
     the commit on, the new one. An interruption anywhere (the client killed, the
     server stopped) rolls the whole transaction back: the new table never
-    existed, and the old partition and its index are as they were. A swap that
+    existed, and the old segments and their graphs are as they were. A swap that
     deadlocks with another writer (one deleting a collection) is rolled back to
     its savepoint and tried again, `SWAP_ATTEMPTS` times.
     """

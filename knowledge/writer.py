@@ -21,7 +21,9 @@ partition: `knowledge.schema`) and builds it once at the end, with the memory
 and parallel workers the server allows: inserting into a live HNSW index costs
 several times a row's share of a build. A load into a collection that already
 holds rows writes its vectors pending, outside the live graph, searched exactly
-beside it (`knowledge.schema`). When it leaves more than `PENDING_MAX_ROWS` of
+beside it (`knowledge.schema`), unless it is large (`_own_segment`): then it writes a
+segment of its own, whose graph is built over its rows only after the last batch, and a
+collection left with more than `MAX_SEGMENTS` is compacted (`compact_segments`). When it leaves more than `PENDING_MAX_ROWS` of
 them, they are taken into the graph the cheaper way (`settle_pending`): merged
 into it one by one (`merge_pending`), or, once they are `REBUILD_MIN_SHARE` of the
 graph's size or more, by a new graph over every row built beside the live one and

@@ -103,34 +103,42 @@ def test_embeddings_stored_in_one_table_are_moved_into_partitions_once(
 ) -> None:
     kb.ingest("Tugs pull the tanker off the quay.", collection="harbour")
     kb.ingest("Rooks move along ranks and files.", collection="chess")
-    before = {c: [h["id"] for h in kb.search("rook", collection=c)] for c in ("chess", "harbour")}
+    before = _rook_hits(kb)
     _back_to_one_table(kb)
     assert _partitions(kb) == {}
     caplog.set_level(logging.WARNING, logger="arcana_loop.knowledge.schema")
     upgraded = KnowledgeBase(pg_url, schema=kb.schema)
     try:
-        after = {
-            c: [h["id"] for h in upgraded.search("rook", collection=c)]
-            for c in ("chess", "harbour")
-        }
-        assert after == before
+        assert _rook_hits(upgraded) == before
         assert sorted(_partitions(upgraded).values()) == [1, 1]
         assert "one partition per collection" in caplog.text
         assert f"_c{_ids(upgraded)['chess']}" in _plan(upgraded, "chess")
         assert len([n for n in _hnsw_indexes(upgraded) if n.endswith("_hnsw")]) == 2
     finally:
         upgraded.close()
-    caplog.clear()
-    again = KnowledgeBase(pg_url, schema=kb.schema)  # once: the next opening moves nothing
-    try:
-        again.collections()
-        assert "one partition per collection" not in caplog.text
-    finally:
-        again.close()
+    _moves_nothing_again(pg_url, kb.schema, caplog, "one partition per collection")
     with psycopg.connect(pg_url, options=f"-c search_path={kb.schema},public") as conn:
         assert conn.execute("SELECT to_regclass('kb_embeddings_256_unpartitioned')").fetchone() == (
             None,
         )
+
+
+def _rook_hits(kb: KnowledgeBase) -> dict[str, list[str]]:
+    """The chunks a search for "rook" finds in each of the two collections."""
+    return {c: [h["id"] for h in kb.search("rook", collection=c)] for c in ("chess", "harbour")}
+
+
+def _moves_nothing_again(
+    pg_url: str, schema: str, caplog: pytest.LogCaptureFixture, warning: str
+) -> None:
+    """A move of the layout happens once: the next opening says nothing of it."""
+    caplog.clear()
+    again = KnowledgeBase(pg_url, schema=schema)
+    try:
+        again.collections()
+        assert warning not in caplog.text
+    finally:
+        again.close()
 
 
 def _index_oids(pg_url: str, schema: str) -> dict[str, int]:
@@ -214,7 +222,7 @@ def test_collections_of_the_layout_before_segments_become_their_first_segment_on
     kb.ingest("Tugs pull the tanker off the quay.", collection="harbour", name="tugs")
     kb.ingest("The pilot boards the ship at the buoy.", collection="harbour", name="pilot")
     kb.ingest("Rooks move along ranks and files.", collection="chess")
-    before = {c: [h["id"] for h in kb.search("rook", collection=c)] for c in ("chess", "harbour")}
+    before = _rook_hits(kb)
     _back_to_collection_partitions(kb)
     ids = _ids(kb)
     graph = {
@@ -224,11 +232,7 @@ def test_collections_of_the_layout_before_segments_become_their_first_segment_on
     caplog.set_level(logging.WARNING, logger="arcana_loop.knowledge.schema")
     upgraded = KnowledgeBase(pg_url, schema=kb.schema)
     try:
-        after = {
-            c: [h["id"] for h in upgraded.search("rook", collection=c)]
-            for c in ("chess", "harbour")
-        }
-        assert after == before
+        assert _rook_hits(upgraded) == before
         assert "one segment per collection" in caplog.text
         assert _partitions(upgraded) == {
             f"kb_embeddings_256_c{ids['harbour']}_s0": 2,
@@ -247,10 +251,4 @@ def test_collections_of_the_layout_before_segments_become_their_first_segment_on
         assert set(_partitions(upgraded)) == {f"kb_embeddings_256_c{ids['harbour']}_s0"}
     finally:
         upgraded.close()
-    caplog.clear()
-    again = KnowledgeBase(pg_url, schema=kb.schema)  # once: the next opening moves nothing
-    try:
-        again.collections()
-        assert "one segment per collection" not in caplog.text
-    finally:
-        again.close()
+    _moves_nothing_again(pg_url, kb.schema, caplog, "one segment per collection")
