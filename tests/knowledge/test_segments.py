@@ -13,8 +13,11 @@ import pytest
 from langchain_core.documents import Document
 
 from arcana_loop.knowledge import KnowledgeBase, settings
+from arcana_loop.knowledge.pgkeeper import recorded_pid
+from arcana_loop.knowledge.server import IDLE_ENV, embedded_server_url, stop_embedded_server
 from tests.knowledge.test_rebuild import (
     PARTITION,
+    START_IT,
     _found_first,
     _graph_plan,
     _oid,
@@ -22,6 +25,7 @@ from tests.knowledge.test_rebuild import (
     _wait_for,
     _Watch,
     notes,
+    own_server,  # noqa: F401  (a fixture)
 )
 
 pytestmark = pytest.mark.postgres
@@ -168,6 +172,16 @@ def test_a_segmented_collection_is_reembedded_whole(
         reembedded.close()
 
 
+def _builds_second_graph(watch: _Watch) -> bool:
+    """Whether a backend is building the second segment's graph (its CREATE INDEX)."""
+    return bool(
+        watch.one(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s",
+            f'CREATE INDEX IF NOT EXISTS "{SECOND}_hnsw" %',
+        )
+    )
+
+
 KILLED_DURING_THE_SEGMENT_BUILD = textwrap.dedent(
     """
     import sys
@@ -195,15 +209,9 @@ def test_a_load_killed_while_its_segment_graph_is_built_leaves_the_old_graph_in_
         text=True,
     )
     watch = _Watch(pg_url, kb.schema)
-    building = f'CREATE INDEX IF NOT EXISTS "{SECOND}_hnsw" %'
 
     def builds() -> bool:
-        return bool(
-            watch.one(
-                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s",
-                building,
-            )
-        )
+        return _builds_second_graph(watch)
 
     try:
         _wait_for(lambda: builds() or child.poll() is not None)
@@ -235,6 +243,65 @@ def test_a_load_killed_while_its_segment_graph_is_built_leaves_the_old_graph_in_
         assert _graph(later, SECOND) == (True, "(NOT pending)")
         plan = _graph_plan(later, base[0].page_content)
         assert f"Index Scan using {SECOND}_hnsw" in plan, plan
+        assert _found_first(later, base[::300] + notes(3000, 3000)[::300])
+    finally:
+        later.close()
+
+
+@pytest.mark.reliability
+@pytest.mark.slow
+def test_a_server_stopped_while_a_segment_graph_is_built_leaves_the_old_graph_in_use(
+    own_server: Path,  # noqa: F811  (the fixture imported above)
+    small_segments: None,
+) -> None:
+    url = embedded_server_url(own_server)
+    kb = KnowledgeBase(url, schema="kb_segments")
+    try:
+        base = notes(0, 3000)
+        kb.ingest(base, collection="port")
+        index = _oid(kb, f"{FIRST}_hnsw")
+    finally:
+        kb.close()
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_DURING_THE_SEGMENT_BUILD, url, "kb_segments"],
+        env={**os.environ, **SMALL_SEGMENTS},
+        cwd=Path(__file__).resolve().parents[2],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watch = _Watch(url, "kb_segments")
+    try:
+        _wait_for(lambda: _builds_second_graph(watch) or child.poll() is not None)
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+    finally:
+        watch.close()
+    stop_embedded_server(own_server)  # as `arcana-loop` stops it: fast, open work rolled back
+    child.wait(timeout=120)
+    assert child.returncode != 0  # its load ended with the server
+    _wait_for(lambda: recorded_pid(own_server) is None, timeout=60)
+    started = subprocess.run(
+        [sys.executable, "-c", START_IT, str(own_server)],
+        env={**os.environ, IDLE_ENV: "600"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    url = started.stdout.strip()
+    watch = _Watch(url, "kb_segments")
+    try:  # before any knowledge base opens it: the old graph, the new rows without one
+        assert watch.one("SELECT %s::regclass::oid", f"{FIRST}_hnsw") == index
+        assert watch.one("SELECT to_regclass(%s)", f"{SECOND}_hnsw") is None
+        assert watch.one(f"SELECT count(*) FROM {SECOND}") == 3000
+    finally:
+        watch.close()
+    later = KnowledgeBase(url, schema="kb_segments")
+    try:
+        plan = _graph_plan(later, base[0].page_content)
+        assert (
+            f"Index Scan using {FIRST}_hnsw" in plan and f"Index Scan using {SECOND}_hnsw" in plan
+        )
+        assert _oid(later, f"{FIRST}_hnsw") == index
         assert _found_first(later, base[::300] + notes(3000, 3000)[::300])
     finally:
         later.close()
