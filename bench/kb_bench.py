@@ -347,8 +347,8 @@ class Bench:
         index_time = [0.0]
         real_hnsw, real_gin = schema.create_hnsw_index, schema.create_fulltext_index
 
-        def timed_hnsw(conn: Any, *args: Any) -> None:
-            _, t = timed(real_hnsw, conn, *args)
+        def timed_hnsw(conn: Any, *args: Any, **kwargs: Any) -> None:
+            _, t = timed(real_hnsw, conn, *args, **kwargs)
             index_time[0] += t
 
         def timed_gin(conn: Any) -> None:

@@ -815,8 +815,12 @@ def create_hnsw_index(
     collection_id: int | None = None,
     *,
     on_open: bool = False,
+    segment: str | None = None,
 ) -> None:
-    """Build the HNSW index of each partition (or of one collection's) that lacks a valid one.
+    """Build the HNSW index of each segment (or of one collection's) that lacks a valid one.
+
+    ``segment``: that segment's only (a load's own, after its last batch), not
+    another load's still being written.
 
     After a bulk load into an empty collection, or at startup. ``on_open``: the knowledge
     base is opening, so a missing index was left so by an ingest that ended during its
@@ -831,9 +835,9 @@ def create_hnsw_index(
         else [c for c, _ in partitions(conn, dimension)]
     )
     for collection in collections:
-        for _, segment in segments(conn, dimension, collection):
-            if not _usable(conn, _hnsw_index_name(segment), partial=True):
-                _build_hnsw(conn, segment, on_open=on_open)
+        for _, name in segments(conn, dimension, collection):
+            if segment in (None, name) and not _usable(conn, _hnsw_index_name(name), partial=True):
+                _build_hnsw(conn, name, on_open=on_open)
 
 
 def _build_hnsw(conn: psycopg.Connection[Any], segment: str, *, on_open: bool) -> None:

@@ -439,7 +439,7 @@ def _load(load: _Load) -> None:
         segment=segment,
     )
     if segment is not None:
-        bulk = replace(bulk, hnsw=True)
+        bulk = replace(bulk, hnsw=True, segment=segment)
     # with the vectors pending, one writer or two made no clear difference (0.66-0.80
     # against 0.71 ms a chunk into 91k); two were worth it while writes inserted into the graph
     writers = 1 if bulk.hnsw else min(LIVE_INDEX_WRITERS, load.pool.max_size)
@@ -675,7 +675,11 @@ def _after_load(
         failure = _rebuild(pool, lambda conn: create_fulltext_index(conn)) or failure
     if bulk.hnsw:
         failure = (
-            _rebuild(pool, lambda conn: create_hnsw_index(conn, coll.dimension, coll.id)) or failure
+            _rebuild(
+                pool,
+                lambda conn: create_hnsw_index(conn, coll.dimension, coll.id, segment=bulk.segment),
+            )
+            or failure
         )
     merge = not bulk.fulltext and added >= FULLTEXT_MERGE_MIN_CHUNKS
     if not (merge or bulk.hnsw or bulk.fulltext):
@@ -768,6 +772,8 @@ class _Bulk:
 
     hnsw: bool = False
     fulltext: bool = False
+    segment: str | None = None
+    """The load's own segment, whose graph alone is built after it (`_own_segment`)."""
 
 
 def _bulk_load(pool: ConnectionPool[Any], coll: CollectionRef, total: int) -> _Bulk:
