@@ -71,6 +71,19 @@ def _graph(kb: KnowledgeBase, segment: str) -> tuple[bool, str | None] | None:
     return None if row is None else (row[0], row[1])
 
 
+def _partition_tables(kb: KnowledgeBase) -> int:
+    """Relations of this schema named after the collection's partition: it, its segments, their indexes."""
+    return int(
+        _one(
+            kb,
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND (c.relname = %s OR c.relname LIKE %s)",
+            PARTITION,
+            f"{PARTITION}\\_%",
+        )
+    )
+
+
 def _pending(kb: KnowledgeBase) -> int:
     return int(_one(kb, f"SELECT count(*) FROM {PARTITION} WHERE pending"))
 
@@ -124,8 +137,9 @@ def test_deletes_edits_scopes_and_collection_deletes_work_across_segments(
         h["collection"] for h in kb.search("rook ranks", collection="port", mode="semantic")
     } == {"port"}
 
+    assert _partition_tables(kb) > 0
     kb.delete_collection("port")
-    assert _one(kb, "SELECT count(*) FROM pg_class WHERE relname LIKE %s", f"{PARTITION}%") == 0
+    assert _partition_tables(kb) == 0
     hits = kb.search("rook", mode="semantic", limit=5)
     assert [h["text"] for h in hits] == ["Rooks move along ranks and files."]
 
@@ -160,7 +174,7 @@ def test_a_segmented_collection_is_reembedded_whole(
     assert kb.reembed("port", "minilm").chunks == 600
     assert _one(kb, "SELECT count(*) FROM kb_embeddings_256") == 0
     assert _one(kb, "SELECT count(*) FROM kb_embeddings_384_c1_s0") == 600
-    assert _one(kb, "SELECT count(*) FROM pg_class WHERE relname LIKE %s", f"{PARTITION}%") == 0
+    assert _partition_tables(kb) == 0
     assert _one(
         kb, "SELECT count(*) FROM pg_indexes WHERE indexname = 'kb_embeddings_384_c1_s0_hnsw'"
     )
