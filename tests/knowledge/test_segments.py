@@ -91,13 +91,13 @@ def _pending(kb: KnowledgeBase) -> int:
 def test_a_large_load_gets_a_segment_whose_graph_is_built_after_it(
     kb: KnowledgeBase, small_segments: None
 ) -> None:
-    first, second = notes(0, 2000), notes(2000, 2000)
+    first, second = notes(0, 1000), notes(1000, 1000)
     kb.ingest(first, collection="port")  # past the pending limit: its graph built at once
     graph = _oid(kb, f"{FIRST}_hnsw")
     assert graph is not None and _pending(kb) == 0
 
     kb.ingest(second, collection="port")  # as many again: a segment of its own
-    assert _segments(kb) == {FIRST: 2000, SECOND: 2000}
+    assert _segments(kb) == {FIRST: 1000, SECOND: 1000}
     assert _oid(kb, f"{FIRST}_hnsw") == graph  # the first graph was never touched
     assert _graph(kb, SECOND) == (True, "(NOT pending)")
     assert _pending(kb) == 0
@@ -106,25 +106,25 @@ def test_a_large_load_gets_a_segment_whose_graph_is_built_after_it(
     assert _found_first(kb, first[::200] + second[::200])
 
     kb.ingest(notes(4000, 50), collection="port")  # a small write waits in the first segment
-    assert _segments(kb) == {FIRST: 2050, SECOND: 2000} and _pending(kb) == 50
+    assert _segments(kb) == {FIRST: 1050, SECOND: 1000} and _pending(kb) == 50
 
 
 def test_deletes_edits_scopes_and_collection_deletes_work_across_segments(
     kb: KnowledgeBase, small_segments: None
 ) -> None:
-    kb.ingest(notes(0, 2000), collection="port")
-    kb.ingest(notes(2000, 2000), collection="port")
+    kb.ingest(notes(0, 1000), collection="port")
+    kb.ingest(notes(1000, 1000), collection="port")
     kb.ingest("Rooks move along ranks and files.", collection="chess")
-    assert _segments(kb) == {FIRST: 2000, SECOND: 2000}
+    assert _segments(kb) == {FIRST: 1000, SECOND: 1000}
 
-    assert kb.delete_document(source="note-2500", collection="port") == 1
+    assert kb.delete_document(source="note-1500", collection="port") == 1
     edited = Document(
-        page_content="Note 2600: the lighthouse keeper logs the storm in his ledger.",
-        metadata={"source": "note-2600"},
+        page_content="Note 1600: the lighthouse keeper logs the storm in his ledger.",
+        metadata={"source": "note-1600"},
     )
     assert kb.ingest([edited], collection="port").documents_replaced == 1
     # the old vectors went with their chunks; the edit's new one waits in the first segment
-    assert _segments(kb) == {FIRST: 2001, SECOND: 1998} and _pending(kb) == 1
+    assert _segments(kb) == {FIRST: 1001, SECOND: 998} and _pending(kb) == 1
     assert _one(kb, f"SELECT count(*) FROM {PARTITION}") == _one(
         kb, "SELECT count(*) FROM kb_chunks WHERE collection_id = 1"
     )
@@ -147,20 +147,20 @@ def test_deletes_edits_scopes_and_collection_deletes_work_across_segments(
 def test_more_than_three_segments_are_compacted_into_fewer(
     kb: KnowledgeBase, small_segments: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(settings.SEGMENT_MIN_ROWS.env, "500")
-    first = notes(0, 2000)
+    monkeypatch.setenv(settings.SEGMENT_MIN_ROWS.env, "300")
+    first = notes(0, 1000)
     kb.ingest(first, collection="port")
     graph = _oid(kb, f"{FIRST}_hnsw")
-    later = [notes(start, 600) for start in (2000, 2600, 3200)]
+    later = [notes(start, 300) for start in (2000, 2300, 2600)]
     for load in later[:2]:
         kb.ingest(load, collection="port")
-    assert list(_segments(kb).values()) == [2000, 600, 600]
+    assert list(_segments(kb).values()) == [1000, 300, 300]
     kb.ingest(later[2], collection="port")  # a fourth: the three small ones become one
-    assert _segments(kb) == {FIRST: 2000, SECOND: 1800}
+    assert _segments(kb) == {FIRST: 1000, SECOND: 900}
     assert _oid(kb, f"{FIRST}_hnsw") == graph  # the largest was left as it was
     assert _graph(kb, SECOND) == (True, "(NOT pending)")
     assert _one(kb, "SELECT count(*) FROM pg_class WHERE relname LIKE %s", "%rebuild%") == 0
-    assert _found_first(kb, first[::400] + [d for load in later for d in load[::150]])
+    assert _found_first(kb, first[::250] + [d for load in later for d in load[::100]])
 
 
 def test_a_segmented_collection_is_reembedded_whole(
