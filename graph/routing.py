@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, assert_never
 
 from langchain_core.messages import AIMessage
@@ -47,13 +48,23 @@ def _context() -> LoopContext:
     return context if isinstance(context, LoopContext) else LoopContext()
 
 
+ContextFn = Callable[[], LoopContext]
+"""How a router gets the run's context: asked for only by the decisions that read it."""
+
+
+def _context_in(config: RunnableConfig | None) -> LoopContext:
+    """Return the run's context, with the step's config made current so `get_runtime` finds the run."""
+    with set_config_context(ensure_config(config)) as context:
+        return context.run(_context)
+
+
 @dataclass(frozen=True)
 class Routers:
     """The routing functions of one graph."""
 
     deps: LoopDeps
 
-    def after_start(self, state: ControllerRouteView) -> AfterStart:
+    def after_start(self, state: ControllerRouteView, context: ContextFn = _context) -> AfterStart:
         """To the controller, unless the question ended as it opened (nothing stored to search).
 
         A question carried on (asked again after its process stopped) goes on where it
@@ -64,11 +75,13 @@ class Routers:
         messages = state.get("messages") or []
         return "tools" if messages and has_tool_calls(messages[-1]) else "controller"
 
-    def after_answer(self, state: OutcomeView) -> AfterAnswer:
+    def after_answer(self, state: OutcomeView, context: ContextFn = _context) -> AfterAnswer:
         """After the answer is settled: ground it when a grounder is configured, else finish."""
-        return "ground" if self.deps.has_grounder(_context()) else "finish"
+        return "ground" if self.deps.has_grounder(context()) else "finish"
 
-    def after_controller(self, state: ControllerRouteView) -> AfterController:
+    def after_controller(
+        self, state: ControllerRouteView, context: ContextFn = _context
+    ) -> AfterController:
         """Tool calls go to ``tools``; a spent budget to ``synthesis``; an answer or error finishes.
 
         A plain-text answer is rewritten by the answer model when one is set (as an ``answer``
@@ -86,19 +99,19 @@ class Routers:
             )
         match outcome:
             case "max_iterations":
-                if _context().fallback_synthesis and state.get("chunks"):
+                if context().fallback_synthesis and state.get("chunks"):
                     return "synthesis"
-                return self.after_answer(state)
+                return self.after_answer(state, context)
             case "answered":
-                return (
-                    "answerer" if self.deps.has_answerer(_context()) else self.after_answer(state)
-                )
+                if self.deps.has_answerer(context()):
+                    return "answerer"
+                return self.after_answer(state, context)
             case "error" | "gave_up":
-                return self.after_answer(state)
+                return self.after_answer(state, context)
             case _:
                 assert_never(outcome)
 
-    def after_tools(self, state: ToolsRouteView) -> AfterTools:
+    def after_tools(self, state: ToolsRouteView, context: ContextFn = _context) -> AfterTools:
         """Back to the controller unless a tool ended the run; an answer by a tool may be rewritten first."""
         outcome = state.get("terminated_by")
         if outcome is None:
@@ -109,11 +122,11 @@ class Routers:
             and bool(history)
             and registry.ends_as(history[-1]["tool"]) == "answered"
         )
-        if answered_by_tool and self.deps.has_answerer(_context()):
+        if answered_by_tool and self.deps.has_answerer(context()):
             return "answerer"
-        return self.after_answer(state)
+        return self.after_answer(state, context)
 
-    def after_ground(self, state: OutcomeView) -> AfterGround:
+    def after_ground(self, state: OutcomeView, context: ContextFn = _context) -> AfterGround:
         """Finish, unless the answer went back to the controller for a repair."""
         return "controller" if state.get("terminated_by") is None else "finish"
 
@@ -129,20 +142,21 @@ class Route(RunnableLambda[Any, Any]):
     reads); calling the function directly, without a callback run, keeps it out of traces.
     """
 
-    def __init__(self, router: Callable[[Any], Any]) -> None:
+    def __init__(self, router: Callable[..., Any]) -> None:  # (state, ContextFn) -> destination
         super().__init__(router)
         self.router = router
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Call the router with the step's config as the current one, so `get_runtime` finds the run.
+        """Call the router; the run's context is looked up only when the decision reads it.
 
-        langchain-core's `set_config_context` makes the config current in a copy of the
-        context, the way a runnable's own call does, but starts no run: the decision is not
-        traced. (Setting the context variable by hand saved 17 us a decision, about 4 % of the
-        minimal StateGraph's loop: below what a tweak must be worth to stay.)
+        Most decisions (tool calls go to ``tools``, a turn without an outcome goes back to
+        the controller) read only the state. The ones that read the run's options make the
+        step's config current with langchain-core's `set_config_context`, in a copy of the
+        context, the way a runnable's own call does, but start no run: the decision is not
+        traced. Making it current for every decision cost 1.0 M instructions a loop
+        (`bench.loop_instructions`), most of what the routers cost.
         """
-        with set_config_context(ensure_config(config)) as context:
-            return context.run(self.router, input)
+        return self.router(input, partial(_context_in, config))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Call the router (a cheap, synchronous decision) the same way."""
