@@ -115,10 +115,11 @@ search 2.5 ms at 100k chunks, and a small load adds a small part of that until m
 PIPELINE_MAX_CHUNKS = 64
 """An edit batch of at most this many new chunks sends its statements in pipeline mode.
 
-Only the statements whose answers it reads wait for the server; the writes after them
-(the document row, the chunks and their vectors as one INSERT each instead of a COPY,
-the BM25 counts) go with the commit, one round trip instead of seven. On two shared
-cores each round trip waits for the server's process to be scheduled."""
+After the collection row, its reads go in one flush (`_BatchReads`), the deletes' terms
+are read once the new rows are sent, and the writes (the document row, the chunks and
+their vectors as one INSERT each instead of a COPY, the BM25 counts) go with the commit:
+an edit's write sends 7 flush or sync requests, each a wait for the server, instead of
+11. On two shared cores each wait is for the server's process to be scheduled."""
 LIVE_INDEX_WRITERS = 2
 """Batches written at once into a collection whose HNSW index is live (one writer otherwise)."""
 MERGE_BATCH_ROWS = 500
@@ -874,14 +875,18 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
     with (
         load.pool.connection() as conn,
         conn.pipeline() if pipelined else contextlib.nullcontext(),
-        conn.transaction(),
+        # in pipeline mode `conn.transaction()` waits for the server twice more (a sync
+        # after BEGIN and before COMMIT); the connection's own transaction commits below
+        contextlib.nullcontext() if pipelined else conn.transaction(),
     ):
-        held = _hold_collection(conn, coll, count_pending=load.pending)
-        if held.pending is not None:
-            load.pending_seen.append(held.pending)
+        reads = _BatchReads.send(conn, coll, batch.items, count_pending=load.pending)
         if counts is not None:
             count_terms_in_writer(conn)
-        kept_ids = _upsert_documents(conn, coll, batch.items, delta, counts)
+        held = reads.held()
+        if held.pending is not None:
+            load.pending_seen.append(held.pending)
+        gone: list[psycopg.Cursor[Any]] = []
+        kept_ids = _upsert_documents(conn, coll, batch.items, delta, reads, gone)
         writes = []
         for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
             if kept is None:
@@ -898,7 +903,13 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
             writes.append((item.doc_id, new, rows))
         _copy_chunks(conn, coll, writes, load.pending, held.average_length, counts, load.segment)
         if counts is not None:
+            # the deletes' terms are read only now: their results came while the rows were sent
+            for cursor in gone:
+                for (keys,) in cursor.fetchall():
+                    counts.add(keys, -1)
             add_term_counts(conn, coll.id, counts.df, counts.chunks)
+        if pipelined:
+            conn.commit()  # sent with the writes: one round trip for both
         delta.chunks_added = sum(len(new) for _, new, _ in writes)
     return delta
 
@@ -912,10 +923,79 @@ class _Held(NamedTuple):
     """Its pending vectors before this batch, when counted."""
 
 
-def _hold_collection(
-    conn: psycopg.Connection[Any], coll: CollectionRef, *, count_pending: bool
-) -> _Held:
-    """Keep the collection from being deleted until this transaction ends; read what the batch needs.
+_StoredChunks = dict[str, tuple[int, int | None, dict[str, Any] | None]]
+"""A document's stored chunks by id: position, `start_index`, and metadata if built again."""
+
+
+@dataclass
+class _BatchReads:
+    """A batch's reads before it writes: the collection row, then the others sent together.
+
+    The collection row is read first (locked against its deletion: a deleted
+    collection has no partition to count pending vectors in). Its pending vectors,
+    the batch's stored document rows (locked) and the stored chunks of each document
+    planned against a stored version are then all sent before the first is read:
+    on a connection in pipeline mode they cost one round trip, not one each. The
+    server runs them in that order, so the chunks are read once their document is
+    locked, as when read one by one.
+    """
+
+    conn: psycopg.Connection[Any]
+    average_length: float | None
+    """The collection's BM25 average chunk length, once its first batch set it."""
+    pending: psycopg.Cursor[Any] | None
+    documents: psycopg.Cursor[Any]
+    chunks: dict[str, psycopg.Cursor[Any]]
+
+    @classmethod
+    def send(
+        cls,
+        conn: psycopg.Connection[Any],
+        coll: CollectionRef,
+        items: list[_Planned],
+        *,
+        count_pending: bool,
+    ) -> _BatchReads:
+        """Read (and lock) the collection row, then send the other reads (not read yet).
+
+        Raises:
+            CollectionNotFound: if the collection was deleted since the ingest began.
+            EmbeddingMismatch: if it was re-embedded with another model meanwhile.
+        """
+        average_length = _hold_collection(conn, coll)
+        pending = (
+            conn.execute(
+                sql.SQL("SELECT count(*) FROM {p} WHERE pending").format(
+                    p=partition_table(coll.dimension, coll.id)
+                )
+            )
+            if count_pending
+            else None
+        )
+        documents = _send_lock(conn, [item.doc_id for item in items])
+        chunks = {
+            item.doc_id: _send_stored_chunks(conn, item) for item in items if item.base is not None
+        }
+        return cls(conn, average_length, pending, documents, chunks)
+
+    def held(self) -> _Held:
+        """The collection's average chunk length and, when counted, its pending vectors."""
+        counted = self.pending.fetchone() if self.pending is not None else None
+        return _Held(self.average_length, None if counted is None else int(counted[0]))
+
+    def stored_chunks(self, item: _Planned) -> _StoredChunks:
+        """The stored chunks of `item`'s document: read with the batch the first time, then anew.
+
+        Read anew, they are asked for `item`'s chunks as they are now (chunked again).
+        """
+        sent = self.chunks.pop(item.doc_id, None)
+        if sent is None:
+            sent = _send_stored_chunks(self.conn, item)
+        return _read_stored_chunks(sent)
+
+
+def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> float | None:
+    """Keep the collection from being deleted until this transaction ends; return its BM25 average length.
 
     `delete_collection` locks the row FOR UPDATE, which waits for this KEY SHARE
     lock; a delete that committed first leaves no row, which is reported here
@@ -923,6 +1003,7 @@ def _hold_collection(
 
     Raises:
         CollectionNotFound: if the collection was deleted since the ingest began.
+        EmbeddingMismatch: if it was re-embedded with another model meanwhile.
     """
     row = conn.execute(
         "SELECT embedding_model, dimension, stored, lex_avg_len FROM kb_collections"
@@ -942,8 +1023,7 @@ def _hold_collection(
         conn.execute(
             "UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,)
         )
-    pending = pending_vectors(conn, coll.dimension, coll.id) if count_pending else None
-    return _Held(None if row[3] is None else float(row[3]), pending)
+    return None if row[3] is None else float(row[3])
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
@@ -956,13 +1036,14 @@ def _upsert_documents(
     coll: CollectionRef,
     items: list[_Planned],
     delta: IngestResult,
-    counts: _TermCounts | None = None,
+    reads: _BatchReads,
+    gone: list[psycopg.Cursor[Any]],
 ) -> list[frozenset[str] | None]:
     """Insert or replace the batch's document rows; return, per item, what to keep of it.
 
     ``None``: nothing to write (the same content is stored); else the ids of its
     chunks that stay stored (none for a new document), so only the others are written.
-    `counts`, when the batch counts its BM25 terms itself, gets the deleted chunks'.
+    `reads` holds the stored rows, locked; `gone` gets each delete, its terms to read.
 
     One locking read and one insert for the whole batch (a statement per document
     cost two round trips each). Rows are locked and inserted in id order, so two
@@ -971,13 +1052,13 @@ def _upsert_documents(
     the same files) is not inserted twice: the insert skips it, and it is then
     handled like any stored document, locked and compared by content hash.
     """
-    known = _lock_stored(conn, [item.doc_id for item in items])
+    known: dict[str, str] = dict(reads.documents.fetchall())
     new = sorted((item for item in items if item.doc_id not in known), key=lambda i: i.doc_id)
     inserted = _insert_documents(conn, coll, new)
     delta.documents_added += len(inserted)
     raced = [item.doc_id for item in new if item.doc_id not in inserted]
     if raced:
-        known.update(_lock_stored(conn, raced))
+        known.update(_send_lock(conn, raced).fetchall())
     keep: list[frozenset[str] | None] = []
     for item in items:
         if item.doc_id in inserted:
@@ -986,7 +1067,7 @@ def _upsert_documents(
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
             keep.append(None)
         elif item.doc_id in known:
-            keep.append(_replace_document(conn, item, known[item.doc_id], delta, counts))
+            keep.append(_replace_document(conn, item, known[item.doc_id], delta, reads, gone))
         else:  # inserted by another writer, then deleted before this one could lock it
             raise CollectionNotFound(
                 f"document {item.doc.source!r} of collection {coll.name!r} was deleted"
@@ -995,13 +1076,11 @@ def _upsert_documents(
     return keep
 
 
-def _lock_stored(conn: psycopg.Connection[Any], ids: list[str]) -> dict[str, str]:
-    """Lock the stored rows among document `ids` (in id order); return their content hashes."""
-    return dict(
-        conn.execute(
-            "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
-            (ids,),
-        ).fetchall()
+def _send_lock(conn: psycopg.Connection[Any], ids: list[str]) -> psycopg.Cursor[Any]:
+    """Lock the stored rows among document `ids` (in id order); the cursor gives id and content hash."""
+    return conn.execute(
+        "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+        (ids,),
     )
 
 
@@ -1034,7 +1113,8 @@ def _replace_document(
     item: _Planned,
     stored_hash: str,
     delta: IngestResult,
-    counts: _TermCounts | None = None,
+    reads: _BatchReads,
+    gone: list[psycopg.Cursor[Any]],
 ) -> frozenset[str]:
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
 
@@ -1044,14 +1124,15 @@ def _replace_document(
     document's own metadata, a page) is rewritten; a carried chunk's cannot have
     (it was chunked against this stored version, with the same metadata). A
     document another writer replaced since it was planned is chunked whole again.
-    The deleted chunks' terms are counted out of `counts`, if given. Returns the kept chunks' ids.
+    The delete's cursor goes to `gone` (its rows: the deleted chunks' term keys). Returns
+    the kept chunks' ids.
     """
-    stored = _stored_chunks(conn, item)
+    stored = reads.stored_chunks(item)
     if item.chunked.carried and (
         stored_hash != item.base or any(c.id not in stored for c in item.chunked.carried)
     ):
         item.chunked = item.rechunk()
-        stored = _stored_chunks(conn, item)
+        stored = reads.stored_chunks(item)
     places: dict[str, tuple[int, int | None]] = {
         c.id: (c.position, c.start) for c in item.chunked.carried
     }
@@ -1059,12 +1140,9 @@ def _replace_document(
     places.update((c.id, (c.position, c.metadata.get(MOVED_KEY))) for c in item.rows)
     stale = sorted(stored.keys() - places.keys())
     if stale:
-        gone = conn.execute(
-            "DELETE FROM kb_chunks WHERE id = ANY(%s) RETURNING lex_keys", (stale,)
-        ).fetchall()
-        if counts is not None:
-            for (keys,) in gone:
-                counts.add(keys, -1)
+        gone.append(
+            conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s) RETURNING lex_keys", (stale,))
+        )
     delta.chunks_removed += len(stale)
     kept = sorted(stored.keys() & places.keys())
     rewritten: list[ChunkRow] = []
@@ -1106,19 +1184,21 @@ def _replace_document(
     return frozenset(kept)
 
 
-def _stored_chunks(
-    conn: psycopg.Connection[Any], item: _Planned
-) -> dict[str, tuple[int, int | None, dict[str, Any] | None]]:
-    """The document's stored chunks: position, `start_index` and, for those built again, metadata.
+def _send_stored_chunks(conn: psycopg.Connection[Any], item: _Planned) -> psycopg.Cursor[Any]:
+    """Read the document's stored chunks (see `_read_stored_chunks`); nothing is read yet.
 
     Only a chunk built again may have new metadata to compare; a carried one's is not read.
     """
-    rows = conn.execute(
+    return conn.execute(
         "SELECT id, position, (metadata ->> 'start_index')::integer,"
         " CASE WHEN id = ANY(%s) THEN metadata END FROM kb_chunks WHERE document_id = %s",
         ([c.id for c in item.rows], item.doc_id),
-    ).fetchall()
-    return {row[0]: (row[1], row[2], row[3]) for row in rows}
+    )
+
+
+def _read_stored_chunks(cursor: psycopg.Cursor[Any]) -> _StoredChunks:
+    """The stored chunks `_send_stored_chunks` asked for, by id."""
+    return {row[0]: (row[1], row[2], row[3]) for row in cursor.fetchall()}
 
 
 def _unplaced(metadata: dict[str, Any]) -> dict[str, Any]:
