@@ -402,16 +402,22 @@ KILLED_SYNC = textwrap.dedent(
 
 
 def _versions(kb: KnowledgeBase) -> dict[str, tuple[str, set[str]]]:
-    """Each stored document's content hash, and which version ("Old", "New") each of its chunks holds."""
-    stored = {}
+    """Each stored document's content hash, and which version ("Old", "New") each of its chunks holds.
+
+    Read in one statement, one snapshot: a killed writer's last transaction, its COMMIT
+    already sent with its writes, may still commit while this reads.
+    """
     with kb.pool().connection() as conn:
-        for doc in kb.documents("port"):
-            texts = conn.execute(
-                "SELECT text FROM kb_chunks WHERE document_id = %s", (doc.id,)
-            ).fetchall()
-            versions = {v for (t,) in texts for v in ("Old", "New") if f"{v} text" in t}
-            stored[Path(doc.source).name] = (doc.content_hash, versions)
-    return stored
+        rows = conn.execute(
+            "SELECT d.source, d.content_hash, array_remove(array_agg(c.text), NULL)"
+            " FROM kb_documents d JOIN kb_collections k ON k.id = d.collection_id"
+            " LEFT JOIN kb_chunks c ON c.document_id = d.id"
+            " WHERE k.name = 'port' GROUP BY d.source, d.content_hash"
+        ).fetchall()
+    return {
+        Path(source).name: (digest, {v for t in texts for v in ("Old", "New") if f"{v} text" in t})
+        for source, digest, texts in rows
+    }
 
 
 def test_a_sync_killed_midway_leaves_each_document_old_or_new_and_a_rerun_completes_it(
