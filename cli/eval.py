@@ -313,6 +313,8 @@ def loop(
     kb = _prepare_kb(scope)
     main = _cli()
     options = {**_named_options(option), **options}
+    # a comparison and a plain evaluation run the same loop over the same knowledge base
+    loop_over = {"search_fn": kb.search, "collection": scope, "controller": model}
     try:
         if compare_options:
             if options:
@@ -323,9 +325,7 @@ def loop(
             with main.err.status("Running the set once per option setting...") as status:
                 report = run_comparison(
                     cases,
-                    search_fn=kb.search,
-                    collection=scope,
-                    controller=model,
+                    **loop_over,
                     progress=lambda label: status.update(f"Running {label}..."),
                 )
             _emit(report, as_json, out_path, _options_table(report))
@@ -333,9 +333,7 @@ def loop(
         with main.err.status("Running the loop over the cases...") as status:
             report = evaluate_loop(
                 cases,
-                search_fn=kb.search,
-                collection=scope,
-                controller=model,
+                **loop_over,
                 judge_model=judge_model,
                 grounder=None if grounder == "none" else grounder,
                 options=options,
