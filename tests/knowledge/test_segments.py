@@ -166,21 +166,21 @@ def test_more_than_three_segments_are_compacted_into_fewer(
 def test_a_segmented_collection_is_reembedded_whole(
     kb: KnowledgeBase, small_segments: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(settings.SEGMENT_MIN_ROWS.env, "150")
-    kb.ingest(notes(0, 300), collection="port")
-    kb.ingest(notes(300, 300), collection="port")
-    assert list(_segments(kb).values()) == [300, 300]
+    monkeypatch.setenv(settings.SEGMENT_MIN_ROWS.env, "100")  # small: MiniLM re-embeds every row
+    kb.ingest(notes(0, 120), collection="port")
+    kb.ingest(notes(120, 120), collection="port")
+    assert list(_segments(kb).values()) == [120, 120]
 
-    assert kb.reembed("port", "minilm").chunks == 600
+    assert kb.reembed("port", "minilm").chunks == 240
     assert _one(kb, "SELECT count(*) FROM kb_embeddings_256") == 0
-    assert _one(kb, "SELECT count(*) FROM kb_embeddings_384_c1_s0") == 600
+    assert _one(kb, "SELECT count(*) FROM kb_embeddings_384_c1_s0") == 240
     assert _partition_tables(kb) == 0
     assert _one(
         kb, "SELECT count(*) FROM pg_indexes WHERE indexname = 'kb_embeddings_384_c1_s0_hnsw'"
     )
     reembedded = KnowledgeBase(kb.url, "minilm", schema=kb.schema)
     try:
-        hits = reembedded.search(notes(450, 1)[0].page_content, collection="port", mode="semantic")
+        hits = reembedded.search(notes(180, 1)[0].page_content, collection="port", mode="semantic")
         assert hits and {h["collection"] for h in hits} == {"port"}
     finally:
         reembedded.close()
