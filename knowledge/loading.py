@@ -580,6 +580,27 @@ class Placed(NamedTuple):
     """Its `start_index`: where its text now starts in the document's text."""
 
 
+_ROWS_AT = np.dtype("<i4")
+"""A chunk's row place in a stored map (`Packing.placed`): position and offset (-1: none), per chunk."""
+
+
+@dataclass(frozen=True)
+class RowsAt:
+    """Where the rows of a document's stored chunks place them, as its stored map records it.
+
+    A kept chunk's row keeps the position and offset it was written with; readers see
+    its new place through the document row's `moved` map. The map records each row's
+    place, so an edit finds what moved without reading the document's chunk rows.
+    """
+
+    listed: int
+    """How many chunks the stored map lists: as many as are stored, if it is the stored version's."""
+    found: frozenset[str]
+    """The chunks built anew that the stored map lists (the carried ones it lists all)."""
+    moved: dict[str, tuple[int, int | None]]
+    """The new place (position, offset) of each listed chunk whose row places it elsewhere."""
+
+
 @dataclass(frozen=True)
 class Chunked:
     """A document's chunks, and the map of its structure to store with it."""
@@ -592,6 +613,21 @@ class Chunked:
     carried: list[Placed] = field(default_factory=list)
     """The chunks the earlier version's map gave unchanged (same text, section and id),
     with their new places: what a small edit moves costs no row to build."""
+    rows_at: RowsAt | None = None
+    """What the earlier version's map says of its chunks' rows; `None` when it says nothing
+    (no map, or one stored before maps recorded it): the rows are then read."""
+
+    def placing_rows(self, places: Sequence[tuple[int, int | None]]) -> bytes | None:
+        """`structure`, recording that the chunks' rows place them at `places` (one per chunk, in order).
+
+        The map is built assuming every chunk not carried is written at its new place; a
+        writer that kept some rows where they were says so here, without building it again.
+        """
+        if self.structure is None:
+            return None
+        raw = np.array([(p, -1 if s is None else s) for p, s in places], dtype=_ROWS_AT)
+        recorded = raw.nbytes if len(places) else 0
+        return self.structure[: len(self.structure) - recorded] + raw.tobytes()
 
 
 def chunk_document(
@@ -707,8 +743,69 @@ def _chunk_markdown(
         Placed(ids[positions[at]], positions[at], starts[at])
         for at in np.flatnonzero(carried & chunk).tolist()
     ]
-    keyed = replace(packing, keys=keys.tobytes(), label=label)
-    return Chunked(rows, replace(packed.map, packing=keyed).dump(), kept)
+    placed, rows_at = _rows_at(stored, packed, chunk, ids)
+    keyed = replace(packing, keys=keys.tobytes(), label=label, placed=placed.tobytes())
+    return Chunked(rows, replace(packed.map, packing=keyed).dump(), kept, rows_at)
+
+
+def _rows_at(
+    stored: MarkdownMap | None, packed: PackedMarkdown, chunk: np.ndarray[Any, Any], ids: list[str]
+) -> tuple[np.ndarray[Any, Any], RowsAt | None]:
+    """Where each chunk's row places it (position, offset), and what moved, from the stored map.
+
+    A chunk the stored map lists keeps its row there; any other is written at its new
+    place. Without a stored map that records its rows, every chunk is taken to be
+    written at its new place and `None` says the rows must be read.
+    """
+    pieces = np.flatnonzero(chunk)
+    new = np.stack((np.arange(len(pieces)), packed.starts[pieces]), axis=1).astype(_ROWS_AT)
+    packing = stored.packing if stored is not None else None
+    if packing is None or not packing.keys:
+        return new, None
+    stored_keys = np.frombuffer(packing.keys, dtype=np.uint8).reshape(-1, KEY_BYTES)
+    was_chunk = stored_keys.any(axis=1)
+    listed = int(np.count_nonzero(was_chunk))
+    if len(packing.placed) != listed * new.itemsize * 2:
+        return new, None  # stored before maps recorded rows
+    stored_rows = np.frombuffer(packing.placed, dtype=_ROWS_AT).reshape(-1, 2)
+    row_of_piece = np.cumsum(was_chunk) - 1
+    source = packed.source[pieces]  # a carried chunk's piece in the stored packing
+    rows = new.copy()
+    carried = source >= 0
+    rows[carried] = stored_rows[row_of_piece[source[carried]]]
+    found = _listed(stored_keys[was_chunk], ids, np.flatnonzero(~carried).tolist())
+    for position, row in found.items():
+        rows[position] = stored_rows[row]
+    elsewhere = np.flatnonzero(np.any(rows != new, axis=1))
+    moved = {
+        ids[i]: (now, None if start < 0 else start)
+        for i, (now, start) in zip(elsewhere.tolist(), new[elsewhere].tolist(), strict=True)
+    }
+    return rows, RowsAt(listed, frozenset(ids[i] for i in found), moved)
+
+
+_FEW_BUILT = 32
+"""Chunks built anew up to which each is looked up in the stored keys by itself (`_listed`)."""
+
+
+def _listed(stored_keys: np.ndarray[Any, Any], ids: list[str], built: list[int]) -> dict[int, int]:
+    """Of the chunks at `built` (positions; `ids` by position), those the stored map lists, with their row there.
+
+    A chunk built anew may still be stored: a run packed again for an edit of one of its
+    blocks gives its other chunks again.
+    """
+    if len(built) > _FEW_BUILT:
+        width = 2 * KEY_BYTES
+        hexed = stored_keys.tobytes().hex()
+        row_of = {hexed[at : at + width]: at // width for at in range(0, len(hexed), width)}
+        return {i: row_of[ids[i]] for i in built if ids[i] in row_of}
+    found = {}
+    for i in built:
+        key = np.frombuffer(bytes.fromhex(ids[i]), dtype=np.uint8)
+        match = np.flatnonzero((stored_keys == key).all(axis=1))
+        if len(match):
+            found[i] = int(match[0])
+    return found
 
 
 def _count_identical(

@@ -169,6 +169,9 @@ class Packing(_ByValue):
     there, and zeros for a blank piece); taken over with a run's pieces."""
     label: str = ""
     """What the keys belong to (`loading`: the document and its title)."""
+    placed: bytes = b""
+    """What else the caller keeps with the packing, stored last and uncompressed, so it can
+    be replaced without writing the map again (`loading`: where each chunk's row places it)."""
 
     def columns(self) -> tuple[np.ndarray[Any, Any], ...]:
         """The integer columns, in the order they are stored."""
@@ -182,7 +185,7 @@ class Packing(_ByValue):
 
     def scalars(self) -> tuple[Any, ...]:
         """The fields that are not columns."""
-        return (self.chunk_size, self.chunk_overlap, self.keys, self.label)
+        return (self.chunk_size, self.chunk_overlap, self.keys, self.label, self.placed)
 
 
 KEY_BYTES = 16
@@ -263,6 +266,7 @@ class MarkdownMap(_ByValue):
                 len(packing.piece_starts),
                 packing.label,
                 len(packing.keys),
+                len(packing.placed),
             ],
         }
         columns = [*self.columns(), *(packing.columns() if packing is not None else ())]
@@ -270,7 +274,8 @@ class MarkdownMap(_ByValue):
         body = b"".join(c.astype(_COLUMNS).tobytes() for c in columns)
         packed = zlib.compress(len(head).to_bytes(4, "little") + head + body, 1)
         # the digests are random bytes: stored as they are (compressing them only cost time)
-        tail = self.digests + self.groups + (packing.keys if packing is not None else b"")
+        kept = packing.keys + packing.placed if packing is not None else b""
+        tail = self.digests + self.groups + kept
         return len(packed).to_bytes(4, "little") + packed + tail
 
     @classmethod
@@ -299,7 +304,8 @@ def _read_map(header: dict[str, Any], body: bytes, tail: bytes) -> MarkdownMap:
         sizes += [runs, runs, runs, pieces, pieces]
     width = np.dtype(_COLUMNS).itemsize
     keys = int(packed[5]) if packed is not None else 0
-    digests = _DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS) + keys
+    placed = int(packed[6]) if packed is not None and len(packed) > 6 else 0  # none before
+    digests = _DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS) + keys + placed
     if min(sizes, default=0) < 0 or len(body) != width * sum(sizes) or len(tail) != digests:
         raise ValueError("a stored map of the wrong size")
     columns, at = [], 0
@@ -319,6 +325,7 @@ def _read_map(header: dict[str, Any], body: bytes, tail: bytes) -> MarkdownMap:
         if (
             int(made.sum()) != pieces
             or keys not in (0, KEY_BYTES * pieces)
+            or placed < 0
             or np.any(first > last)
             or (runs and int(last.max()) >= found)
         ):
@@ -329,7 +336,8 @@ def _read_map(header: dict[str, Any], body: bytes, tail: bytes) -> MarkdownMap:
             run_first=first,
             run_last=last,
             run_pieces=made,
-            keys=tail[_DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS) :],
+            keys=tail[_DIGEST_BYTES * (segments + segments // GROUP_SEGMENTS) :][:keys],
+            placed=tail[len(tail) - placed :] if placed else b"",
             label=str(packed[4]),
             piece_starts=piece_starts,
             piece_lengths=piece_lengths,
@@ -621,8 +629,8 @@ def _add(out: list[range | _Segment], part: range) -> None:
 
 def _splice(text: str, stored: MarkdownMap | None, parts: list[range | _Segment]) -> _Spliced:
     """The map of `text`: stretches of stored segments (``range``s) and parsed segments."""
-    columns: tuple[list[np.ndarray[Any, Any]], ...] = tuple([] for _ in range(7))
-    lengths, counts, starts, spans, codes, source, stretch = columns
+    columns: tuple[list[np.ndarray[Any, Any]], ...] = tuple([] for _ in range(8))
+    lengths, counts, starts, spans, codes, source, stretch, taken = columns
     digests: list[bytes] = []
     titles: list[str] = []
     parsed: list[_Segment] = []
@@ -641,6 +649,7 @@ def _splice(text: str, stored: MarkdownMap | None, parts: list[range | _Segment]
             titles.extend(fresh.titles)
             source.append(np.full(len(fresh.starts), -1, dtype=np.int64))
             stretch.append(source[-1])
+            taken.append(np.full(len(parsed), -1, dtype=np.int64))
             parsed.clear()
 
     for number, part in enumerate(parts):
@@ -660,6 +669,7 @@ def _splice(text: str, stored: MarkdownMap | None, parts: list[range | _Segment]
         titles.extend(stored.titles[titles_at[f] : titles_at[g]])
         source.append(np.arange(f, g, dtype=np.int64))
         stretch.append(np.full(g - f, number, dtype=np.int64))
+        taken.append(np.arange(a, b, dtype=np.int64))
     flush()
 
     def joined(parts: list[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
@@ -669,7 +679,7 @@ def _splice(text: str, stored: MarkdownMap | None, parts: list[range | _Segment]
     new = MarkdownMap(
         lengths=segment_lengths,
         digests=b"".join(digests),
-        groups=_group_digests(text, segment_lengths),
+        groups=_group_digests(text, segment_lengths, stored, joined(taken)),
         counts=joined(counts),
         starts=joined(starts),
         spans=joined(spans),
@@ -679,10 +689,48 @@ def _splice(text: str, stored: MarkdownMap | None, parts: list[range | _Segment]
     return _Spliced(new, joined(source), joined(stretch))
 
 
-def _group_digests(text: str, lengths: np.ndarray[Any, Any]) -> bytes:
-    """The digest of each whole group of `GROUP_SEGMENTS` consecutive segments of `text`."""
+def _group_digests(
+    text: str,
+    lengths: np.ndarray[Any, Any],
+    stored: MarkdownMap | None = None,
+    taken: np.ndarray[Any, Any] | None = None,
+) -> bytes:
+    """The digest of each whole group of `GROUP_SEGMENTS` consecutive segments of `text`.
+
+    `taken`: for each segment, the stored segment it is (-1: parsed again). A group
+    that is a whole stored group, unchanged, has its digest: only the others are hashed.
+    """
     bounds = np.concatenate(([0], np.cumsum(lengths)))[::GROUP_SEGMENTS].tolist()
-    return b"".join(_digest(text[a:b]) for a, b in itertools.pairwise(bounds))
+    same = _same_groups(stored, taken, len(bounds) - 1)
+    if not same:
+        return b"".join(_digest(text[a:b]) for a, b in itertools.pairwise(bounds))
+    assert stored is not None
+    digests = []
+    for group, (a, b) in enumerate(itertools.pairwise(bounds)):
+        at = same.get(group)
+        if at is None:
+            digests.append(_digest(text[a:b]))
+        else:
+            digests.append(stored.groups[at * _DIGEST_BYTES : (at + 1) * _DIGEST_BYTES])
+    return b"".join(digests)
+
+
+def _same_groups(
+    stored: MarkdownMap | None, taken: np.ndarray[Any, Any] | None, groups: int
+) -> dict[int, int]:
+    """Each new group (by number) that is a whole stored group, with that group's number."""
+    if stored is None or taken is None or groups == 0:
+        return {}
+    whole = taken[: groups * GROUP_SEGMENTS].reshape(groups, GROUP_SEGMENTS)
+    first = whole[:, 0]
+    same = (
+        (first >= 0)
+        & (first % GROUP_SEGMENTS == 0)
+        & np.all(whole - first[:, None] == np.arange(GROUP_SEGMENTS), axis=1)
+        & (first // GROUP_SEGMENTS < len(stored.groups) // _DIGEST_BYTES)
+    )
+    at = np.flatnonzero(same)
+    return dict(zip(at.tolist(), (first[at] // GROUP_SEGMENTS).tolist(), strict=True))
 
 
 class _Reparse:

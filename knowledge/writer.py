@@ -10,7 +10,8 @@ embedding, so an edit costs about what it changed; a kept chunk the edit only
 moved keeps its row too (its new place goes into the document's row,
 `placed.PLACED_CHUNK_SQL`). A Markdown document's unchanged runs are not even
 chunked again: their chunks are carried over from the stored map
-(`loading.Chunked.carried`). A failure anywhere in a batch rolls the whole batch back, so a document is never half-written and a replaced
+(`loading.Chunked.carried`), which also records where each chunk's row places it
+(`loading.RowsAt`), so its edit reads no chunk row (`_replace_from_map`). A failure anywhere in a batch rolls the whole batch back, so a document is never half-written and a replaced
 document keeps its old chunks. Embedding batch *n + 1* overlaps with writing
 batch *n*: one writer thread, or `LIVE_INDEX_WRITERS` while the collection's HNSW
 index is live (each batch still its own transaction; batches hold different documents).
@@ -204,6 +205,23 @@ class _Planned:
     """The content hash of the stored version it was chunked against, if any."""
     stored: frozenset[str] = frozenset()
     """Ids of its built chunks already stored when it was planned (a changed document's unchanged chunks)."""
+    known: frozenset[str] = frozenset()
+    """Ids of all the stored version's chunks when it was planned."""
+
+    @property
+    def placed_by_map(self) -> bool:
+        """Whether the stored map it was chunked against says where every stored chunk's row is.
+
+        Then its write reads no chunk row (`_replace_from_map`), as long as the stored
+        version is still the one it was chunked against.
+        """
+        rows_at = self.chunked.rows_at
+        # the carried chunks are stored (`_plan` checks): so must be the others it lists
+        return (
+            rows_at is not None
+            and rows_at.listed == len(self.known)
+            and rows_at.found <= self.known
+        )
 
     @property
     def rows(self) -> list[ChunkRow]:
@@ -401,6 +419,7 @@ def _plan(
         chunked = rechunk()
     item = _Planned(doc, doc_id, chunked, rechunk, base=version.content_hash)
     item.stored = frozenset(c.id for c in chunked.rows) & version.chunk_ids
+    item.known = version.chunk_ids
     return item
 
 
@@ -974,7 +993,9 @@ class _BatchReads:
         )
         documents = _send_lock(conn, [item.doc_id for item in items])
         chunks = {
-            item.doc_id: _send_stored_chunks(conn, item) for item in items if item.base is not None
+            item.doc_id: _send_stored_chunks(conn, item)
+            for item in items
+            if item.base is not None and not item.placed_by_map
         }
         return cls(conn, average_length, pending, documents, chunks)
 
@@ -1127,6 +1148,8 @@ def _replace_document(
     The delete's cursor goes to `gone` (its rows: the deleted chunks' term keys). Returns
     the kept chunks' ids.
     """
+    if stored_hash == item.base and item.placed_by_map:
+        return _replace_from_map(conn, item, delta, gone)
     stored = reads.stored_chunks(item)
     if item.chunked.carried and (
         stored_hash != item.base or any(c.id not in stored for c in item.chunked.carried)
@@ -1138,12 +1161,7 @@ def _replace_document(
     }
     built = {c.id: c for c in item.rows}
     places.update((c.id, (c.position, c.metadata.get(MOVED_KEY))) for c in item.rows)
-    stale = sorted(stored.keys() - places.keys())
-    if stale:
-        gone.append(
-            conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s) RETURNING lex_keys", (stale,))
-        )
-    delta.chunks_removed += len(stale)
+    _delete_stale(conn, sorted(stored.keys() - places.keys()), delta, gone)
     kept = sorted(stored.keys() & places.keys())
     rewritten: list[ChunkRow] = []
     moved: dict[str, dict[str, int]] = {}
@@ -1169,19 +1187,79 @@ def _replace_document(
             ),
         )
     delta.chunks_reused += len(kept)
+    # the map records where the rows are: a kept row stays where it was, unless rewritten
+    staying = set(kept).difference(c.id for c in rewritten)
+    rows_at = sorted(
+        [(c.position, c.id, c.metadata.get(MOVED_KEY)) for c in item.rows]
+        + [(c.position, c.id, c.start) for c in item.chunked.carried]
+    )
+    structure = item.chunked.placing_rows(
+        [stored[i][:2] if i in staying else (p, s) for p, i, s in rows_at]
+    )
+    _record_document(conn, item, structure, moved)
+    delta.documents_replaced += 1
+    return frozenset(kept)
+
+
+def _replace_from_map(
+    conn: psycopg.Connection[Any],
+    item: _Planned,
+    delta: IngestResult,
+    gone: list[psycopg.Cursor[Any]],
+) -> frozenset[str]:
+    """`_replace_document` for a document whose stored map says where its chunks' rows are.
+
+    No chunk row is read: the map lists the stored chunks (what the new version lacks is
+    deleted) and where each row places its chunk (one placed elsewhere now goes into the
+    `moved` map). A kept chunk's metadata is the stored one, as its document's is.
+    """
+    rows_at = item.chunked.rows_at
+    assert rows_at is not None  # `placed_by_map`
+    ids = {c.id for c in item.rows}.union(c.id for c in item.chunked.carried)
+    _delete_stale(conn, sorted(item.known - ids), delta, gone)
+    kept = item.known & ids
+    delta.chunks_reused += len(kept)
+    moved = {
+        chunk_id: {"position": now} if offset is None else {"position": now, MOVED_KEY: offset}
+        for chunk_id, (now, offset) in rows_at.moved.items()
+    }
+    _record_document(conn, item, item.chunked.structure, moved)
+    delta.documents_replaced += 1
+    return kept
+
+
+def _delete_stale(
+    conn: psycopg.Connection[Any],
+    stale: list[str],
+    delta: IngestResult,
+    gone: list[psycopg.Cursor[Any]],
+) -> None:
+    """Delete a replaced document's chunks its new version lacks; their cursor (term keys) goes to `gone`."""
+    if stale:
+        gone.append(
+            conn.execute("DELETE FROM kb_chunks WHERE id = ANY(%s) RETURNING lex_keys", (stale,))
+        )
+    delta.chunks_removed += len(stale)
+
+
+def _record_document(
+    conn: psycopg.Connection[Any],
+    item: _Planned,
+    structure: bytes | None,
+    moved: dict[str, dict[str, int]],
+) -> None:
+    """Write a replaced document's row: its hash, metadata, map and moved chunks."""
     conn.execute(
         "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s, moved = %s,"
         " created_at = now() WHERE id = %s",
         (
             item.doc.content_hash,
             Jsonb(item.doc.metadata),
-            item.chunked.structure,
+            structure,
             Jsonb(moved) if moved else None,
             item.doc_id,
         ),
     )
-    delta.documents_replaced += 1
-    return frozenset(kept)
 
 
 def _send_stored_chunks(conn: psycopg.Connection[Any], item: _Planned) -> psycopg.Cursor[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from arcana_loop.cli.main import app
 from arcana_loop.knowledge import KnowledgeBase, writer
 from arcana_loop.knowledge.loading import Chunked
 from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
+from arcana_loop.knowledge.structure import MarkdownMap
 
 
 class CountingEmbeddings(Embeddings):
@@ -240,6 +242,61 @@ def test_an_edit_with_new_metadata_rewrites_the_kept_chunks_and_moves_them_back(
     assert _chunks(kb, "harbour") == first
     with kb.pool().connection() as conn:
         assert conn.execute("SELECT moved FROM kb_documents").fetchall() == [(None,)]
+
+
+def _placed_as_whole(kb: KnowledgeBase, collection: str) -> list[tuple[int, dict[str, Any], str]]:
+    """Every chunk of `collection` as readers see it (position, metadata, text), in order."""
+    return sorted(_chunks(kb, collection).values(), key=lambda c: c[0])
+
+
+def _forget_rows(kb: KnowledgeBase) -> None:
+    """Store the document's map as maps were stored before they recorded their chunks' rows."""
+    with kb.pool().connection() as conn:
+        (blob,) = conn.execute("SELECT structure FROM kb_documents").fetchone() or (None,)
+        stored = MarkdownMap.load(blob)
+        assert stored is not None and stored.packing is not None and stored.packing.placed
+        older = dataclasses.replace(stored.packing, placed=b"")
+        conn.execute(
+            "UPDATE kb_documents SET structure = %s",
+            (dataclasses.replace(stored, packing=older).dump(),),
+        )
+
+
+def test_an_edit_places_kept_chunks_from_the_stored_map_without_reading_their_rows(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guide = tmp_path / "guide.md"
+    reads: list[str] = []
+    real = writer._send_stored_chunks
+    monkeypatch.setattr(
+        writer,
+        "_send_stored_chunks",
+        lambda conn, item: reads.append(item.doc_id) or real(conn, item),
+    )
+    moves = "Pilots board at the outer buoy.\n"
+    steps = [  # text, metadata, whether the chunk rows are read
+        (_guide(20), {"tag": "a"}, False),
+        (_guide(20, preface=moves), {"tag": "a"}, False),  # every chunk moves
+        (_guide(20, edited=12), {"tag": "a"}, False),  # back where their rows are, one edited
+        (_guide(20, edited=12, preface=moves), {"tag": "a"}, True),  # a map of before: rows read
+        (_guide(20, edited=3), {"tag": "a"}, False),  # and recorded again
+        (_guide(20, edited=3, preface=moves), {"tag": "b"}, True),  # new metadata: rows rewritten
+        (_guide(20, edited=5), {"tag": "b"}, False),
+    ]
+    for number, (text, metadata, read) in enumerate(steps):
+        if number == 3:
+            _forget_rows(kb)
+        guide.write_text(text)
+        reads.clear()
+        options: dict[str, Any] = {"chunk_size": 200, "chunk_overlap": 0, "metadata": metadata}
+        kb.ingest(guide, collection="harbour", **options)
+        assert bool(reads) == read, number
+        kb.ingest(guide, collection=f"whole{number}", **options)
+        assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, f"whole{number}"), number
+    with kb.pool().connection() as conn:
+        assert conn.execute("SELECT count(*) FROM kb_documents WHERE moved IS NULL").fetchone() == (
+            len(steps),
+        )  # a whole ingest writes every row where its chunk is; the last edit moved some
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:

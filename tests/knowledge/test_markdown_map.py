@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,14 @@ def _placed(chunked: Any) -> list[tuple[str, int, int | None]]:
     return sorted(built + [tuple(c) for c in chunked.carried], key=lambda c: c[1])
 
 
+def _unplaced_map(blob: bytes | None) -> MarkdownMap | None:
+    """A stored map without where its chunks' rows are (what an edit and a whole parse differ in)."""
+    assert blob is not None
+    found = MarkdownMap.load(blob)
+    assert found is not None and found.packing is not None and found.packing.placed
+    return dataclasses.replace(found, packing=dataclasses.replace(found.packing, placed=b""))
+
+
 def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> None:
     def chunked(text: str, previous: bytes | None) -> Any:
         doc = SourceDoc(
@@ -221,7 +230,15 @@ def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> Non
         assert all(row in whole.rows for row in edit.rows)
         # only the edited sections (and the first, which the preface joins) are built
         assert len(edit.rows) <= len(edited) + 1 and len(edit.carried) >= len(whole.rows) - 3
-        assert edit.structure == whole.structure
+        assert _unplaced_map(edit.structure) == _unplaced_map(whole.structure)
+        # the first version's rows stay where it wrote them: what is elsewhere now has moved
+        rows = {r.id: (r.position, r.metadata.get("start_index")) for r in first.rows}
+        assert whole.rows_at is None and edit.rows_at is not None
+        assert edit.rows_at.listed == len(rows) and edit.rows_at.found <= rows.keys()
+        assert edit.rows_at.moved == {
+            i: (p, s) for i, p, s in _placed(edit) if i in rows and rows[i] != (p, s)
+        }
+        assert len(edit.rows_at.moved) >= (10 if preface or 7 in edited else 0)
     rst = SourceDoc(source="a.rst", text="Title\n=====\n\nBody.", syntax="rst", metadata={})
     assert chunk_document(rst, collection="c", chunk_size=300, chunk_overlap=0).structure is None
 
