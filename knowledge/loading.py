@@ -597,8 +597,9 @@ class RowsAt:
     """How many chunks the stored map lists: as many as are stored, if it is the stored version's."""
     found: frozenset[str]
     """The chunks built anew that the stored map lists (the carried ones it lists all)."""
-    moved: dict[str, tuple[int, int | None]]
-    """The new place (position, offset) of each listed chunk whose row places it elsewhere."""
+    moved: dict[str, tuple[int | None, int | None]]
+    """The new place of each listed chunk whose row places it elsewhere: its position (`None`
+    where its row has it already) and its offset (`None`: its text is no slice of the document's)."""
 
 
 @dataclass(frozen=True)
@@ -777,9 +778,12 @@ def _rows_at(
     for position, row in found.items():
         rows[position] = stored_rows[row]
     elsewhere = np.flatnonzero(np.any(rows != new, axis=1))
+    same_position = (rows[elsewhere, 0] == new[elsewhere, 0]).tolist()
     moved = {
-        ids[i]: (now, None if start < 0 else start)
-        for i, (now, start) in zip(elsewhere.tolist(), new[elsewhere].tolist(), strict=True)
+        ids[i]: (None if same else now, None if start < 0 else start)
+        for i, same, (now, start) in zip(
+            elsewhere.tolist(), same_position, new[elsewhere].tolist(), strict=True
+        )
     }
     return rows, RowsAt(listed, frozenset(ids[i] for i in found), moved)
 

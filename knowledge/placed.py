@@ -25,5 +25,7 @@ about as much as inserting it (a new tuple, its tsvector recomputed, an entry in
 every index, the GIN pending list to merge), so a 1 % edit near the top of a
 document rewrote nearly all of it. Instead the document row records where its
 moved chunks now are (`kb_documents.moved`), one row written per edit, and every
-read of a chunk's position or offset goes through these expressions.
+read of a chunk's position or offset goes through these expressions. An entry leaves out
+the position where the chunk's row has it already; it holds the offset whenever the
+chunk has one (an entry without it means the chunk has none).
 """

@@ -145,7 +145,8 @@ _BASE_DDL = (
     "CREATE INDEX IF NOT EXISTS kb_chunks_document_idx ON kb_chunks (document_id)",
     "CREATE INDEX IF NOT EXISTS kb_chunks_collection_idx ON kb_chunks (collection_id)",
     # where the chunks an edit moved now are: {chunk id: {"position": n, "start_index": n}}
-    # for each kept chunk whose place differs from its row's (`knowledge.placed`)
+    # for each kept chunk whose place differs from its row's, the position left out where
+    # the row has it (`knowledge.placed`)
     "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS moved jsonb",
     # a re-embed under way (`knowledge.reembed`): the embedder its staging tables are for
     """

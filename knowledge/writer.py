@@ -1196,7 +1196,7 @@ def _replace_document(
     structure = item.chunked.placing_rows(
         [stored[i][:2] if i in staying else (p, s) for p, i, s in rows_at]
     )
-    _record_document(conn, item, structure, moved)
+    _record_document(conn, item, structure, Jsonb(moved) if moved else None)
     delta.documents_replaced += 1
     return frozenset(kept)
 
@@ -1219,13 +1219,27 @@ def _replace_from_map(
     _delete_stale(conn, sorted(item.known - ids), delta, gone)
     kept = item.known & ids
     delta.chunks_reused += len(kept)
-    moved = {
-        chunk_id: {"position": now} if offset is None else {"position": now, MOVED_KEY: offset}
-        for chunk_id, (now, offset) in rows_at.moved.items()
-    }
+    moved = Jsonb(_moved_json(rows_at.moved), dumps=str) if rows_at.moved else None
     _record_document(conn, item, item.chunked.structure, moved)
     delta.documents_replaced += 1
     return kept
+
+
+def _moved_json(moved: dict[str, tuple[int | None, int | None]]) -> str:
+    """The `moved` map (`placed`) as JSON text, of chunk ids (hex) and integers only.
+
+    A chunk's position is left out where its row has it already (the readers' default),
+    so an edit that shifts the text after it but adds no chunk writes offsets only. Written
+    out directly: a dict per chunk and `json.dumps` cost 0.6-1 ms for the 600 moved chunks
+    of a 1 % edit of 659 sections.
+    """
+    entries = []
+    for chunk_id, (now, offset) in moved.items():
+        place = [] if now is None else [f'"position":{now}']
+        if offset is not None:
+            place.append(f'"{MOVED_KEY}":{offset}')
+        entries.append(f'"{chunk_id}":{{{",".join(place)}}}')
+    return "{" + ",".join(entries) + "}"
 
 
 def _delete_stale(
@@ -1246,7 +1260,7 @@ def _record_document(
     conn: psycopg.Connection[Any],
     item: _Planned,
     structure: bytes | None,
-    moved: dict[str, dict[str, int]],
+    moved: Jsonb | None,
 ) -> None:
     """Write a replaced document's row: its hash, metadata, map and moved chunks."""
     conn.execute(
@@ -1256,7 +1270,7 @@ def _record_document(
             item.doc.content_hash,
             Jsonb(item.doc.metadata),
             structure,
-            Jsonb(moved) if moved else None,
+            moved,
             item.doc_id,
         ),
     )

@@ -249,6 +249,18 @@ def _placed_as_whole(kb: KnowledgeBase, collection: str) -> list[tuple[int, dict
     return sorted(_chunks(kb, collection).values(), key=lambda c: c[0])
 
 
+def _moved(kb: KnowledgeBase, collection: str) -> dict[str, dict[str, int]]:
+    """The moved map of the one document of `collection`."""
+    with kb.pool().connection() as conn:
+        row = conn.execute(
+            "SELECT d.moved FROM kb_documents d JOIN kb_collections k ON k.id = d.collection_id"
+            " WHERE k.name = %s",
+            (collection,),
+        ).fetchone()
+    assert row is not None and row[0]
+    return dict(row[0])
+
+
 def _forget_rows(kb: KnowledgeBase) -> None:
     """Store the document's map as maps were stored before they recorded their chunks' rows."""
     with kb.pool().connection() as conn:
@@ -282,6 +294,8 @@ def test_an_edit_places_kept_chunks_from_the_stored_map_without_reading_their_ro
         (_guide(20, edited=3), {"tag": "a"}, False),  # and recorded again
         (_guide(20, edited=3, preface=moves), {"tag": "b"}, True),  # new metadata: rows rewritten
         (_guide(20, edited=5), {"tag": "b"}, False),
+        (_guide(20, edited=5, preface="A long note. " * 20), {"tag": "b"}, False),  # one more
+        (_guide(20, edited=6), {"tag": "b"}, False),
     ]
     for number, (text, metadata, read) in enumerate(steps):
         if number == 3:
@@ -293,6 +307,10 @@ def test_an_edit_places_kept_chunks_from_the_stored_map_without_reading_their_ro
         assert bool(reads) == read, number
         kb.ingest(guide, collection=f"whole{number}", **options)
         assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, f"whole{number}"), number
+        if number in (2, 7):  # offsets moved alone (one section edited), then positions too
+            assert {"position" in place for place in _moved(kb, "harbour").values()} == {
+                number == 7
+            }
     with kb.pool().connection() as conn:
         assert conn.execute("SELECT count(*) FROM kb_documents WHERE moved IS NULL").fetchone() == (
             len(steps),
