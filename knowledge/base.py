@@ -740,7 +740,8 @@ class KnowledgeBase:
 
         Args:
             source: Text, or a path to a file or directory. A `Path` is always a
-                path; a `str` is a path only if it names an existing one. PDF and
+                path; a `str` is one if it names an existing one or looks like one
+                (``docs/``, ``./notes``: `loading.is_path_source`). PDF and
                 HTML files need the `pdf` and `html` extras (`knowledge.loaders`).
                 Or a LangChain `Document`, or a list of them: each is named by its
                 `source` metadata (see `knowledge.loading.langchain_documents`)

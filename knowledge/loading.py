@@ -133,16 +133,29 @@ def chunk_id(doc_id: str, searchable: str, occurrence: int = 0) -> str:
 
 
 def is_path_source(source: str | os.PathLike[str]) -> bool:
-    """Tell a path from text: `PathLike` is a path; a `str` is one only if it exists."""
+    """Tell a path from text: `PathLike` is a path; a `str` is one if it exists or looks like one.
+
+    A one-line string that ends with a path separator (``docs/``), or that holds no
+    whitespace and starts like a path (``/``, ``./``, ``../``, ``~``), is a path even when
+    nothing is there, so a mistyped folder is an error, not a document holding its name.
+    """
     if isinstance(source, os.PathLike):
         return True
     # a blank string names no file: Path("") is the working directory, which exists
     if not source.strip() or "\n" in source or "\x00" in source or len(source) > _MAX_PATH_CHARS:
         return False
+    if _looks_like_a_path(source):
+        return True
     try:
         return Path(source).expanduser().exists()
     except OSError:  # e.g. a name too long for the filesystem
         return False
+
+
+def _looks_like_a_path(text: str) -> bool:
+    if text.endswith(("/", os.sep)):
+        return True
+    return not any(c.isspace() for c in text) and text.startswith(("/", "./", "../", "~"))
 
 
 def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> SourceDoc:

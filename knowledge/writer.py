@@ -745,10 +745,12 @@ class _Stored:
 def _changed_documents(
     pool: ConnectionPool[Any], coll: CollectionRef, docs: Sequence[SourceDoc], result: IngestResult
 ) -> tuple[list[SourceDoc], dict[str, _Stored]]:
-    """Skip documents whose source and content hash are already stored (no embedding).
+    """Skip documents whose source, content hash and metadata are already stored (no embedding).
 
     Returns the others, and the stored version of each changed one by document id
     (its chunks' ids, structure map, metadata and hash), read in the same statement.
+    New metadata for unchanged text changes a document too: its chunks carry it, and
+    filters read it there.
     """
     with autocommitted(pool) as conn:
         rows = conn.execute(
@@ -757,12 +759,18 @@ def _changed_documents(
             " CASE WHEN c.changed THEN d.structure END, CASE WHEN c.changed THEN d.metadata END,"
             " ARRAY(SELECT k.id FROM kb_chunks k WHERE k.document_id = d.id AND c.changed)"
             " FROM kb_documents d"
-            " JOIN unnest(%s::text[], %s::text[]) AS n(source, hash) ON n.source = d.source,"
-            " LATERAL (SELECT d.content_hash <> n.hash AS changed) c"
+            " JOIN unnest(%s::text[], %s::text[], %s::jsonb[]) AS n(source, hash, metadata)"
+            " ON n.source = d.source,"
+            " LATERAL (SELECT d.content_hash <> n.hash OR d.metadata <> n.metadata AS changed) c"
             " WHERE d.collection_id = %s",
-            ([d.source for d in docs], [d.content_hash for d in docs], coll.id),
+            (
+                [d.source for d in docs],
+                [d.content_hash for d in docs],
+                [Jsonb(d.metadata) for d in docs],
+                coll.id,
+            ),
         ).fetchall()
-    stored = {row[0]: row[1] for row in rows}
+    unchanged = {row[0] for row in rows if not row[3]}
     versions = {
         doc_id: _Stored(frozenset(ids), structure, metadata, content_hash)
         for _, content_hash, doc_id, changed, structure, metadata, ids in rows
@@ -770,7 +778,7 @@ def _changed_documents(
     }
     pending: dict[str, SourceDoc] = {}
     for doc in docs:
-        if stored.get(doc.source) == doc.content_hash or doc.source in pending:
+        if doc.source in unchanged or doc.source in pending:
             result.documents_skipped += 1  # unchanged, or the same source twice in one call
         else:
             pending[doc.source] = doc
@@ -1084,7 +1092,7 @@ def _upsert_documents(
     for item in items:
         if item.doc_id in inserted:
             keep.append(frozenset())
-        elif known.get(item.doc_id) == item.doc.content_hash:
+        elif known.get(item.doc_id) == item.doc.content_hash != item.base:
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
             keep.append(None)
         elif item.doc_id in known:

@@ -87,6 +87,22 @@ def test_reingest_unchanged_skips_and_changed_replaces(kb: KnowledgeBase) -> Non
     assert "sourdough" in texts.lower() and "checkmate" not in texts
 
 
+def test_new_metadata_for_unchanged_text_is_stored_without_embedding_again(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text("# Deploy\n\nRoll back with the rollback command.\n")
+    kb.ingest(guide, collection="docs")
+    before = _chunk_ids(kb, str(guide))
+    tagged = kb.ingest(guide, collection="docs", metadata={"team": "ops"})
+    assert tagged.documents_replaced == 1 and tagged.chunks_added == 0 and tagged.chunks_reused
+    assert _chunk_ids(kb, str(guide)) == before  # the same rows, ids and embeddings
+    assert kb.documents("docs")[0].metadata["team"] == "ops"
+    assert kb.search("roll back", collection="docs", filter={"team": "ops"})
+    again = kb.ingest(guide, collection="docs", metadata={"team": "ops"})
+    assert again.documents_skipped == 1 and again.documents_replaced == 0
+
+
 def test_failed_replace_leaves_old_document_intact(
     kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,8 +172,11 @@ def test_file_markdown_and_string_paths(kb: KnowledgeBase, tmp_path: Path) -> No
     assert first[0][1]["source"] == str(md.resolve())
     # a str naming an existing file is a path: unchanged, so skipped
     assert kb.ingest(str(md), chunk_size=400, chunk_overlap=0).documents_skipped == 1
-    # a str that names no path is text
-    assert kb.ingest(str(tmp_path / "nope.md")).documents_added == 1
+    # a str shaped like a path names one even when nothing is there: a typo is an error
+    with pytest.raises(IngestError, match="no such file or directory"):
+        kb.ingest(str(tmp_path / "nope.md"))
+    # a str shaped like no path is text
+    assert kb.ingest("nope.md holds no notes").documents_added == 1
 
 
 def test_directory_walk_with_globs_and_skips(kb: KnowledgeBase, tmp_path: Path) -> None:
@@ -202,6 +221,10 @@ def test_other_bad_inputs(kb: KnowledgeBase, tmp_path: Path) -> None:
         kb.ingest("   \n\t ")
     with pytest.raises(IngestError, match="no such"):
         kb.ingest(tmp_path / "missing.txt")
+    # a string shaped like a path is one, there or not: a typo is no document holding its name
+    for typo in ("no-such-docs/", str(tmp_path / "missing"), "./missing", "~/no-such-folder-xyz"):
+        with pytest.raises(IngestError, match="no such file or directory"):
+            kb.ingest(typo)
     big = tmp_path / "big.txt"
     big.write_text("y" * 2048)
     with pytest.raises(IngestError, match="too large"):
@@ -264,6 +287,14 @@ def test_collections_and_deletes(kb: KnowledgeBase) -> None:
     assert left == _rows(kb, "SELECT count(*) FROM kb_embeddings_256")[0][0] > 0
     with pytest.raises(CollectionNotFound):
         kb.delete_collection("a")
+
+
+def test_a_string_shaped_like_a_path_is_a_path_even_when_missing(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    assert kb.ingest("a text/with a slash", collection="texts").documents_added == 1
+    assert kb.ingest("/etc is where settings live", collection="texts").documents_added == 1
+    assert [c.documents for c in kb.collections()] == [2]  # the typos above stored nothing
 
 
 def test_delete_document_by_path(kb: KnowledgeBase, tmp_path: Path) -> None:
