@@ -146,6 +146,17 @@ def collection_errors(kb: Any, collection: str | None, doing: str) -> Iterator[N
         fail(f"no collection named {collection!r}.", f"known collections: {known}")
 
 
+def require_collection(kb: Any, collection: str, doing: str) -> None:
+    """Fail in one line, naming those that exist, unless ``collection`` exists."""
+    with database_errors(doing):
+        names = sorted(c.name for c in kb.collections())
+    if collection not in names:
+        fail(
+            f"no collection named {collection!r}.",
+            f"known collections: {', '.join(names) or 'none'}",
+        )
+
+
 _opened: list[Any] = []
 """The knowledge bases `knowledge_base` opened for the command running (one at a time per process)."""
 
@@ -323,7 +334,7 @@ def where_filter(conditions: list[str]) -> dict[str, Any]:
 
     from arcana_loop.knowledge.filters import FilterError, check_filter
 
-    found: dict[str, Any] = {}
+    each: list[dict[str, Any]] = []
     for condition in conditions:
         key, sep, raw = condition.partition("=")
         if not sep or not key.strip():
@@ -334,7 +345,14 @@ def where_filter(conditions: list[str]) -> dict[str, Any]:
             value = raw
         if isinstance(value, dict | list):
             value = raw
-        found[key.strip()] = value
+        each.append({key.strip(): value})
+    keys = [k for condition in each for k in condition]
+    # one mapping would keep only a key's last value: a key given twice must hold twice
+    found: dict[str, Any] = (
+        {k: v for condition in each for k, v in condition.items()}
+        if len(set(keys)) == len(keys)
+        else {"$and": each}
+    )
     try:
         check_filter(found)
     except FilterError as exc:

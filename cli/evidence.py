@@ -18,6 +18,7 @@ from arcana_loop.cli.common import (
     fail,
     knowledge_base,
     out,
+    require_collection,
     shown,
     shown_path,
 )
@@ -47,6 +48,8 @@ def stale_command(
     from arcana_loop.graph.stale import stale_answers
 
     kb = knowledge_base()
+    if collection is not None:
+        require_collection(kb, collection, "could not check the answers")
     try:
         with database_errors("could not check the answers"):
             stale = stale_answers(checkpointer, collection=collection, knowledge_base=kb)

@@ -35,6 +35,7 @@ from arcana_loop.cli.common import (
     print_ingest_summary,
     print_result,
     progress_bar,
+    require_collection,
     shown,
     shown_path,
     stale_line,
@@ -185,10 +186,28 @@ def ingest(
                         f"could not ingest {path}: {exc}",
                         "text (UTF-8), Markdown, reStructuredText, HTML, PDF, Word and Excel files can be ingested",
                     )
+            _check_found(path, result, include, exclude)
             rows.append((str(path), result))
     print_ingest_summary(collection, rows)
     if watch is not None:
         watch.report(collection)
+
+
+def _check_found(
+    path: Path, result: Any, include: list[str] | None, exclude: list[str] | None
+) -> None:
+    """Fail when a directory's ingest met no file at all: none stored, skipped, kept or removed."""
+    counts = result.to_dict()
+    if not path.is_dir() or counts.pop("skipped_files") or any(counts.values()):
+        return
+    given = [f"--include {p!r}" for p in include or []] + [
+        f"--exclude {p!r}" for p in exclude or []
+    ]
+    fail(
+        f"no file under {path} matched {' '.join(given) or 'the formats ingest reads'}:"
+        " nothing was ingested.",
+        "check --include and --exclude (globs such as '*.md' or 'guides/**')",
+    )
 
 
 @app.command()
@@ -356,6 +375,7 @@ def _delete_collection(kb: Any, collection: str, *, dry_run: bool, yes: bool) ->
 
     what = f"collection {collection!r}"
     if dry_run:
+        require_collection(kb, collection, f"could not read {what}")
         out.print(f"Would delete {shown(what)}.")
         return
     if not yes and not typer.confirm(f"Delete {what}?"):

@@ -61,6 +61,8 @@ def test_ingest_ask_json_and_collections(env, tmp_path):
         (("ask", "Q?", "--collection", "no-such-collection"), "no collection named"),
         (("ask", "Q?", "--collection", "cli-test", "--model", "gpt4"), "provider:model"),
         (("ingest", "/no/such/path"), "does not exist"),
+        (("delete", "no-such-collection", "--dry-run"), "no collection named"),
+        (("stale", "-c", "no-such-collection"), "no collection named"),
     ],
 )
 def test_user_errors_exit_non_zero_with_one_sentence(env, args, message, tmp_path):
@@ -71,6 +73,22 @@ def test_user_errors_exit_non_zero_with_one_sentence(env, args, message, tmp_pat
     assert done.returncode == 1
     assert message in done.stderr and "Hint:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_ingest_that_matches_no_file_says_so_and_stores_nothing(env, tmp_path):
+    (tmp_path / "note.md").write_text("some text about timeouts")
+    done = cli("ingest", str(tmp_path), "--include", "*.xyz", "-c", "matched-none", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "no file under" in done.stderr and "--include '*.xyz'" in done.stderr
+    listed = cli("collections", env=env)
+    assert "matched-none" not in listed.stdout
+
+
+def test_a_key_given_twice_to_where_must_hold_twice():
+    from arcana_loop.cli.common import where_filter
+
+    assert where_filter(["team=ops", "year=2026"]) == {"team": "ops", "year": 2026}
+    assert where_filter(["team=ops", "team=dev"]) == {"$and": [{"team": "ops"}, {"team": "dev"}]}
 
 
 def test_unreachable_database_is_a_clear_error(env):
