@@ -63,7 +63,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -411,6 +411,26 @@ def partition_table(dimension: int, collection_id: int) -> sql.Identifier:
     return sql.Identifier(_partition_name(dimension, collection_id))
 
 
+def _on_partition(
+    conn: psycopg.Connection[Any],
+    dimension: int,
+    collection_id: int,
+    statement: LiteralString,
+    params: Sequence[Any] = (),
+) -> psycopg.Cursor[Any]:
+    """Execute `statement` with ``{p}`` standing for the collection's partition; return the cursor."""
+    query = sql.SQL(statement).format(p=partition_table(dimension, collection_id))
+    return conn.execute(query, params)
+
+
+def _counts(
+    conn: psycopg.Connection[Any], dimension: int, collection_id: int, statement: LiteralString
+) -> list[tuple[int, ...]]:
+    """The rows of a counting `statement` over the collection's partition (``{p}``), as ints."""
+    rows = _on_partition(conn, dimension, collection_id, statement).fetchall()
+    return [tuple(int(value) for value in row) for row in rows]
+
+
 def _partition_name(dimension: int, collection_id: int) -> str:
     return f"{_embeddings_name(dimension)}_c{int(collection_id)}"
 
@@ -694,13 +714,11 @@ def segment_sizes(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int
 ) -> dict[int, int]:
     """Count the vectors of each segment of a collection (one scan of its partition)."""
-    rows = conn.execute(
-        sql.SQL("SELECT segment, count(*) FROM {p} GROUP BY segment").format(
-            p=partition_table(dimension, collection_id)
-        )
-    ).fetchall()
+    counted = _counts(
+        conn, dimension, collection_id, "SELECT segment, count(*) FROM {p} GROUP BY segment"
+    )
     sizes = {number: 0 for number, _ in segments(conn, dimension, collection_id)}
-    sizes.update({int(number): int(count) for number, count in rows})
+    sizes.update({number: count for number, count in counted})
     return sizes
 
 
@@ -898,24 +916,16 @@ def _build_memory(conn: psycopg.Connection[Any]) -> None:
 
 def pending_vectors(conn: psycopg.Connection[Any], dimension: int, collection_id: int) -> int:
     """Count the collection's vectors waiting outside its HNSW graph (through the partial index)."""
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {p} WHERE pending").format(
-            p=partition_table(dimension, collection_id)
-        )
-    ).fetchone()
-    return int(row[0]) if row is not None else 0
+    return _counts(conn, dimension, collection_id, "SELECT count(*) FROM {p} WHERE pending")[0][0]
 
 
 def pending_and_stored(
     conn: psycopg.Connection[Any], dimension: int, collection_id: int
 ) -> tuple[int, int]:
     """Count the collection's pending vectors and all its vectors (one scan of its partition)."""
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FILTER (WHERE pending), count(*) FROM {p}").format(
-            p=partition_table(dimension, collection_id)
-        )
-    ).fetchone()
-    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+    statement = "SELECT count(*) FILTER (WHERE pending), count(*) FROM {p}"
+    pending, stored = _counts(conn, dimension, collection_id, statement)[0]
+    return pending, stored
 
 
 def merge_pending_batch(
@@ -926,13 +936,13 @@ def merge_pending_batch(
     Rows another merger holds are skipped, so several connections merge at once
     (a graph insert is a server backend's work).
     """
-    partition = partition_table(dimension, collection_id)
-    cur = conn.execute(
-        sql.SQL(
-            "WITH picked AS (SELECT chunk_id FROM {p} WHERE pending LIMIT %s FOR UPDATE SKIP LOCKED)"
-            " UPDATE {p} e SET pending = false FROM picked"
-            " WHERE e.chunk_id = picked.chunk_id AND e.pending"
-        ).format(p=partition),
+    cur = _on_partition(
+        conn,
+        dimension,
+        collection_id,
+        "WITH picked AS (SELECT chunk_id FROM {p} WHERE pending LIMIT %s FOR UPDATE SKIP LOCKED)"
+        " UPDATE {p} e SET pending = false FROM picked"
+        " WHERE e.chunk_id = picked.chunk_id AND e.pending",
         (rows,),
     )
     return max(cur.rowcount, 0)
