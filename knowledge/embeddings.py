@@ -39,6 +39,7 @@ from arcana_loop.knowledge.embeddings_minilm import (
     MiniLMEmbeddings,
 )
 from arcana_loop.knowledge.errors import EmbedderUnavailable, EmbeddingMismatch
+from arcana_loop.providers import ProviderErrors, from_provider
 
 DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
 """Name recorded per collection for WordLlama."""
@@ -252,6 +253,14 @@ def _cached_record(model_name: str) -> Embeddings:
     return resolve_embeddings(model_name)
 
 
+EMBEDDER_ERRORS = ProviderErrors(
+    ValueError,
+    missing_package="embedding model {spec} needs a package that is not installed: {exc}",
+    unusable="unknown embedding model {spec}: {exc}",
+)
+"""How a provider embedder that cannot be made is said (provider errors propagate as they are)."""
+
+
 def _provider_embeddings(spec: str) -> Embeddings:
     from langchain.embeddings import init_embeddings
 
@@ -259,14 +268,7 @@ def _provider_embeddings(spec: str) -> Embeddings:
     # check_embedding_ctx_length=False: otherwise tiktoken downloads an encoding
     # file on first use, before any request reaches base_url.
     kwargs: dict[str, Any] = {"check_embedding_ctx_length": False} if provider == "openai" else {}
-    try:
-        embeddings = init_embeddings(spec, **kwargs)
-    except ImportError as exc:
-        raise ValueError(
-            f"embedding model {spec!r} needs a package that is not installed: {exc}"
-        ) from None
-    except ValueError as exc:
-        raise ValueError(f"unknown embedding model {spec!r}: {exc}") from None
+    embeddings = from_provider(init_embeddings, spec, kwargs, EMBEDDER_ERRORS)
     if not isinstance(
         embeddings, Embeddings
     ):  # init_embeddings may return a config-deferred wrapper

@@ -25,6 +25,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from arcana_loop.core import bridge
 from arcana_loop.core.text import scrub, scrub_deep
 from arcana_loop.core.usage import streams_usage
+from arcana_loop.providers import ProviderErrors, from_provider
 from arcana_loop.tools.arguments import (
     KEPT_ARGUMENT_CHARS,
     REFUSED_MARK,
@@ -250,6 +251,16 @@ class FunctionCaller:
 ModelCaller = ChatModelCaller | FunctionCaller
 
 
+MODEL_SPEC_ERRORS = ProviderErrors(
+    ModelSpecError,
+    missing_package="model spec {spec} needs a provider package that is not installed: {exc}",
+    unusable="model spec {spec} is not usable: {exc}",
+    # provider clients raise their own types, e.g. for a missing API key
+    failed="model {spec} could not be created: {kind}: {exc}",
+)
+"""How a chat model that cannot be made from its spec is said: always a `ModelSpecError`."""
+
+
 def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
     if spec == OFFLINE:
         from arcana_loop.nodes.offline import OfflineController
@@ -262,19 +273,8 @@ def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
         )
     from langchain.chat_models import init_chat_model
 
-    try:
-        model: BaseChatModel = init_chat_model(spec, **kwargs)
-        return model
-    except ImportError as exc:
-        raise ModelSpecError(
-            f"model spec {spec!r} needs a provider package that is not installed: {exc}"
-        ) from exc
-    except ValueError as exc:
-        raise ModelSpecError(f"model spec {spec!r} is not usable: {exc}") from exc
-    except Exception as exc:  # provider clients raise their own types, e.g. for a missing API key
-        raise ModelSpecError(
-            f"model {spec!r} could not be created: {type(exc).__name__}: {exc}"
-        ) from exc
+    model: BaseChatModel = from_provider(init_chat_model, spec, kwargs, MODEL_SPEC_ERRORS)
+    return model
 
 
 def resolve_model(spec: ModelSpec) -> ModelCaller:
