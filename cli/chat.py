@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from arcana_loop.cli.common import (
     MODEL_HINT,
@@ -41,7 +39,15 @@ from arcana_loop.cli.common import (
     shown_again,
     stale_line,
 )
-from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, SCOPE_FLAG, loop_flags, with_help
+from arcana_loop.cli.flags import (
+    FROM_FLAGS,
+    RUN_FLAGS,
+    SCOPE_FLAG,
+    THREAD_FLAG,
+    loop_flags,
+    with_help,
+)
+from arcana_loop.cli.threads import DEFAULT_CHECKPOINTER, CheckpointerOption
 
 NEW = "/new"
 HELP = "/help"
@@ -95,19 +101,8 @@ def _read_line() -> str | None:
 def chat(
     collection: SCOPE_FLAG = None,
     options: dict[str, Any] = FROM_FLAGS,
-    checkpointer: Annotated[
-        str,
-        typer.Option(
-            "--checkpointer",
-            help="Where the conversation is stored: postgres, memory or sqlite:PATH.",
-        ),
-    ] = "postgres",
-    thread_id: Annotated[
-        str | None,
-        typer.Option(
-            "--thread-id", help="Continue this thread's conversation (default: a new thread)."
-        ),
-    ] = None,
+    checkpointer: CheckpointerOption = DEFAULT_CHECKPOINTER,
+    thread_id: THREAD_FLAG = None,
 ) -> None:
     """Chat: ask question after question on one thread (/new for a fresh thread, /exit to stop)."""
     from arcana_loop.core.text import check_thread_id

@@ -36,6 +36,15 @@ SCOPE_FLAG = Annotated[
     ),
 ]
 """The ``--collection`` flag of the commands that ask (``ask``, ``chat``)."""
+THREAD_FLAG = Annotated[
+    str | None,
+    typer.Option(
+        "--thread-id",
+        help="Thread to store the conversation under; an existing thread's conversation continues"
+        " (default: a new thread).",
+    ),
+]
+"""The ``--thread-id`` flag of the commands that ask (``ask``, ``chat``)."""
 FROM_FLAGS: Any = None
 """The declared default of a parameter the flags fill (``options: dict[str, Any] = FROM_FLAGS``,
 or a `flag_group`'s): the command's wrapper always passes it, so the body never sees this."""

@@ -47,7 +47,7 @@ from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.evidence import StaleWatch
-from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, SCOPE_FLAG, loop_flags
+from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, SCOPE_FLAG, THREAD_FLAG, loop_flags
 from arcana_loop.cli.help import FlagHelpGroup
 from arcana_loop.cli.reembed import reembed
 from arcana_loop.cli.server import server_app
@@ -226,13 +226,7 @@ def ask(
             help="Store the run as a thread: postgres, memory, sqlite:PATH or none.",
         ),
     ] = "postgres",
-    thread_id: Annotated[
-        str | None,
-        typer.Option(
-            "--thread-id",
-            help="Thread to store the run under; an existing thread's conversation continues with this question (default: a new thread).",
-        ),
-    ] = None,
+    thread_id: THREAD_FLAG = None,
     where: Annotated[
         list[str] | None,
         typer.Option(
