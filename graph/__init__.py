@@ -17,22 +17,30 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time `__getattr__` imports them
-    from arcana_loop.core.context import LoopContext
-    from arcana_loop.graph.build import build_graph, make_deps
-    from arcana_loop.graph.diff import RunDiff, diff_runs
-    from arcana_loop.graph.replay import (
-        Record,
-        fork,
-        record_of,
-        replay,
-        replay_record,
-        resume,
-        verify_record,
-    )
-    from arcana_loop.graph.run import RUN_OPTIONS, LoopResult, arun, ground, run
-    from arcana_loop.graph.stale import StaleAnswer, stale_answers
-    from arcana_loop.graph.trace import TraceStep, trace
-    from arcana_loop.tools.schemas import DEFAULT_TOOLS, default_tools
+    # `name as name` exports each name to type checkers: `__all__` is made from `_HOMES`
+    from arcana_loop.core.context import LoopContext as LoopContext
+    from arcana_loop.graph.build import build_graph as build_graph
+    from arcana_loop.graph.build import make_deps as make_deps
+    from arcana_loop.graph.diff import RunDiff as RunDiff
+    from arcana_loop.graph.diff import diff_runs as diff_runs
+    from arcana_loop.graph.replay import Record as Record
+    from arcana_loop.graph.replay import fork as fork
+    from arcana_loop.graph.replay import record_of as record_of
+    from arcana_loop.graph.replay import replay as replay
+    from arcana_loop.graph.replay import replay_record as replay_record
+    from arcana_loop.graph.replay import resume as resume
+    from arcana_loop.graph.replay import verify_record as verify_record
+    from arcana_loop.graph.run import RUN_OPTIONS as RUN_OPTIONS
+    from arcana_loop.graph.run import LoopResult as LoopResult
+    from arcana_loop.graph.run import arun as arun
+    from arcana_loop.graph.run import ground as ground
+    from arcana_loop.graph.run import run as run
+    from arcana_loop.graph.stale import StaleAnswer as StaleAnswer
+    from arcana_loop.graph.stale import stale_answers as stale_answers
+    from arcana_loop.graph.trace import TraceStep as TraceStep
+    from arcana_loop.graph.trace import trace as trace
+    from arcana_loop.tools.schemas import DEFAULT_TOOLS as DEFAULT_TOOLS
+    from arcana_loop.tools.schemas import default_tools as default_tools
 
 _HOMES = {
     "build_graph": "arcana_loop.graph.build",
@@ -92,28 +100,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_HOMES})
 
 
-__all__ = [
-    "DEFAULT_TOOLS",
-    "RUN_OPTIONS",
-    "LoopContext",
-    "LoopResult",
-    "Record",
-    "RunDiff",
-    "StaleAnswer",
-    "TraceStep",
-    "arun",
-    "build_graph",
-    "default_tools",
-    "diff_runs",
-    "fork",
-    "ground",
-    "make_deps",
-    "record_of",
-    "replay",
-    "replay_record",
-    "resume",
-    "run",
-    "stale_answers",
-    "trace",
-    "verify_record",
-]
+__all__ = sorted(_HOMES)
