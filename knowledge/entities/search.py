@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, cast
 
 from psycopg import sql
 
@@ -40,58 +40,69 @@ from arcana_loop.knowledge.types import Chunk
 Statement = tuple[sql.Composable, dict[str, Any]]
 RRF_K = 60
 MAX_CHUNK_ENTITIES_SHOWN = 5
+MAX_DEPTH = 4
+"""Most relationship hops from the seeds (`EntitySearchOptions.depth`, a search's ``entity_depth``)."""
+
+
+def _ranged(default: float, low: float, high: float | None = None) -> Any:
+    """A field of `EntitySearchOptions`: its default and the range it must lie in (``high`` ``None``: no top).
+
+    A field annotated ``int`` takes whole numbers only.
+    """
+    return field(default=default, metadata={"range": (low, high)})
 
 
 @dataclass(frozen=True)
 class EntitySearchOptions:
     """How entity-enhanced search matches, expands and fuses (defaults measured on python-docs)."""
 
-    entity_threshold: float = 0.6
+    entity_threshold: float = _ranged(0.6, -1.0, 1)
     """Lowest cosine similarity between the query and an entity for it to be a seed."""
-    entity_limit: int = 8
+    entity_limit: int = _ranged(8, 1)
     """Most seed entities per query."""
-    depth: int = 1
+    depth: int = _ranged(1, 0, MAX_DEPTH)
     """Hops through relationships from the seeds (0: the seeds only)."""
-    decay: float = 0.5
+    decay: float = _ranged(0.5, 0.0, 1)
     """Weight kept per hop (times the relationship's share of its strongest edge)."""
-    fanout: int = 10
+    fanout: int = _ranged(10, 1)
     """Most neighbours an entity passes weight to per hop (its strongest)."""
-    pool: int = 40
+    pool: int = _ranged(40, 1)
     """Chunks each side ranks before fusion."""
-    entity_weight: float = 1.0
+    entity_weight: float = _ranged(1.0, 0)
     """Weight of the entity ranking in the fusion (1.0: equal to the text ranking)."""
 
     def __post_init__(self) -> None:
-        """Reject values that would make the entity path meaningless."""
-        _check_unit("entity_threshold", self.entity_threshold, low=-1.0)
-        _check_unit("decay", self.decay, low=0.0)
-        for name in ("entity_limit", "fanout", "pool"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        check_depth(self.depth)
-        weight: object = self.entity_weight
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, int | float)
-            or self.entity_weight < 0
-        ):
-            raise ValueError(f"entity_weight must be a number >= 0, got {self.entity_weight!r}")
-
-
-MAX_DEPTH = 4
+        """Reject values that would make the entity path meaningless: any outside its field's range."""
+        for option in fields(self):
+            low, high = option.metadata["range"]
+            # postponed annotations: the type is its text
+            whole = option.type in (int, "int")
+            _check_range(option.name, getattr(self, option.name), low, high, whole=whole)
 
 
 def check_depth(depth: object) -> int:
     """Return `depth` if it is an int in 0..MAX_DEPTH, else raise `ValueError`."""
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
-        raise ValueError(f"entity_depth must be an int in 0..{MAX_DEPTH}, got {depth!r}")
-    return depth
+    _check_range("entity_depth", depth, 0, MAX_DEPTH, whole=True)
+    return cast(int, depth)
 
 
-def _check_unit(name: str, value: object, *, low: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= 1:
-        raise ValueError(f"{name} must be a number in {low}..1, got {value!r}")
+def _check_range(name: str, value: object, low: float, high: float | None, *, whole: bool) -> None:
+    """Raise `ValueError` unless `value` is a number (an int when `whole`) in ``low..high``."""
+    if not _in_range(value, low, high, whole=whole):
+        noun = "an int" if whole else "a number"
+        if high is not None:
+            expected = f"{noun} in {low}..{high}"
+        else:
+            expected = "a positive int" if whole and low == 1 else f"{noun} >= {low}"
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def _in_range(value: object, low: float, high: float | None, *, whole: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if whole and not isinstance(value, int):
+        return False
+    return low <= value and (high is None or value <= high)  # NaN is in no range
 
 
 @dataclass
