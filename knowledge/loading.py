@@ -45,6 +45,7 @@ import numpy as np
 from arcana_loop.knowledge.errors import IngestError, UnsupportedFormat
 from arcana_loop.knowledge.formats import Syntax, format_for, unsupported
 from arcana_loop.knowledge.names import check_text
+from arcana_loop.knowledge.placed import NO_START, Placing, shifted_rows
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.structure import (
     KEY_BYTES,
@@ -599,20 +600,21 @@ _ROWS_AT = np.dtype("<i4")
 
 @dataclass(frozen=True)
 class RowsAt:
-    """Where the rows of a document's stored chunks place them, as its stored map records it.
+    """Where the rows of a document's stored chunks are, as its stored map records it, and where they go.
 
     A kept chunk's row keeps the position and offset it was written with; readers see
-    its new place through the document row's `moved` map. The map records each row's
-    place, so an edit finds what moved without reading the document's chunk rows.
+    its new place through its document row's shift ranges (`knowledge.placed`). The map
+    records each row's place, so an edit works out the ranges without reading the
+    document's chunk rows.
     """
 
     listed: int
     """How many chunks the stored map lists: as many as are stored, if it is the stored version's."""
     found: frozenset[str]
     """The chunks built anew that the stored map lists (the carried ones it lists all)."""
-    moved: dict[str, tuple[int | None, int | None]]
-    """The new place of each listed chunk whose row places it elsewhere: its position (`None`
-    where its row has it already) and its offset (`None`: its text is no slice of the document's)."""
+    placing: Placing
+    """Where every row is once the edit is written (new rows at their position plus
+    `Placing.offset`), and the shift ranges that place the kept ones."""
 
 
 @dataclass(frozen=True)
@@ -639,9 +641,14 @@ class Chunked:
         """
         if self.structure is None:
             return None
-        raw = np.array([(p, -1 if s is None else s) for p, s in places], dtype=_ROWS_AT)
-        recorded = raw.nbytes if len(places) else 0
-        return self.structure[: len(self.structure) - recorded] + raw.tobytes()
+        rows = np.array([(p, NO_START if s is None else s) for p, s in places], dtype=np.int64)
+        recorded = _ROWS_AT.itemsize * 2 * len(places)
+        return self.structure[: len(self.structure) - recorded] + _rows_bytes(rows)
+
+
+def _rows_bytes(rows: np.ndarray[Any, Any]) -> bytes:
+    """Rows' places (position, offset) as a stored map records them (`Packing.placed`)."""
+    return rows.astype(_ROWS_AT).tobytes()
 
 
 def chunk_document(
@@ -758,28 +765,29 @@ def _chunk_markdown(
         for at in np.flatnonzero(carried & chunk).tolist()
     ]
     placed, rows_at = _rows_at(stored, packed, chunk, ids)
-    keyed = replace(packing, keys=keys.tobytes(), label=label, placed=placed.tobytes())
+    keyed = replace(packing, keys=keys.tobytes(), label=label, placed=_rows_bytes(placed))
     return Chunked(rows, replace(packed.map, packing=keyed).dump(), kept, rows_at)
 
 
 def _rows_at(
     stored: MarkdownMap | None, packed: PackedMarkdown, chunk: np.ndarray[Any, Any], ids: list[str]
 ) -> tuple[np.ndarray[Any, Any], RowsAt | None]:
-    """Where each chunk's row places it (position, offset), and what moved, from the stored map.
+    """Where each chunk's row is once written (position, offset), and what the stored map says of them.
 
-    A chunk the stored map lists keeps its row there; any other is written at its new
-    place. Without a stored map that records its rows, every chunk is taken to be
-    written at its new place and `None` says the rows must be read.
+    A chunk the stored map lists keeps its row there; any other is written anew
+    (`placed.shifted_rows`). Without a stored map that records its rows, or when the
+    new rows find no free positions, every chunk is taken to be written at its new
+    place and `None` says the rows must be read.
     """
     pieces = np.flatnonzero(chunk)
-    new = np.stack((np.arange(len(pieces)), packed.starts[pieces]), axis=1).astype(_ROWS_AT)
+    new = np.stack((np.arange(len(pieces)), packed.starts[pieces]), axis=1).astype(np.int64)
     packing = stored.packing if stored is not None else None
     if packing is None or not packing.keys:
         return new, None
     stored_keys = np.frombuffer(packing.keys, dtype=np.uint8).reshape(-1, KEY_BYTES)
     was_chunk = stored_keys.any(axis=1)
     listed = int(np.count_nonzero(was_chunk))
-    if len(packing.placed) != listed * new.itemsize * 2:
+    if len(packing.placed) != listed * _ROWS_AT.itemsize * 2:
         return new, None  # stored before maps recorded rows
     stored_rows = np.frombuffer(packing.placed, dtype=_ROWS_AT).reshape(-1, 2)
     row_of_piece = np.cumsum(was_chunk) - 1
@@ -787,18 +795,18 @@ def _rows_at(
     rows = new.copy()
     carried = source >= 0
     rows[carried] = stored_rows[row_of_piece[source[carried]]]
+    kept = carried.copy()
     found = _listed(stored_keys[was_chunk], ids, np.flatnonzero(~carried).tolist())
-    for position, row in found.items():
-        rows[position] = stored_rows[row]
-    elsewhere = np.flatnonzero(np.any(rows != new, axis=1))
-    same_position = (rows[elsewhere, 0] == new[elsewhere, 0]).tolist()
-    moved = {
-        ids[i]: (None if same else now, None if start < 0 else start)
-        for i, same, (now, start) in zip(
-            elsewhere.tolist(), same_position, new[elsewhere].tolist(), strict=True
-        )
-    }
-    return rows, RowsAt(listed, frozenset(ids[i] for i in found), moved)
+    for position, row in list(found.items()):
+        if (stored_rows[row, 1] == NO_START) != (new[position, 1] == NO_START):
+            del found[position]  # an offset gained or lost: written anew (a range cannot say so)
+        else:
+            rows[position] = stored_rows[row]
+            kept[position] = True
+    placing = shifted_rows(new, rows, kept)
+    if placing is None:
+        return new, None
+    return placing.rows, RowsAt(listed, frozenset(ids[i] for i in found), placing)
 
 
 _FEW_BUILT = 32

@@ -144,10 +144,12 @@ _BASE_DDL = (
     """,
     "CREATE INDEX IF NOT EXISTS kb_chunks_document_idx ON kb_chunks (document_id)",
     "CREATE INDEX IF NOT EXISTS kb_chunks_collection_idx ON kb_chunks (collection_id)",
-    # where the chunks an edit moved now are: {chunk id: {"position": n, "start_index": n}}
-    # for each kept chunk whose place differs from its row's, the position left out where
-    # the row has it (`knowledge.placed`)
-    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS moved jsonb",
+    # how the rows of the chunks an edit kept have moved since they were written: from
+    # stored position shift_from[i] on, a row is read shift_position[i] further on and its
+    # start_index shift_start[i] further (`knowledge.placed`); NULL: every row is in place
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS shift_from integer[]",
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS shift_position integer[]",
+    "ALTER TABLE kb_documents ADD COLUMN IF NOT EXISTS shift_start integer[]",
     # a re-embed under way (`knowledge.reembed`): the embedder its staging tables are for
     """
     CREATE TABLE IF NOT EXISTS kb_reembeds (
@@ -161,8 +163,10 @@ _BASE_DDL = (
     CREATE OR REPLACE FUNCTION kb_chunk_metadata(chunk text, doc text, stored jsonb)
     RETURNS jsonb LANGUAGE sql STABLE PARALLEL SAFE AS $$
       SELECT coalesce(
-        (SELECT (stored - 'start_index') || ((d.moved -> chunk) - 'position')
-         FROM kb_documents d WHERE d.id = doc AND d.moved ? chunk),
+        (SELECT stored || jsonb_build_object('start_index', (stored ->> 'start_index')::integer
+                  + coalesce(d.shift_start[width_bucket(c.position, d.shift_from)], 0))
+         FROM kb_documents d JOIN kb_chunks c ON c.id = chunk
+         WHERE d.id = doc AND d.shift_from IS NOT NULL AND stored ? 'start_index'),
         stored)
     $$
     """,
@@ -446,6 +450,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for statement in _BASE_DDL:
             conn.execute(statement)
+        _place_moved_rows(conn)
         if not _lexical_per_collection(conn):
             _migrate_lexical(conn)
         elif _stored_lex_count(conn) != _LEX_COUNT_BODY:
@@ -454,6 +459,33 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     _tolerate_full_disk(conn, lambda c: create_fulltext_index(c, on_open=True), "full-text")
     for (dim,) in dims:
         ensure_dimension(conn, dim)
+
+
+def _place_moved_rows(conn: psycopg.Connection[Any]) -> None:
+    """Write the rows an earlier version's `moved` map placed where it placed them, then drop it.
+
+    That map held, per moved chunk, its position (where its row's was stale) and its
+    offset (none: the chunk has none). Once, when a knowledge base stored with it opens:
+    the shift ranges (`knowledge.placed`) start empty, with every row where its chunk is.
+    Those documents' stored maps record the rows where they were, so they are dropped
+    too: the next edit of each parses it whole.
+    """
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'kb_documents' AND column_name = 'moved'"
+    ).fetchone()
+    if row is None:
+        return
+    conn.execute(
+        "UPDATE kb_chunks c SET"
+        " position = coalesce((d.moved -> c.id ->> 'position')::integer, c.position),"
+        " metadata = CASE WHEN d.moved -> c.id ? 'start_index'"
+        "   THEN c.metadata || jsonb_build_object('start_index', d.moved -> c.id -> 'start_index')"
+        "   ELSE c.metadata - 'start_index' END"
+        " FROM kb_documents d WHERE d.id = c.document_id AND d.moved ? c.id"
+    )
+    conn.execute("UPDATE kb_documents SET structure = NULL WHERE moved IS NOT NULL")
+    conn.execute("ALTER TABLE kb_documents DROP COLUMN moved")
 
 
 def ensure_dimension(conn: psycopg.Connection[Any], dimension: int) -> None:

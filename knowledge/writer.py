@@ -7,7 +7,7 @@ section, `loading.chunk_id`) is still among the new ones, deletes the rest, and
 binary-`COPY`s only the new chunks with their embeddings. Only new chunks are
 embedded: the stored chunk ids of each changed document are read before
 embedding, so an edit costs about what it changed; a kept chunk the edit only
-moved keeps its row too (its new place goes into the document's row,
+moved keeps its row too (the document's row says how its rows have shifted,
 `placed.PLACED_CHUNK_SQL`). A Markdown document's unchanged runs are not even
 chunked again: their chunks are carried over from the stored map
 (`loading.Chunked.carried`), which also records where each chunk's row places it
@@ -78,7 +78,7 @@ from arcana_loop.knowledge.loading import (
     document_id,
 )
 from arcana_loop.knowledge.names import check_text
-from arcana_loop.knowledge.placed import MOVED_KEY
+from arcana_loop.knowledge.placed import MOVED_KEY, NO_START, Placing, Shifts, shifted_rows
 from arcana_loop.knowledge.pools import autocommitted
 from arcana_loop.knowledge.schema import (
     HNSW_MAX_DIMENSION,
@@ -207,6 +207,8 @@ class _Planned:
     """Ids of its built chunks already stored when it was planned (a changed document's unchanged chunks)."""
     known: frozenset[str] = frozenset()
     """Ids of all the stored version's chunks when it was planned."""
+    offset: int = 0
+    """Added to the position of each row it writes, once its write placed them (`placed.shifted_rows`)."""
 
     @property
     def placed_by_map(self) -> bool:
@@ -418,7 +420,9 @@ def _plan(
     if any(c.id not in version.chunk_ids for c in chunked.carried):
         chunked = rechunk()
     item = _Planned(doc, doc_id, chunked, rechunk, base=version.content_hash)
-    item.stored = frozenset(c.id for c in chunked.rows) & version.chunk_ids
+    # a chunk the map lists is kept, unless it gained or lost an offset (then written anew)
+    listed = chunked.rows_at.found if chunked.rows_at is not None else {c.id for c in chunked.rows}
+    item.stored = frozenset(listed) & version.chunk_ids
     item.known = version.chunk_ids
     return item
 
@@ -927,7 +931,7 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
                 )
                 embedded.update(zip((c.id for c in missing), more, strict=True))
             rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
-            writes.append((item.doc_id, new, rows))
+            writes.append(_Write(item.doc_id, new, rows, item.offset))
         _copy_chunks(conn, coll, writes, load.pending, held.average_length, counts, load.segment)
         if counts is not None:
             # the deletes' terms are read only now: their results came while the rows were sent
@@ -937,7 +941,7 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
             add_term_counts(conn, coll.id, counts.df, counts.chunks)
         if pipelined:
             conn.commit()  # sent with the writes: one round trip for both
-        delta.chunks_added = sum(len(new) for _, new, _ in writes)
+        delta.chunks_added = sum(len(w.chunks) for w in writes)
     return delta
 
 
@@ -1147,42 +1151,47 @@ def _replace_document(
 ) -> frozenset[str]:
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
 
-    A kept chunk may have moved (text added before it): its new position and
-    offset go into the document row's `moved` map (`placed.PLACED_CHUNK_SQL`),
-    so a move costs no chunk row. A kept chunk whose other metadata changed (the
-    document's own metadata, a page) is rewritten; a carried chunk's cannot have
-    (it was chunked against this stored version, with the same metadata). A
-    document another writer replaced since it was planned is chunked whole again.
-    The delete's cursor goes to `gone` (its rows: the deleted chunks' term keys). Returns
-    the kept chunks' ids.
+    A kept chunk may have moved (text added before it): its row stays, and the
+    document row's shift ranges place it (`knowledge.placed`), so a move costs no
+    chunk row. A kept chunk whose other metadata changed (the document's own, a page),
+    or that gained or lost an offset, is rewritten; a carried chunk's cannot have (it
+    was chunked against this stored version, with the same metadata). A document
+    another writer replaced since it was planned is chunked whole again. The delete's
+    cursor goes to `gone` (its rows: the deleted chunks' term keys). Returns the kept
+    chunks' ids.
     """
     if stored_hash == item.base and item.placed_by_map:
         return _replace_from_map(conn, item, delta, gone)
     stored = reads.stored_chunks(item)
     if item.chunked.carried and (
-        stored_hash != item.base or any(c.id not in stored for c in item.chunked.carried)
+        stored_hash != item.base
+        or any(c.id not in stored or stored[c.id][1] is None for c in item.chunked.carried)
     ):
         item.chunked = item.rechunk()
         stored = reads.stored_chunks(item)
-    places: dict[str, tuple[int, int | None]] = {
-        c.id: (c.position, c.start) for c in item.chunked.carried
-    }
-    built = {c.id: c for c in item.rows}
-    places.update((c.id, (c.position, c.metadata.get(MOVED_KEY))) for c in item.rows)
-    _delete_stale(conn, sorted(stored.keys() - places.keys()), delta, gone)
-    kept = sorted(stored.keys() & places.keys())
-    rewritten: list[ChunkRow] = []
-    moved: dict[str, dict[str, int]] = {}
-    for chunk_id in kept:
-        position, start, metadata = stored[chunk_id]
-        chunk = built.get(chunk_id)
-        if chunk is not None and _unplaced(metadata or {}) != _unplaced(chunk.metadata):
-            rewritten.append(chunk)
-        elif (position, start) != places[chunk_id]:
-            now, offset = places[chunk_id]
-            moved[chunk_id] = (
-                {"position": now} if offset is None else {"position": now, MOVED_KEY: offset}
-            )
+    chunks = sorted(
+        [(c.position, c.id, c.metadata.get(MOVED_KEY)) for c in item.rows]
+        + [(c.position, c.id, c.start) for c in item.chunked.carried]
+    )
+    ids = {i for _, i, _ in chunks}
+    _delete_stale(conn, sorted(stored.keys() - ids), delta, gone)
+    rewritten = [c for c in item.rows if c.id in stored and _rewritten(stored[c.id], c.metadata)]
+    moving = {c.id for c in rewritten}
+    staying = [i in stored and i not in moving for _, i, _ in chunks]
+    now = np.array([(p, NO_START if s is None else s) for p, _, s in chunks], dtype=np.int64)
+    rows = np.array(
+        [
+            (stored[i][0], NO_START if stored[i][1] is None else stored[i][1]) if kept else (0, 0)
+            for (_, i, _), kept in zip(chunks, staying, strict=True)
+        ],
+        dtype=np.int64,
+    )
+    placing = shifted_rows(now, rows, np.array(staying, dtype=bool))
+    if placing is None:  # no free positions left: every kept row is written where its chunk is
+        placing = Placing(now, 0, None)
+        _place_rows(
+            conn, [(i, p, s) for (p, i, s), kept in zip(chunks, staying, strict=True) if kept]
+        )
     if rewritten:
         conn.execute(
             "UPDATE kb_chunks AS c SET position = u.position, metadata = u.meta"
@@ -1190,23 +1199,39 @@ def _replace_document(
             " WHERE c.id = u.id",
             (
                 [c.id for c in rewritten],
-                [c.position for c in rewritten],
+                [c.position + placing.offset for c in rewritten],
                 [Jsonb(c.metadata) for c in rewritten],
             ),
         )
+    kept = stored.keys() & ids
     delta.chunks_reused += len(kept)
-    # the map records where the rows are: a kept row stays where it was, unless rewritten
-    staying = set(kept).difference(c.id for c in rewritten)
-    rows_at = sorted(
-        [(c.position, c.id, c.metadata.get(MOVED_KEY)) for c in item.rows]
-        + [(c.position, c.id, c.start) for c in item.chunked.carried]
-    )
-    structure = item.chunked.placing_rows(
-        [stored[i][:2] if i in staying else (p, s) for p, i, s in rows_at]
-    )
-    _record_document(conn, item, structure, Jsonb(moved) if moved else None)
+    item.offset = placing.offset
+    structure = item.chunked.placing_rows(placing.rows.tolist())
+    _record_document(conn, item, structure, placing.shifts)
     delta.documents_replaced += 1
     return frozenset(kept)
+
+
+def _rewritten(
+    stored: tuple[int, int | None, dict[str, Any] | None], metadata: dict[str, Any]
+) -> bool:
+    """Whether a kept chunk's row is written again: its metadata changed other than by a move."""
+    _, start, stored_metadata = stored
+    gains_or_loses_offset = (start is None) != (metadata.get(MOVED_KEY) is None)
+    return gains_or_loses_offset or _unplaced(stored_metadata or {}) != _unplaced(metadata)
+
+
+def _place_rows(conn: psycopg.Connection[Any], places: list[tuple[str, int, int | None]]) -> None:
+    """Write kept chunks' rows where their chunks are: (id, position, offset or None) each."""
+    if places:
+        conn.execute(
+            "UPDATE kb_chunks AS c SET position = u.position, metadata = CASE"
+            " WHEN u.start IS NULL THEN c.metadata - 'start_index'"
+            " ELSE c.metadata || jsonb_build_object('start_index', u.start) END"
+            " FROM unnest(%s::text[], %s::int4[], %s::int4[]) AS u(id, position, start)"
+            " WHERE c.id = u.id",
+            ([i for i, _, _ in places], [p for _, p, _ in places], [s for _, _, s in places]),
+        )
 
 
 def _replace_from_map(
@@ -1218,36 +1243,19 @@ def _replace_from_map(
     """`_replace_document` for a document whose stored map says where its chunks' rows are.
 
     No chunk row is read: the map lists the stored chunks (what the new version lacks is
-    deleted) and where each row places its chunk (one placed elsewhere now goes into the
-    `moved` map). A kept chunk's metadata is the stored one, as its document's is.
+    deleted) and where each row is (the shift ranges that place the kept ones were
+    worked out with the chunks). A kept chunk's metadata is the stored one, as its
+    document's is.
     """
     rows_at = item.chunked.rows_at
     assert rows_at is not None  # `placed_by_map`
-    ids = {c.id for c in item.rows}.union(c.id for c in item.chunked.carried)
-    _delete_stale(conn, sorted(item.known - ids), delta, gone)
-    kept = item.known & ids
+    kept = rows_at.found.union(c.id for c in item.chunked.carried)
+    _delete_stale(conn, sorted(item.known - kept), delta, gone)
     delta.chunks_reused += len(kept)
-    moved = Jsonb(_moved_json(rows_at.moved), dumps=str) if rows_at.moved else None
-    _record_document(conn, item, item.chunked.structure, moved)
+    item.offset = rows_at.placing.offset
+    _record_document(conn, item, item.chunked.structure, rows_at.placing.shifts)
     delta.documents_replaced += 1
     return kept
-
-
-def _moved_json(moved: dict[str, tuple[int | None, int | None]]) -> str:
-    """The `moved` map (`placed`) as JSON text, of chunk ids (hex) and integers only.
-
-    A chunk's position is left out where its row has it already (the readers' default),
-    so an edit that shifts the text after it but adds no chunk writes offsets only. Written
-    out directly: a dict per chunk and `json.dumps` cost 0.6-1 ms for the 600 moved chunks
-    of a 1 % edit of 659 sections.
-    """
-    entries = []
-    for chunk_id, (now, offset) in moved.items():
-        place = [] if now is None else [f'"position":{now}']
-        if offset is not None:
-            place.append(f'"{MOVED_KEY}":{offset}')
-        entries.append(f'"{chunk_id}":{{{",".join(place)}}}')
-    return "{" + ",".join(entries) + "}"
 
 
 def _delete_stale(
@@ -1268,17 +1276,19 @@ def _record_document(
     conn: psycopg.Connection[Any],
     item: _Planned,
     structure: bytes | None,
-    moved: Jsonb | None,
+    shifts: Shifts | None,
 ) -> None:
-    """Write a replaced document's row: its hash, metadata, map and moved chunks."""
+    """Write a replaced document's row: its hash, metadata, map and shift ranges."""
+    ranges = shifts or Shifts([], [], [])
     conn.execute(
-        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s, moved = %s,"
-        " created_at = now() WHERE id = %s",
+        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s,"
+        " shift_from = nullif(%s::int4[], '{}'), shift_position = nullif(%s::int4[], '{}'),"
+        " shift_start = nullif(%s::int4[], '{}'), created_at = now() WHERE id = %s",
         (
             item.doc.content_hash,
             Jsonb(item.doc.metadata),
             structure,
-            moved,
+            *ranges,
             item.doc_id,
         ),
     )
@@ -1306,10 +1316,20 @@ def _unplaced(metadata: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if k != MOVED_KEY}
 
 
+class _Write(NamedTuple):
+    """A document's new chunk rows in a batch, with their embeddings."""
+
+    doc_id: str
+    chunks: list[ChunkRow]
+    vectors: np.ndarray[Any, Any]
+    offset: int = 0
+    """Added to each row's position (`_Planned.offset`)."""
+
+
 def _copy_chunks(
     conn: psycopg.Connection[Any],
     coll: CollectionRef,
-    writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
+    writes: list[_Write],
     pending: bool,
     average_length: float | None,
     counts: _TermCounts | None = None,
@@ -1325,12 +1345,12 @@ def _copy_chunks(
     the new chunks'. ``segment``: the new segment of a large load; else the
     collection's first, which every collection has.
     """
-    writes = [w for w in writes if w[1]]
+    writes = [w for w in writes if w.chunks]
     if not writes:
         return
     rows = _chunk_rows(conn, coll, writes, average_length, counts)
     ids = [row[0] for row in rows]
-    vectors = np.concatenate([vectors for _, _, vectors in writes])
+    vectors = np.concatenate([w.vectors for w in writes])
     # into the segment directly: no routing of each row through the parents
     partition = sql.Identifier(segment or first_segment_name(coll.dimension, coll.id))
     if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
@@ -1363,21 +1383,17 @@ _ChunkColumns = tuple[str, str, int, int, str, Jsonb, Any, list[int]]
 def _chunk_rows(
     conn: psycopg.Connection[Any],
     coll: CollectionRef,
-    writes: list[tuple[str, list[ChunkRow], np.ndarray[Any, Any]]],
+    writes: list[_Write],
     average_length: float | None,
     counts: _TermCounts | None,
 ) -> list[_ChunkColumns]:
     """The `kb_chunks` rows of a batch's new chunks, their BM25 weights computed (and counted into `counts`)."""
-    found = [
-        (doc_id, row, lexical.terms(row.searchable))
-        for doc_id, chunks, _ in writes
-        for row in chunks
-    ]
+    found = [(w, row, lexical.terms(row.searchable)) for w in writes for row in w.chunks]
     avg_len = average_length or _collection_average_length(
         conn, coll, lexical.average_length(t for _, _, t in found)
     )
     rows: list[_ChunkColumns] = []
-    for doc_id, row, terms in found:
+    for write, row, terms in found:
         weights = lexical.document_vector(terms, avg_len)
         keys = sorted(weights)
         if counts is not None:
@@ -1385,9 +1401,9 @@ def _chunk_rows(
         rows.append(
             (
                 row.id,
-                doc_id,
+                write.doc_id,
                 coll.id,
-                row.position,
+                row.position + write.offset,
                 row.text,
                 Jsonb(row.metadata),
                 lexical.sparse_vector(weights),

@@ -21,6 +21,7 @@ from psycopg import sql
 from arcana_loop.knowledge.entities.offline import CO_OCCURS
 from arcana_loop.knowledge.entities.schema import entity_vectors_table
 from arcana_loop.knowledge.entities.types import ChunkText, Extraction, normalize_name
+from arcana_loop.knowledge.placed import PLACED_POSITION_SQL
 
 EmbedFn = Callable[[list[str]], np.ndarray[Any, Any]]
 _ENTITY_LOCK = 0x6B6772  # "kgr": with the collection id, serialises entity writes per collection
@@ -269,11 +270,11 @@ def pending_chunks(
     Chunks an extractor skipped count as not used, so a later build retries them.
     """
     rows = conn.execute(
-        "SELECT c.id, c.text FROM kb_chunks c"
+        "SELECT c.id, c.text FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
         " LEFT JOIN kb_graph_chunks g ON g.chunk_id = c.id"
         " WHERE c.collection_id = %s"
         " AND (%s OR g.chunk_id IS NULL OR g.skipped_reason IS NOT NULL)"
-        " ORDER BY c.document_id, c.position",
+        f" ORDER BY c.document_id, {PLACED_POSITION_SQL}",  # in document order
         (collection_id, rebuild),
     ).fetchall()
     return [ChunkText(r[0], r[1]) for r in rows]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import signal
 import subprocess
 import sys
@@ -19,9 +20,10 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
-from arcana_loop.knowledge import KnowledgeBase, writer
+from arcana_loop.knowledge import KnowledgeBase, placed, writer
 from arcana_loop.knowledge.loading import Chunked
 from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
+from arcana_loop.knowledge.schema import ensure_schema
 from arcana_loop.knowledge.structure import MarkdownMap
 
 
@@ -240,8 +242,7 @@ def test_an_edit_with_new_metadata_rewrites_the_kept_chunks_and_moves_them_back(
     guide.write_text(_guide(8))  # back where they were, with the first metadata
     kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0, metadata={"tag": "a"})
     assert _chunks(kb, "harbour") == first
-    with kb.pool().connection() as conn:
-        assert conn.execute("SELECT moved FROM kb_documents").fetchall() == [(None,)]
+    assert _shifts(kb, "harbour") is None  # every row where its chunk is: nothing to shift
 
 
 def _placed_as_whole(kb: KnowledgeBase, collection: str) -> list[tuple[int, dict[str, Any], str]]:
@@ -249,16 +250,16 @@ def _placed_as_whole(kb: KnowledgeBase, collection: str) -> list[tuple[int, dict
     return sorted(_chunks(kb, collection).values(), key=lambda c: c[0])
 
 
-def _moved(kb: KnowledgeBase, collection: str) -> dict[str, dict[str, int]]:
-    """The moved map of the one document of `collection`."""
+def _shifts(kb: KnowledgeBase, collection: str) -> tuple[list[int], ...] | None:
+    """The shift ranges of the one document of `collection` (`knowledge.placed`), if it has any."""
     with kb.pool().connection() as conn:
         row = conn.execute(
-            "SELECT d.moved FROM kb_documents d JOIN kb_collections k ON k.id = d.collection_id"
-            " WHERE k.name = %s",
+            "SELECT d.shift_from, d.shift_position, d.shift_start FROM kb_documents d"
+            " JOIN kb_collections k ON k.id = d.collection_id WHERE k.name = %s",
             (collection,),
         ).fetchone()
-    assert row is not None and row[0]
-    return dict(row[0])
+    assert row is not None
+    return None if row[0] is None else tuple(row)
 
 
 def _forget_rows(kb: KnowledgeBase) -> None:
@@ -307,14 +308,104 @@ def test_an_edit_places_kept_chunks_from_the_stored_map_without_reading_their_ro
         assert bool(reads) == read, number
         kb.ingest(guide, collection=f"whole{number}", **options)
         assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, f"whole{number}"), number
+        shifts = _shifts(kb, "harbour")
         if number in (2, 7):  # offsets moved alone (one section edited), then positions too
-            assert {"position" in place for place in _moved(kb, "harbour").values()} == {
-                number == 7
-            }
+            assert shifts is not None and (set(shifts[1]) != {0}) == (number == 7), shifts
+            assert len(shifts[0]) <= 6  # a few ranges, not an entry per moved chunk
     with kb.pool().connection() as conn:
-        assert conn.execute("SELECT count(*) FROM kb_documents WHERE moved IS NULL").fetchone() == (
-            len(steps),
-        )  # a whole ingest writes every row where its chunk is; the last edit moved some
+        assert conn.execute(
+            "SELECT count(*) FROM kb_documents WHERE shift_from IS NULL"
+        ).fetchone() == (len(steps),)  # a whole ingest writes every row where its chunk is
+
+
+def _ingest_as_whole(kb: KnowledgeBase, guide: Path, whole: str, chunk_size: int = 200) -> None:
+    """Ingest `guide` as an edit of collection ``harbour`` and whole into `whole`: both read alike."""
+    for collection in ("harbour", whole):
+        kb.ingest(guide, collection=collection, chunk_size=chunk_size, chunk_overlap=0)
+    assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, whole)
+
+
+def test_random_edits_read_as_a_whole_ingest_reads(kb: KnowledgeBase, tmp_path: Path) -> None:
+    # sections edited, added, removed and moved, text added on top and taken away: rows of
+    # many edits side by side, each placed by the ranges as a whole ingest writes it
+    rng = random.Random(7)
+    facts = [f"Berth {n} takes ships of {n * 3 + 40} metres." for n in range(30)]
+    guide = tmp_path / "guide.md"
+    for number in range(14):
+        change = rng.choice(("edit", "add", "remove", "move", "preface"))
+        at = rng.randrange(len(facts))
+        if change == "edit":
+            facts[at] += f" Dredged in year {number}."
+        elif change == "add":
+            facts.insert(at, f"Berth {number}b was opened in year {number}.")
+        elif change == "remove" and len(facts) > 5:
+            facts.pop(at)
+        elif change == "move":
+            facts.insert(rng.randrange(len(facts)), facts.pop(at))
+        preface = "Pilots board at the buoy. " * rng.randint(0, 3)
+        parts = [f"# Harbour guide\n\n{preface}"]
+        parts += [
+            f"## Note {i}\n\n{fact}\n\nIts crane lifts {i + 5} tonnes.\n"
+            for i, fact in enumerate(facts)
+        ]
+        guide.write_text("\n".join(parts))
+        _ingest_as_whole(kb, guide, f"whole{number}", chunk_size=120)
+
+
+def test_new_rows_without_free_positions_write_the_kept_rows_where_their_chunks_are(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(12))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    versions = _row_versions(kb, "harbour")
+    # text on top: the new rows would go past the kept ones, beyond the largest position
+    monkeypatch.setattr(placed, "MAX_STORED_POSITION", len(versions) - 2)
+    guide.write_text(_guide(12, preface="Pilots board at the outer buoy.\n"))
+    _ingest_as_whole(kb, guide, "whole")
+    assert _shifts(kb, "harbour") is None  # every kept row rewritten where its chunk is
+    assert set(versions.values()).isdisjoint(_row_versions(kb, "harbour").values())
+
+
+def test_a_moved_map_of_before_is_written_into_the_rows_once(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(12))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    text = _guide(12, edited=4, preface="Pilots board at the outer buoy.\n")
+    guide.write_text(text)
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    edited = _placed_as_whole(kb, "harbour")
+    assert _shifts(kb, "harbour") is not None
+    with kb.pool().connection() as conn:
+        # as stored before shift ranges: a moved map of each chunk's place, where its row differs
+        conn.execute("ALTER TABLE kb_documents ADD COLUMN moved jsonb")
+        conn.execute(
+            sql.SQL(
+                "UPDATE kb_documents d SET shift_from = NULL, shift_position = NULL,"
+                " shift_start = NULL, moved = (SELECT jsonb_object_agg(p.id, jsonb_build_object("
+                "   'position', p.position, 'start_index', p.metadata -> 'start_index'))"
+                "   FROM (SELECT c.id, c.position AS row_at, {placed} FROM kb_chunks c"
+                "         WHERE c.document_id = d.id) p (id, row_at, position, metadata)"
+                "   WHERE p.row_at <> p.position"
+                "      OR p.metadata -> 'start_index' IS DISTINCT FROM"
+                "         (SELECT c.metadata -> 'start_index' FROM kb_chunks c WHERE c.id = p.id))"
+            ).format(placed=PLACED_CHUNK_SQL)
+        )
+        (moved,) = conn.execute("SELECT moved FROM kb_documents").fetchone() or (None,)
+        assert moved and len(moved) >= 10
+        ensure_schema(conn, conn.execute("SELECT current_schema()").fetchone()[0])
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = 'kb_documents'"
+        ).fetchall()
+        assert ("moved",) not in columns
+        # the rows are where the map placed them; the map, which recorded them before, is gone
+        assert conn.execute("SELECT structure FROM kb_documents").fetchall() == [(None,)]
+    assert _placed_as_whole(kb, "harbour") == edited
+    guide.write_text(_guide(12, edited=5))
+    _ingest_as_whole(kb, guide, "whole")
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:

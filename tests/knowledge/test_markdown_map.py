@@ -222,6 +222,14 @@ def _unplaced_map(blob: bytes | None) -> MarkdownMap | None:
     return dataclasses.replace(found, packing=dataclasses.replace(found.packing, placed=b""))
 
 
+def _shifted(shifts: Any, position: int, start: int) -> tuple[int, int | None]:
+    """Where shift ranges (`knowledge.placed.Shifts`) take a row stored at (position, start)."""
+    if shifts is None:
+        return position, None if start < 0 else start
+    at = max(i for i, first in enumerate(shifts.start_at) if first <= position)
+    return position + shifts.position[at], None if start < 0 else start + shifts.offset[at]
+
+
 def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> None:
     def chunked(text: str, previous: bytes | None) -> Any:
         doc = SourceDoc(
@@ -245,12 +253,19 @@ def test_the_chunks_of_an_edit_are_those_of_a_whole_parse(tmp_path: Path) -> Non
         rows = {r.id: (r.position, r.metadata.get("start_index")) for r in first.rows}
         assert whole.rows_at is None and edit.rows_at is not None
         assert edit.rows_at.listed == len(rows) and edit.rows_at.found <= rows.keys()
-        assert edit.rows_at.moved == {
-            i: (None if rows[i][0] == p else p, s)
-            for i, p, s in _placed(edit)
-            if i in rows and rows[i] != (p, s)
-        }
-        assert len(edit.rows_at.moved) >= (10 if preface or 7 in edited else 0)
+        placing = edit.rows_at.placing
+        stored = placing.rows.tolist()
+        # a kept row stays where it was written, a new one goes where its chunk is
+        assert [(p, None if s < 0 else s) for p, s in stored] == [
+            rows.get(i, (p + placing.offset, s)) for i, p, s in _placed(edit)
+        ]
+        # and the ranges take every row to its chunk's place
+        assert [_shifted(placing.shifts, p, s) for p, s in stored] == [
+            (p, s) for _, p, s in _placed(edit)
+        ]
+        moved = sum(rows[i] != (p, s) for i, p, s in _placed(edit) if i in rows)
+        assert moved >= (10 if preface or 7 in edited else 0)
+        assert placing.shifts is not None and len(placing.shifts.start_at) <= 2 * len(edited) + 2
     rst = SourceDoc(source="a.rst", text="Title\n=====\n\nBody.", syntax="rst", metadata={})
     assert chunk_document(rst, collection="c", chunk_size=300, chunk_overlap=0).structure is None
 
