@@ -611,7 +611,10 @@ class RowsAt:
     listed: int
     """How many chunks the stored map lists: as many as are stored, if it is the stored version's."""
     found: frozenset[str]
-    """The chunks built anew that the stored map lists (the carried ones it lists all)."""
+    """The chunks built anew that the stored map lists and that keep their rows (the carried
+    ones it lists all)."""
+    stale: list[str]
+    """The stored chunks whose rows go (the new version lacks them), in id order."""
     placing: Placing
     """Where every row is once the edit is written (new rows at their position plus
     `Placing.offset`), and the shift ranges that place the kept ones."""
@@ -746,9 +749,7 @@ def _chunk_markdown(
             key = chunk_id(doc_id, searchable_text(contexts[piece.section][1], piece.text))
             keys[at] = np.frombuffer(bytes.fromhex(key), dtype=np.uint8)
     chunk = np.asarray(keys.any(axis=1), dtype=bool)
-    width = 2 * KEY_BYTES
-    hexed = keys[chunk].tobytes().hex()
-    ids = [hexed[at : at + width] for at in range(0, len(hexed), width)]
+    ids = _hex_keys(keys[chunk])
     if len(set(ids)) < len(ids):
         anew = dict(zip(built, packed.pieces, strict=True))
         _count_identical(doc, doc_id, title, packed, anew, np.flatnonzero(chunk).tolist(), ids)
@@ -796,17 +797,28 @@ def _rows_at(
     carried = source >= 0
     rows[carried] = stored_rows[row_of_piece[source[carried]]]
     kept = carried.copy()
-    found = _listed(stored_keys[was_chunk], ids, np.flatnonzero(~carried).tolist())
+    row_kept = np.zeros(listed, dtype=bool)
+    row_kept[row_of_piece[source[carried]]] = True
+    chunk_keys = stored_keys[was_chunk]
+    found = _listed(chunk_keys, ids, np.flatnonzero(~carried).tolist())
     for position, row in list(found.items()):
         if (stored_rows[row, 1] == NO_START) != (new[position, 1] == NO_START):
             del found[position]  # an offset gained or lost: written anew (a range cannot say so)
         else:
             rows[position] = stored_rows[row]
-            kept[position] = True
+            kept[position] = row_kept[row] = True
     placing = shifted_rows(new, rows, kept)
     if placing is None:
         return new, None
-    return placing.rows, RowsAt(listed, frozenset(ids[i] for i in found), placing)
+    stale = sorted(_hex_keys(chunk_keys[~row_kept]))
+    return placing.rows, RowsAt(listed, frozenset(ids[i] for i in found), stale, placing)
+
+
+def _hex_keys(keys: np.ndarray[Any, Any]) -> list[str]:
+    """Keys (`KEY_BYTES` a row) as the chunk ids they are."""
+    width = 2 * KEY_BYTES
+    hexed = keys.tobytes().hex()
+    return [hexed[at : at + width] for at in range(0, len(hexed), width)]
 
 
 _FEW_BUILT = 32
@@ -820,9 +832,7 @@ def _listed(stored_keys: np.ndarray[Any, Any], ids: list[str], built: list[int])
     blocks gives its other chunks again.
     """
     if len(built) > _FEW_BUILT:
-        width = 2 * KEY_BYTES
-        hexed = stored_keys.tobytes().hex()
-        row_of = {hexed[at : at + width]: at // width for at in range(0, len(hexed), width)}
+        row_of = {key: row for row, key in enumerate(_hex_keys(stored_keys))}
         return {i: row_of[ids[i]] for i in built if ids[i] in row_of}
     found = {}
     for i in built:

@@ -203,10 +203,11 @@ class _Planned:
     """Chunks it whole, without the stored version: for when that changed since planning."""
     base: str | None = None
     """The content hash of the stored version it was chunked against, if any."""
+    base_row: str | None = None
+    """That version's document row (its ``xmin``): the same text stored again by another
+    writer since has a row, and rows, of its own."""
     stored: frozenset[str] = frozenset()
     """Ids of its built chunks already stored when it was planned (a changed document's unchanged chunks)."""
-    known: frozenset[str] = frozenset()
-    """Ids of all the stored version's chunks when it was planned."""
     offset: int = 0
     """Added to the position of each row it writes, once its write placed them (`placed.shifted_rows`)."""
 
@@ -215,15 +216,10 @@ class _Planned:
         """Whether the stored map it was chunked against says where every stored chunk's row is.
 
         Then its write reads no chunk row (`_replace_from_map`), as long as the stored
-        version is still the one it was chunked against.
+        version is still the one it was chunked against: the writer stores a document's
+        chunk rows and its map together, so the map lists exactly its rows.
         """
-        rows_at = self.chunked.rows_at
-        # the carried chunks are stored (`_plan` checks): so must be the others it lists
-        return (
-            rows_at is not None
-            and rows_at.listed == len(self.known)
-            and rows_at.found <= self.known
-        )
+        return self.chunked.rows_at is not None
 
     @property
     def rows(self) -> list[ChunkRow]:
@@ -370,10 +366,11 @@ def write_documents(
     """
     pending, stored = _changed_documents(pool, coll, docs, result)
     doc_ids = [document_id(coll.name, d.source) for d in pending]
+    read_ids = functools.partial(_stored_chunk_ids, pool)
     planned = []
     for doc, doc_id in zip(pending, doc_ids, strict=True):
         try:
-            item = _plan(doc, doc_id, stored.get(doc_id), coll, chunk_size, chunk_overlap)
+            item = _plan(doc, doc_id, stored.get(doc_id), coll, chunk_size, chunk_overlap, read_ids)
         except IngestError as exc:
             if skip is None:
                 raise
@@ -399,12 +396,15 @@ def _plan(
     coll: CollectionRef,
     chunk_size: int,
     chunk_overlap: int,
+    read_ids: Callable[[str], frozenset[str]],
 ) -> _Planned:
     """Chunk a document, against its stored version when there is one.
 
     The stored structure is used only when the document's metadata is the same as
-    stored (a carried chunk keeps its stored metadata), and its carried chunks are
-    kept only if they are all stored (else the document is chunked whole).
+    stored (a carried chunk keeps its stored metadata). A map that records its rows
+    lists the stored chunks; else their ids are those `_changed_documents` read, or
+    `read_ids` reads them (a map stored before maps recorded rows), and the carried
+    chunks are kept only if they are all stored (else the document is chunked whole).
     """
     rechunk = functools.partial(
         chunk_document,
@@ -417,14 +417,30 @@ def _plan(
         return _Planned(doc, doc_id, rechunk(), rechunk)
     same_metadata = version.metadata == doc.metadata
     chunked = rechunk(previous=version.structure if same_metadata else None)
-    if any(c.id not in version.chunk_ids for c in chunked.carried):
-        chunked = rechunk()
-    item = _Planned(doc, doc_id, chunked, rechunk, base=version.content_hash)
-    # a chunk the map lists is kept, unless it gained or lost an offset (then written anew)
-    listed = chunked.rows_at.found if chunked.rows_at is not None else {c.id for c in chunked.rows}
-    item.stored = frozenset(listed) & version.chunk_ids
-    item.known = version.chunk_ids
-    return item
+    if chunked.rows_at is not None:
+        # a chunk the map lists is kept, unless it gained or lost an offset (then written anew)
+        stored = chunked.rows_at.found
+    else:
+        ids = version.chunk_ids if version.chunk_ids is not None else read_ids(doc_id)
+        if any(c.id not in ids for c in chunked.carried):
+            chunked = rechunk()
+        stored = frozenset(c.id for c in chunked.rows) & ids
+    return _Planned(
+        doc,
+        doc_id,
+        chunked,
+        rechunk,
+        base=version.content_hash,
+        base_row=version.row,
+        stored=stored,
+    )
+
+
+def _stored_chunk_ids(pool: ConnectionPool[Any], doc_id: str) -> frozenset[str]:
+    """The ids of a stored document's chunks."""
+    with autocommitted(pool) as conn:
+        rows = conn.execute("SELECT id FROM kb_chunks WHERE document_id = %s", (doc_id,))
+        return frozenset(row[0] for row in rows.fetchall())
 
 
 @dataclass(frozen=True)
@@ -740,10 +756,13 @@ def _rebuild(
 class _Stored:
     """What a changed document is chunked against: its stored version."""
 
-    chunk_ids: frozenset[str]
+    chunk_ids: frozenset[str] | None
+    """Its chunks' ids; None where its map lists them (it is used: same metadata)."""
     structure: bytes | None
     metadata: dict[str, Any]
     content_hash: str
+    row: str
+    """Its document row's version (``xmin``)."""
 
 
 def _changed_documents(
@@ -752,16 +771,19 @@ def _changed_documents(
     """Skip documents whose source, content hash and metadata are already stored (no embedding).
 
     Returns the others, and the stored version of each changed one by document id
-    (its chunks' ids, structure map, metadata and hash), read in the same statement.
-    New metadata for unchanged text changes a document too: its chunks carry it, and
-    filters read it there.
+    (its structure map, metadata, hash and row version, and its chunks' ids unless the
+    map lists them), read in the same statement. New metadata for unchanged text
+    changes a document too: its chunks carry it, and filters read it there.
     """
     with autocommitted(pool) as conn:
         rows = conn.execute(
-            # an unchanged document's structure and chunks are not read (a sync skips thousands)
+            # an unchanged document's structure and chunks are not read (a sync skips thousands),
+            # nor the chunks of one whose map is used (it lists them)
             "SELECT d.source, d.content_hash, d.id, c.changed,"
             " CASE WHEN c.changed THEN d.structure END, CASE WHEN c.changed THEN d.metadata END,"
-            " ARRAY(SELECT k.id FROM kb_chunks k WHERE k.document_id = d.id AND c.changed)"
+            " CASE WHEN c.changed AND (d.structure IS NULL OR d.metadata <> n.metadata)"
+            "   THEN ARRAY(SELECT k.id FROM kb_chunks k WHERE k.document_id = d.id) END,"
+            " d.xmin::text"
             " FROM kb_documents d"
             " JOIN unnest(%s::text[], %s::text[], %s::jsonb[]) AS n(source, hash, metadata)"
             " ON n.source = d.source,"
@@ -776,8 +798,10 @@ def _changed_documents(
         ).fetchall()
     unchanged = {row[0] for row in rows if not row[3]}
     versions = {
-        doc_id: _Stored(frozenset(ids), structure, metadata, content_hash)
-        for _, content_hash, doc_id, changed, structure, metadata, ids in rows
+        doc_id: _Stored(
+            None if ids is None else frozenset(ids), structure, metadata, content_hash, row
+        )
+        for _, content_hash, doc_id, changed, structure, metadata, ids, row in rows
         if changed
     }
     pending: dict[str, SourceDoc] = {}
@@ -1085,22 +1109,23 @@ def _upsert_documents(
     the same files) is not inserted twice: the insert skips it, and it is then
     handled like any stored document, locked and compared by content hash.
     """
-    known: dict[str, str] = dict(reads.documents.fetchall())
+    known = _locked(reads.documents)
     new = sorted((item for item in items if item.doc_id not in known), key=lambda i: i.doc_id)
     inserted = _insert_documents(conn, coll, new)
     delta.documents_added += len(inserted)
     raced = [item.doc_id for item in new if item.doc_id not in inserted]
     if raced:
-        known.update(_send_lock(conn, raced).fetchall())
+        known.update(_locked(_send_lock(conn, raced)))
     keep: list[frozenset[str] | None] = []
     for item in items:
+        stored = known.get(item.doc_id)
         if item.doc_id in inserted:
             keep.append(frozenset())
-        elif known.get(item.doc_id) == item.doc.content_hash != item.base:
+        elif stored is not None and stored[0] == item.doc.content_hash != item.base:
             delta.documents_skipped += 1  # another writer stored the same content meanwhile
             keep.append(None)
-        elif item.doc_id in known:
-            keep.append(_replace_document(conn, item, known[item.doc_id], delta, reads, gone))
+        elif stored is not None:
+            keep.append(_replace_document(conn, item, stored, delta, reads, gone))
         else:  # inserted by another writer, then deleted before this one could lock it
             raise CollectionNotFound(
                 f"document {item.doc.source!r} of collection {coll.name!r} was deleted"
@@ -1110,11 +1135,17 @@ def _upsert_documents(
 
 
 def _send_lock(conn: psycopg.Connection[Any], ids: list[str]) -> psycopg.Cursor[Any]:
-    """Lock the stored rows among document `ids` (in id order); the cursor gives id and content hash."""
+    """Lock the stored rows among document `ids` (in id order); the cursor gives id, content hash, row version."""
     return conn.execute(
-        "SELECT id, content_hash FROM kb_documents WHERE id = ANY(%s) ORDER BY id FOR UPDATE",
+        "SELECT id, content_hash, xmin::text FROM kb_documents WHERE id = ANY(%s)"
+        " ORDER BY id FOR UPDATE",
         (ids,),
     )
+
+
+def _locked(cursor: psycopg.Cursor[Any]) -> dict[str, tuple[str, str]]:
+    """The rows `_send_lock` locked: content hash and row version by document id."""
+    return {doc_id: (content_hash, row) for doc_id, content_hash, row in cursor.fetchall()}
 
 
 def _insert_documents(
@@ -1144,12 +1175,14 @@ def _insert_documents(
 def _replace_document(
     conn: psycopg.Connection[Any],
     item: _Planned,
-    stored_hash: str,
+    version: tuple[str, str],
     delta: IngestResult,
     reads: _BatchReads,
     gone: list[psycopg.Cursor[Any]],
 ) -> frozenset[str]:
     """Keep a changed document's unchanged chunks, drop the others, record its new hash and metadata.
+
+    `version`: the stored document's content hash and row version, as locked.
 
     A kept chunk may have moved (text added before it): its row stays, and the
     document row's shift ranges place it (`knowledge.placed`), so a move costs no
@@ -1160,11 +1193,11 @@ def _replace_document(
     cursor goes to `gone` (its rows: the deleted chunks' term keys). Returns the kept
     chunks' ids.
     """
-    if stored_hash == item.base and item.placed_by_map:
+    if version == (item.base, item.base_row) and item.placed_by_map:
         return _replace_from_map(conn, item, delta, gone)
     stored = reads.stored_chunks(item)
     if item.chunked.carried and (
-        stored_hash != item.base
+        version[0] != item.base
         or any(c.id not in stored or stored[c.id][1] is None for c in item.chunked.carried)
     ):
         item.chunked = item.rechunk()
@@ -1249,13 +1282,12 @@ def _replace_from_map(
     """
     rows_at = item.chunked.rows_at
     assert rows_at is not None  # `placed_by_map`
-    kept = rows_at.found.union(c.id for c in item.chunked.carried)
-    _delete_stale(conn, sorted(item.known - kept), delta, gone)
-    delta.chunks_reused += len(kept)
+    _delete_stale(conn, rows_at.stale, delta, gone)
+    delta.chunks_reused += rows_at.listed - len(rows_at.stale)
     item.offset = rows_at.placing.offset
     _record_document(conn, item, item.chunked.structure, rows_at.placing.shifts)
     delta.documents_replaced += 1
-    return kept
+    return rows_at.found  # the built chunks it keeps (the carried ones are not written)
 
 
 def _delete_stale(

@@ -318,6 +318,46 @@ def test_an_edit_places_kept_chunks_from_the_stored_map_without_reading_their_ro
         ).fetchone() == (len(steps),)  # a whole ingest writes every row where its chunk is
 
 
+def test_an_edit_planned_against_a_version_stored_again_since_reads_its_rows(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(12))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    reads: list[str] = []
+    real_read, real_load = writer._send_stored_chunks, writer._load
+    monkeypatch.setattr(
+        writer,
+        "_send_stored_chunks",
+        lambda conn, item: reads.append(item.doc_id) or real_read(conn, item),
+    )
+    other = KnowledgeBase(kb.url, schema=kb.schema)
+
+    def another_writer_first(load: Any) -> None:
+        # planned against the stored text; meanwhile another writer edits it and stores it
+        # again: the same text and hash, but rows of its own, which the map planned against
+        # does not record
+        monkeypatch.setattr(writer, "_load", real_load)
+        for text in (
+            _guide(12, edited=5, preface="Pilots board at the buoy.\n\n" * 12),
+            _guide(12),
+        ):
+            guide.write_text(text)
+            other.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+        guide.write_text(_guide(12, edited=3))
+        real_load(load)
+
+    monkeypatch.setattr(writer, "_load", another_writer_first)
+    try:
+        guide.write_text(_guide(12, edited=3))
+        kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    finally:
+        other.close()
+    assert reads  # the rows were read, not taken from the map planned against
+    kb.ingest(guide, collection="whole", chunk_size=200, chunk_overlap=0)
+    assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, "whole")
+
+
 def _ingest_as_whole(kb: KnowledgeBase, guide: Path, whole: str, chunk_size: int = 200) -> None:
     """Ingest `guide` as an edit of collection ``harbour`` and whole into `whole`: both read alike."""
     for collection in ("harbour", whole):
