@@ -220,9 +220,13 @@ def source_place(source: Source) -> str:
     else:
         name = path.rsplit("/", 1)[-1]
         stem = name.rsplit(".", 1)[0] if "." in name else name
-        where = path if title in ("", stem, name, path) else f"{title} ({path})"
-    if source["section"]:
-        where += f" > {source['section']}"
+        same = {"", stem.casefold(), name.casefold(), path.casefold()}
+        where = path if title.casefold() in same else f"{title} ({path})"
+    section = source["section"]
+    if title and section:  # a Markdown file's title is its first heading, its sections' first part
+        section = "" if section == title else section.removeprefix(f"{title} > ")
+    if section:
+        where += f" > {section}"
     pages = source["pages"]
     if pages:
         where += f" (page{'s' if not pages.isdigit() else ''} {pages})"

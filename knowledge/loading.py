@@ -46,7 +46,12 @@ from arcana_loop.knowledge.errors import IngestError, UnsupportedFormat
 from arcana_loop.knowledge.formats import Syntax, format_for, unsupported
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import NO_START, Placing, shifted_rows
-from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
+from arcana_loop.knowledge.sections import (
+    context_line,
+    document_title,
+    markdown_title,
+    searchable_text,
+)
 from arcana_loop.knowledge.structure import (
     KEY_BYTES,
     Block,
@@ -304,12 +309,10 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     if not text.strip():
         raise IngestError(f"{path}: file is empty")
     source = str(path.resolve())
-    return SourceDoc(
-        source=source,
-        text=text,
-        syntax=fmt.syntax,
-        metadata={**metadata, "source": source},
-    )
+    meta = {**metadata, "source": source}
+    if fmt.syntax == "markdown" and (title := markdown_title(text)):
+        meta.setdefault("title", title)
+    return SourceDoc(source=source, text=text, syntax=fmt.syntax, metadata=meta)
 
 
 def path_text(path: str | os.PathLike[str]) -> str:

@@ -40,6 +40,27 @@ def document_title(source: str, metadata: dict[str, object]) -> str:
     return path.stem if path.suffix else path.name or source
 
 
+def markdown_title(text: str) -> str | None:
+    """A Markdown document's own title: the level-1 heading it opens with, if it opens with one.
+
+    ``# Deploying Zorbulon`` (or the line above a ``===`` underline) as the first
+    line that is not blank. A document that opens with anything else keeps its
+    file's name: a heading further down titles a part, not the document.
+    """
+    lines = [line.strip() for line in text.splitlines()[:50]]
+    start = next((n for n, line in enumerate(lines) if line), None)
+    if start is None:
+        return None
+    first = lines[start]
+    atx = _ATX.match(first)
+    if atx is not None:
+        return atx.group(2).strip() if len(atx.group(1)) == 1 else None
+    underline = lines[start + 1] if start + 1 < len(lines) else ""
+    if underline.startswith("=") and _UNDERLINE.match(underline) and len(first) <= _MAX_HEADING_CHARS:
+        return first
+    return None
+
+
 def page_label(metadata: Mapping[str, object]) -> str | None:
     """The pages a chunk comes from, as a citation shows them: ``"3"`` or ``"2–3"`` (``None`` unpaged)."""
     first, last = metadata.get("page"), metadata.get("page_end")

@@ -84,7 +84,7 @@ def test_ask_prints_each_cited_chunk_with_its_source_file_and_section(
     assert not re.search(r"[0-9a-f]{32}", asked.stdout)  # ids are data, not what people read
     assert "[1]" in answer
     cited = re.findall(r"^\[(\d+)\] (.+)$", sources, re.MULTILINE)
-    assert cited[0] == ("1", "timeouts.md > asyncio > Timeouts")  # relative to the folder ingested
+    assert cited[0] == ("1", "asyncio (timeouts.md) > Timeouts")  # relative to the folder ingested
     assert str(tmp_path) not in asked.stdout
     assert "(cited as [1])" in steps[0] + steps[1]
 

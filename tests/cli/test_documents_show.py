@@ -67,7 +67,7 @@ def test_show_prints_each_chunk_in_order_with_its_place_and_id(stored) -> None:
     assert shown["document"]["source"] == str(docs / "deploy.md")
     chunks = shown["chunks"]
     assert [c["position"] for c in chunks] == list(range(len(chunks))) and len(chunks) >= 3
-    assert {c["title"] for c in chunks} == {"deploy"}  # the file's name: the guide sets no title
+    assert {c["title"] for c in chunks} == {"Deploying"}  # the heading the file opens with
     assert [c["section"] for c in chunks][-2:] == [
         "Deploying > Rolling back",
         "Deploying > Checking health",
@@ -79,8 +79,8 @@ def test_show_prints_each_chunk_in_order_with_its_place_and_id(stored) -> None:
 
     code, printed, errors = invoke("documents", "show", "docs/deploy.md", "-c", name)
     assert code == 0, errors
-    assert f"deploy (docs/deploy.md) in '{name}': {len(chunks)} chunks" in printed
-    assert re.search(rf"{len(chunks) - 1}/{len(chunks)} deploy > Deploying > Rolling back", printed)
+    assert f"Deploying (docs/deploy.md) in '{name}': {len(chunks)} chunks" in printed
+    assert re.search(rf"{len(chunks) - 1}/{len(chunks)} Deploying > Rolling back", printed)
     assert printed.index("Rolling back") < printed.index("Checking health")
     for chunk in chunks:
         assert f"id {chunk['id']}" in printed

@@ -22,7 +22,7 @@ def test_documents_lists_each_with_its_size_and_times(kb: KnowledgeBase, tmp_pat
     first = {d.source: d for d in kb.documents("docs")}
     assert set(first) == {str(guide.resolve()), str(notes.resolve())}
     doc = first[str(guide.resolve())]
-    assert (doc.collection, doc.title, doc.chunks) == ("docs", "guide", 1)
+    assert (doc.collection, doc.title, doc.chunks) == ("docs", "Guide", 1)  # its first heading
     assert doc.bytes == len(b"# Guide\n\nBerth seven is twelve metres deep.")
     assert doc.ingested_at == doc.updated_at and len(doc.content_hash) == 64
     guide.write_text("# Guide\n\nBerth seven is now fourteen metres deep.\n")

@@ -110,6 +110,28 @@ def test_a_word_document_is_stored_with_its_outline_lists_tables_and_code(
 
 
 @pytest.mark.parametrize(
+    ("text", "title"),
+    [
+        ("# Deploying Zorbulon\n\nRun it.\n\n## Rollback\n\nGo back.\n", "Deploying Zorbulon"),
+        ("\nDeploying Zorbulon\n==================\n\nRun it.\n", "Deploying Zorbulon"),
+        ("Run it first.\n\n# Deploying Zorbulon\n\nThen this.\n", "deploy"),
+        ("## Rollback\n\nGo back.\n", "deploy"),
+    ],
+    ids=["atx", "setext", "heading-later", "level-2"],
+)
+def test_a_markdown_file_is_titled_by_the_heading_it_opens_with_else_its_name(
+    kb: KnowledgeBase, tmp_path: Path, text: str, title: str
+) -> None:
+    (tmp_path / "deploy.md").write_text(text, encoding="utf-8")
+    kb.ingest(tmp_path / "deploy.md", collection="markdown")
+    (document,) = kb.documents("markdown")
+    assert document.title == title
+    kb.ingest(tmp_path / "deploy.md", collection="markdown", metadata={"title": "Given"})
+    (document,) = kb.documents("markdown")
+    assert document.title == "Given"  # a title the ingest gives wins
+
+
+@pytest.mark.parametrize(
     ("body", "title"), [(True, "Operations at the quay"), (False, "notes")], ids=["heading", "name"]
 )
 def test_a_word_document_without_a_title_is_titled_by_its_first_heading_else_its_name(

@@ -72,7 +72,7 @@ def test_a_chat_client_reads_numbered_sources_and_no_machine_path(
     closing = result["messages"][-1]
     text = "".join(b["text"] for b in closing["content"] if b.get("type") == "text")
     assert not re.search(r"[0-9a-f]{32}", text) and "[1]" in text
-    assert "Sources:\n[1] guides/spools.md > Spools > Winding" in text
+    assert "Sources:\n[1] guides/spools.md > Winding" in text
     assert EXTRACTED_NOTE in text
     (citation,) = {a["extras"]["chunk_id"] for a in closing["content"][0]["annotations"]}
     assert citation in result["answer"]  # the id stays in the data

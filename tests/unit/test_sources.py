@@ -79,6 +79,26 @@ def test_a_source_named_under_a_scheme_is_listed_by_its_title_and_section():
     assert source_place(source) == "json > json.dumps"
 
 
+def test_a_title_that_opens_the_section_path_is_not_said_twice():
+    chunks = [
+        _chunk(
+            "m1",
+            "t",
+            source="/kb/guides/deploy.md",
+            section="Deploying > Rollback",
+            title="Deploying",
+        ),
+        _chunk("m2", "t", source="/kb/guides/deploy.md", section="Deploying", title="Deploying"),
+        _chunk("m3", "t", source="/kb/guides/deploy.md", section="Deployingly", title="Deploying"),
+    ]
+    places = [source_place(s) for s in cited_sources("[m1] [m2] [m3]", chunks)]
+    assert places == [
+        "Deploying (deploy.md) > Rollback",
+        "Deploying (deploy.md)",
+        "Deploying (deploy.md) > Deployingly",
+    ]
+
+
 def test_ids_are_numbered_in_brackets_and_out_of_them_and_only_as_whole_words():
     sources = cited_sources("[c3, c1] then c3; wait_for [wait]", [*CHUNKS, chunk("wait", "w")])
     assert [s["chunk_id"] for s in sources] == ["c3", "c1", "wait"]
