@@ -115,7 +115,7 @@ async def test_every_tool_answers_json_over_stdio(collections, tmp_path: Path) -
         assert found["unmatched"] == ["kubernetes"]  # a word no document of the scope holds
         top = found["chunks"][0]
         assert "harbor rollback" in top["text"] and top["collection"] == ops
-        assert top["title"] == "harbor" and top["source"] == "harbor.md"
+        assert top["title"] == "Harbor operations" and top["source"] == "harbor.md"
         assert top["section"] == "Harbor operations > Rolling back" and top["pages"] is None
         assert isinstance(top["score"], float) and top["id"]
 
@@ -209,7 +209,7 @@ async def test_ask_runs_the_model_the_server_was_started_with(
         "sources": [
             {
                 "chunk_id": hit,
-                "title": "harbor",
+                "title": "Harbor operations",
                 "source": answered["sources"][0]["source"],
                 "section": "Harbor operations > Rolling back",
                 "pages": None,
