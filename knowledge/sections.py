@@ -56,7 +56,11 @@ def markdown_title(text: str) -> str | None:
     if atx is not None:
         return atx.group(2).strip() if len(atx.group(1)) == 1 else None
     underline = lines[start + 1] if start + 1 < len(lines) else ""
-    if underline.startswith("=") and _UNDERLINE.match(underline) and len(first) <= _MAX_HEADING_CHARS:
+    if (
+        underline.startswith("=")
+        and _UNDERLINE.match(underline)
+        and len(first) <= _MAX_HEADING_CHARS
+    ):
         return first
     return None
 
