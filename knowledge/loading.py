@@ -793,6 +793,11 @@ def _rows_at(
     listed = int(np.count_nonzero(was_chunk))
     if len(packing.placed) != listed * _ROWS_AT.itemsize * 2:
         return new, None  # stored before maps recorded rows
+    chunk_keys = stored_keys[was_chunk]
+    if _repeats(chunk_keys):
+        # identical chunks: the map keeps the first one's id for each, whose own ids count
+        # their order; the rows, which have the ids, are read instead
+        return new, None
     stored_rows = np.frombuffer(packing.placed, dtype=_ROWS_AT).reshape(-1, 2)
     row_of_piece = np.cumsum(was_chunk) - 1
     source = packed.source[pieces]  # a carried chunk's piece in the stored packing
@@ -802,7 +807,6 @@ def _rows_at(
     kept = carried.copy()
     row_kept = np.zeros(listed, dtype=bool)
     row_kept[row_of_piece[source[carried]]] = True
-    chunk_keys = stored_keys[was_chunk]
     found = _listed(chunk_keys, ids, np.flatnonzero(~carried).tolist())
     for position, row in list(found.items()):
         if (stored_rows[row, 1] == NO_START) != (new[position, 1] == NO_START):
@@ -815,6 +819,12 @@ def _rows_at(
         return new, None
     stale = sorted(_hex_keys(chunk_keys[~row_kept]))
     return placing.rows, RowsAt(listed, frozenset(ids[i] for i in found), stale, placing)
+
+
+def _repeats(keys: np.ndarray[Any, Any]) -> bool:
+    """Whether any key (`KEY_BYTES` a row) is there twice."""
+    rows = np.ascontiguousarray(keys).view(f"V{KEY_BYTES}").ravel()
+    return len(np.unique(rows)) < len(rows)
 
 
 def _hex_keys(keys: np.ndarray[Any, Any]) -> list[str]:

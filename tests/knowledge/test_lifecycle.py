@@ -392,6 +392,26 @@ def test_random_edits_read_as_a_whole_ingest_reads(kb: KnowledgeBase, tmp_path: 
         _ingest_as_whole(kb, guide, f"whole{number}", chunk_size=120)
 
 
+def test_edits_of_a_document_with_identical_chunks_read_as_a_whole_ingest_reads(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    def faq(edited: int | None) -> str:
+        # the same question under the same heading path, ten times: identical chunks, whose
+        # ids count their order
+        parts = ["# FAQ"]
+        for n in range(30):
+            answer = "Restart it." + (" Then wait." if n == edited else "")
+            parts += [f"## Q{n % 3}\n\n{answer}", f"## Note {n}\n\nNote {n} applies."]
+        return "\n\n".join(parts)
+
+    guide = tmp_path / "faq.md"
+    guide.write_text(faq(None))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    for number, edited in enumerate((4, 0, 29, None)):
+        guide.write_text(faq(edited))
+        _ingest_as_whole(kb, guide, f"whole{number}")
+
+
 def test_new_rows_without_free_positions_write_the_kept_rows_where_their_chunks_are(
     kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
