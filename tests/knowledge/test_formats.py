@@ -29,6 +29,7 @@ from arcana_loop.knowledge import (
 )
 from arcana_loop.knowledge.formats import FORMATS
 from arcana_loop.knowledge.office import read_xlsx
+from arcana_loop.knowledge.sections import _first_lines, markdown_title
 from tests.knowledge.test_loaders import PAGE_ONE, PAGE_TWO, make_pdf
 
 pytestmark = pytest.mark.postgres
@@ -107,6 +108,13 @@ def test_a_word_document_is_stored_with_its_outline_lists_tables_and_code(
         "Operations at the quay > Mooring > Berths",
         "Operations at the quay > Signals",
     }
+
+
+def test_a_title_is_read_from_the_first_fifty_lines_without_splitting_the_rest() -> None:
+    assert markdown_title("\n" * 49 + "# Late title\n" + "word " * 20_000) == "Late title"
+    assert markdown_title("\n" * 50 + "# Too late\n") is None
+    for text in ("\r\n" * 60, " " * 5000 + "\n# After a long line\n", "# T\n" + "x\x0c" * 40_000):
+        assert _first_lines(text, 50) == text.splitlines()[:50]
 
 
 @pytest.mark.parametrize(
