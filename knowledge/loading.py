@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -97,7 +97,10 @@ class SourceDoc:
         well as the text: a document stored by an earlier reader is chunked again
         on its next ingest instead of being skipped as unchanged.
         """
-        self.content_hash = content_hash(f"{STRUCTURE_VERSION}\x00{self.syntax}\x00{self.text}")
+        # hashed in two parts: the text is not copied into one string with its prefix first
+        digest = hashlib.sha256(f"{STRUCTURE_VERSION}\x00{self.syntax}\x00".encode())
+        digest.update(self.text.encode("utf-8"))
+        self.content_hash = digest.hexdigest()
 
 
 @dataclass
@@ -632,7 +635,7 @@ class Chunked:
     structure: bytes | None
     """A Markdown document's block map (`structure.MarkdownMap`), from which its next
     version is parsed and packed in part; `None` for other documents."""
-    carried: list[Placed] = field(default_factory=list)
+    carried: Sequence[Placed] = ()
     """The chunks the earlier version's map gave unchanged (same text, section and id),
     with their new places: what a small edit moves costs no row to build."""
     rows_at: RowsAt | None = None
@@ -752,29 +755,81 @@ def _chunk_markdown(
             key = chunk_id(doc_id, searchable_text(contexts[piece.section][1], piece.text))
             keys[at] = np.frombuffer(bytes.fromhex(key), dtype=np.uint8)
     chunk = np.asarray(keys.any(axis=1), dtype=bool)
-    ids = _hex_keys(keys[chunk])
-    if len(set(ids)) < len(ids):
+    ids = keys[chunk]  # each chunk's id, as bytes
+    again = b""
+    if _repeats(ids):
+        named = _hex_keys(ids)
         anew = dict(zip(built, packed.pieces, strict=True))
-        _count_identical(doc, doc_id, title, packed, anew, np.flatnonzero(chunk).tolist(), ids)
-    positions = (np.cumsum(chunk) - 1).tolist()
-    is_chunk: list[bool] = chunk.tolist()
+        _count_identical(doc, doc_id, title, packed, anew, np.flatnonzero(chunk).tolist(), named)
+        first = ids
+        ids = np.frombuffer(bytes.fromhex("".join(named)), dtype=np.uint8).reshape(-1, KEY_BYTES)
+        again = _again(np.flatnonzero(chunk), first, ids)
+    positions = np.cumsum(chunk) - 1
     rows = []
     for at, piece in zip(built, packed.pieces, strict=True):
-        if is_chunk[at]:
+        if chunk[at]:
             section, context = contexts[piece.section]
-            rows.append(_row(doc, piece, ids[positions[at]], positions[at], section, context))
-    starts = packed.starts.tolist()
-    kept = [
-        Placed(ids[positions[at]], positions[at], starts[at])
-        for at in np.flatnonzero(carried & chunk).tolist()
-    ]
+            position = int(positions[at])
+            rows.append(_row(doc, piece, ids[position].tobytes().hex(), position, section, context))
+    kept = np.flatnonzero(carried & chunk)
+    moved = _Carried(ids, positions[kept], packed.starts[kept])
     placed, rows_at = _rows_at(stored, packed, chunk, ids)
-    keyed = replace(packing, keys=keys.tobytes(), label=label, placed=_rows_bytes(placed))
-    return Chunked(rows, replace(packed.map, packing=keyed).dump(), kept, rows_at)
+    keyed = replace(
+        packing, keys=keys.tobytes(), label=label, again=again, placed=_rows_bytes(placed)
+    )
+    return Chunked(rows, replace(packed.map, packing=keyed).dump(), moved, rows_at)
+
+
+_AGAIN = np.dtype([("piece", "<u4"), ("id", np.uint8, (KEY_BYTES,))])
+"""An identical chunk after the first in a stored map (`Packing.again`): its piece and its own id."""
+
+
+def _again(
+    pieces: np.ndarray[Any, Any], keys: np.ndarray[Any, Any], ids: np.ndarray[Any, Any]
+) -> bytes:
+    """The chunks whose id is not their key (identical ones after the first), as `Packing.again` keeps them."""
+    other = np.flatnonzero(np.any(keys != ids, axis=1))
+    entries = np.zeros(len(other), dtype=_AGAIN)
+    entries["piece"], entries["id"] = pieces[other], ids[other]
+    return entries.tobytes()
+
+
+class _Carried(Sequence[Placed]):
+    """The chunks carried over from the stored map, each made a `Placed` only when asked for.
+
+    An edit that reads no chunk row needs none of them one by one (600 objects for a
+    1 % edit of 659 sections).
+    """
+
+    def __init__(
+        self,
+        ids: np.ndarray[Any, Any],
+        positions: np.ndarray[Any, Any],
+        starts: np.ndarray[Any, Any],
+    ) -> None:
+        self._ids, self._positions, self._starts = ids, positions, starts
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, index: int) -> Placed: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Placed]: ...
+
+    def __getitem__(self, index: int | slice) -> Placed | list[Placed]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = int(self._positions[index])
+        return Placed(self._ids[position].tobytes().hex(), position, int(self._starts[index]))
 
 
 def _rows_at(
-    stored: MarkdownMap | None, packed: PackedMarkdown, chunk: np.ndarray[Any, Any], ids: list[str]
+    stored: MarkdownMap | None,
+    packed: PackedMarkdown,
+    chunk: np.ndarray[Any, Any],
+    ids: np.ndarray[Any, Any],
 ) -> tuple[np.ndarray[Any, Any], RowsAt | None]:
     """Where each chunk's row is once written (position, offset), and what the stored map says of them.
 
@@ -793,16 +848,17 @@ def _rows_at(
     listed = int(np.count_nonzero(was_chunk))
     if len(packing.placed) != listed * _ROWS_AT.itemsize * 2:
         return new, None  # stored before maps recorded rows
-    chunk_keys = stored_keys[was_chunk]
-    if _repeats(chunk_keys):
-        # identical chunks: the map keeps the first one's id for each, whose own ids count
-        # their order; the rows, which have the ids, are read instead
+    row_of_piece = np.cumsum(was_chunk) - 1
+    chunk_keys = stored_keys[was_chunk].copy()  # the stored chunks' ids
+    stored_again = np.frombuffer(packing.again, dtype=_AGAIN)
+    chunk_keys[row_of_piece[stored_again["piece"]]] = stored_again["id"]
+    source = packed.source[pieces]  # a carried chunk's piece in the stored packing
+    carried = source >= 0
+    if _repeats(chunk_keys) or np.any(ids[carried] != chunk_keys[row_of_piece[source[carried]]]):
+        # an identical chunk whose id counts the ones before it changed: its rows are read
         return new, None
     stored_rows = np.frombuffer(packing.placed, dtype=_ROWS_AT).reshape(-1, 2)
-    row_of_piece = np.cumsum(was_chunk) - 1
-    source = packed.source[pieces]  # a carried chunk's piece in the stored packing
     rows = new.copy()
-    carried = source >= 0
     rows[carried] = stored_rows[row_of_piece[source[carried]]]
     kept = carried.copy()
     row_kept = np.zeros(listed, dtype=bool)
@@ -818,7 +874,8 @@ def _rows_at(
     if placing is None:
         return new, None
     stale = sorted(_hex_keys(chunk_keys[~row_kept]))
-    return placing.rows, RowsAt(listed, frozenset(ids[i] for i in found), stale, placing)
+    found_ids = frozenset(ids[i].tobytes().hex() for i in found)
+    return placing.rows, RowsAt(listed, found_ids, stale, placing)
 
 
 def _repeats(keys: np.ndarray[Any, Any]) -> bool:
@@ -838,19 +895,20 @@ _FEW_BUILT = 32
 """Chunks built anew up to which each is looked up in the stored keys by itself (`_listed`)."""
 
 
-def _listed(stored_keys: np.ndarray[Any, Any], ids: list[str], built: list[int]) -> dict[int, int]:
+def _listed(
+    stored_keys: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], built: list[int]
+) -> dict[int, int]:
     """Of the chunks at `built` (positions; `ids` by position), those the stored map lists, with their row there.
 
     A chunk built anew may still be stored: a run packed again for an edit of one of its
     blocks gives its other chunks again.
     """
     if len(built) > _FEW_BUILT:
-        row_of = {key: row for row, key in enumerate(_hex_keys(stored_keys))}
-        return {i: row_of[ids[i]] for i in built if ids[i] in row_of}
+        row_of = {key.tobytes(): row for row, key in enumerate(stored_keys)}
+        return {i: row_of[ids[i].tobytes()] for i in built if ids[i].tobytes() in row_of}
     found = {}
     for i in built:
-        key = np.frombuffer(bytes.fromhex(ids[i]), dtype=np.uint8)
-        match = np.flatnonzero((stored_keys == key).all(axis=1))
+        match = np.flatnonzero((stored_keys == ids[i]).all(axis=1))
         if len(match):
             found[i] = int(match[0])
     return found

@@ -795,6 +795,7 @@ def _changed_documents(
                 [Jsonb(d.metadata) for d in docs],
                 coll.id,
             ),
+            binary=True,  # the maps as bytes: as text (hex) they were twice the size, and parsed
         ).fetchall()
     unchanged = {row[0] for row in rows if not row[3]}
     versions = {
@@ -1157,7 +1158,7 @@ def _insert_documents(
     rows = conn.execute(
         "INSERT INTO kb_documents (id, collection_id, source, content_hash, metadata, structure)"
         " SELECT d.id, %s, d.source, d.hash, d.meta, d.structure"
-        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %s::bytea[])"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::jsonb[], %b::bytea[])"
         " AS d(id, source, hash, meta, structure)"
         " ON CONFLICT DO NOTHING RETURNING id",
         (
@@ -1313,7 +1314,7 @@ def _record_document(
     """Write a replaced document's row: its hash, metadata, map and shift ranges."""
     ranges = shifts or Shifts([], [], [])
     conn.execute(
-        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %s,"
+        "UPDATE kb_documents SET content_hash = %s, metadata = %s, structure = %b,"
         " shift_from = nullif(%s::int4[], '{}'), shift_position = nullif(%s::int4[], '{}'),"
         " shift_start = nullif(%s::int4[], '{}'), created_at = now() WHERE id = %s",
         (
