@@ -321,6 +321,7 @@ def progress_bar() -> Progress:
         TimeRemainingColumn(),
         console=err,
         transient=True,
+        disable=not err.is_terminal,  # in a pipe or a file it would draw nothing but a blank line
     )
 
 

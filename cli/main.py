@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich import box
@@ -130,12 +130,6 @@ def ingest(
 
     Unchanged files are skipped; a changed file re-embeds only its changed chunks.
     """
-    from arcana_loop.knowledge.errors import (
-        DatabaseUnavailable,
-        EmbeddingMismatch,
-        IngestError,
-        KnowledgeBaseError,
-    )
     from arcana_loop.knowledge.names import new_collection_name
 
     try:
@@ -147,9 +141,43 @@ def ingest(
             fail(f"{path} does not exist.", "check the path")
         if sync and not path.is_dir():
             fail(f"--sync needs directories; {path} is not one.", "see arcana-loop ingest --help")
+    rows: list[tuple[str, Any]] = []
+    try:
+        _ingest_paths(
+            paths,
+            rows,
+            collection=collection,
+            embeddings=embeddings,
+            entities=entities,
+            sync=sync,
+            include=include,
+            exclude=exclude,
+        )
+    except KeyboardInterrupt as exc:
+        _report_interrupted(collection, rows, exc)
+
+
+def _ingest_paths(
+    paths: list[Path],
+    rows: list[tuple[str, Any]],
+    *,
+    collection: str,
+    embeddings: str | None,
+    entities: bool,
+    sync: bool,
+    include: list[str] | None,
+    exclude: list[str] | None,
+) -> None:
+    """Ingest each path in turn, appending its result to `rows`, then print the summary."""
+    from arcana_loop.knowledge.errors import (
+        DatabaseUnavailable,
+        EmbeddingMismatch,
+        IngestError,
+        KnowledgeBaseError,
+    )
+
     kb = knowledge_base(embeddings)
     watch = StaleWatch.before(kb, collection)
-    rows = []
     with progress_bar() as progress:
         for path in paths:
             task = progress.add_task(shown(path.name or path), total=None)
@@ -191,6 +219,36 @@ def ingest(
     print_ingest_summary(collection, rows)
     if watch is not None:
         watch.report(collection)
+
+
+def _report_interrupted(
+    collection: str, rows: list[tuple[str, Any]], exc: BaseException
+) -> NoReturn:
+    """Say on one line what an ingest stopped by Ctrl-C stored, then exit with status 130.
+
+    Each batch of a path is one transaction: the paths done and the batches committed
+    are kept (`IngestInterrupted.result`); running the same command again skips them.
+    """
+    from arcana_loop.knowledge.errors import IngestInterrupted
+
+    results = [result for _, result in rows]
+    if isinstance(exc, IngestInterrupted):  # else the path under way had written nothing
+        results.append(exc.result)
+    stored = sum(r.documents_added + r.documents_replaced for r in results)
+    removed = sum(r.documents_removed for r in results)
+    if stored or removed:
+        kept = f"{_documents(stored)} stored" + (
+            f" and {_documents(removed)} removed" if removed else ""
+        )
+        said = f"{kept} in {collection!r} before it stopped; run it again to finish (it skips them)"
+    else:
+        said = "nothing of this run was stored; run it again to finish"
+    err.print(f"Interrupted: {shown(said)}.", highlight=False)
+    raise typer.Exit(130)
+
+
+def _documents(count: int) -> str:
+    return f"{count} document{'s' * (count != 1)}"
 
 
 def _check_found(

@@ -32,6 +32,7 @@ from arcana_loop.knowledge.errors import (
     EmbedderUnavailable,
     EmbeddingMismatch,
     IngestError,
+    IngestInterrupted,
     KnowledgeBaseError,
     UnsupportedFormat,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "EmbedderUnavailable",
     "EmbeddingMismatch",
     "IngestError",
+    "IngestInterrupted",
     "IngestResult",
     "KnowledgeBase",
     "KnowledgeBaseError",

@@ -45,6 +45,7 @@ from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     IngestError,
+    IngestInterrupted,
     KnowledgeBaseError,
 )
 from arcana_loop.knowledge.filters import check_filter
@@ -802,6 +803,9 @@ class KnowledgeBase:
             EmbeddingMismatch: if the collection was built with another embedder.
             StorageFull: if the database's disk filled up; the message says what
                 was stored (re-running the ingest skips it).
+            IngestInterrupted: a `KeyboardInterrupt` (Ctrl-C) that came once the
+                writing began; its `result` counts what was stored (the batches
+                being written are finished first; re-running the ingest skips them).
             CollectionNotFound: if the collection was deleted during the ingest.
         """
         # everything is checked before the first write, so a refused ingest stores nothing
@@ -834,28 +838,29 @@ class KnowledgeBase:
             return result
         kb = self._for_collection(collection)
         coll, created = kb._resolve_collection(collection, create=True)
-        try:
-            write_documents(
-                self.pool(),
-                kb.embeddings,
-                coll,
-                docs,
-                chunk_size=chunk_size,
-                chunk_overlap=chunk_overlap,
-                batch_size=batch_size,
-                progress=progress,
-                result=result,
-                skip=skip if walked else None,  # a file named directly fails instead
-            )
-        except BaseException:
-            # checked again by the next ingest: a failed load may have left an index to rebuild
-            self._partitions_ready.discard((coll.dimension, coll.id))
-            if created and not (result.documents_added or result.documents_replaced):
-                self._drop_if_empty(coll)
-            raise
-        if root is not None:
-            self._prune(collection, root, {d.source for d in docs}, result)
-        kb._ingest_entities(coll, result, entities, entity_extractor)
+        with _interrupt_keeps(result):
+            try:
+                write_documents(
+                    self.pool(),
+                    kb.embeddings,
+                    coll,
+                    docs,
+                    chunk_size=chunk_size,
+                    chunk_overlap=chunk_overlap,
+                    batch_size=batch_size,
+                    progress=progress,
+                    result=result,
+                    skip=skip if walked else None,  # a file named directly fails instead
+                )
+            except BaseException:
+                # checked again by the next ingest: a failed load may have left an index to rebuild
+                self._partitions_ready.discard((coll.dimension, coll.id))
+                if created and not (result.documents_added or result.documents_replaced):
+                    self._drop_if_empty(coll)
+                raise
+            if root is not None:
+                self._prune(collection, root, {d.source for d in docs}, result)
+            kb._ingest_entities(coll, result, entities, entity_extractor)
         return result
 
     def _prune(self, collection: str, root: Path, read: set[str], result: IngestResult) -> None:
@@ -1383,6 +1388,17 @@ _DOCUMENTS = (
     " WHERE k.stored AND (%(name)s::text IS NULL OR k.name = %(name)s)"
     " GROUP BY d.id, k.name ORDER BY k.name, d.source"
 )
+
+
+@contextlib.contextmanager
+def _interrupt_keeps(result: IngestResult) -> Iterator[None]:
+    """Turn a Ctrl-C inside the block into `IngestInterrupted`, which says what `result` stored."""
+    try:
+        yield
+    except IngestInterrupted:
+        raise
+    except KeyboardInterrupt as exc:
+        raise IngestInterrupted(result) from exc
 
 
 def _check_ingest_options(

@@ -3,9 +3,12 @@
 Every error derives from `KnowledgeBaseError`, so a caller can catch the whole
 family at a tool boundary. Errors about bad arguments also derive from
 `ValueError`, matching what Python code usually expects for bad input.
+`IngestInterrupted`, a Ctrl-C during an ingest, is a `KeyboardInterrupt`.
 """
 
 from __future__ import annotations
+
+from arcana_loop.knowledge.types import IngestResult
 
 
 class KnowledgeBaseError(Exception):
@@ -71,3 +74,18 @@ class UnsupportedFormat(IngestError):
     def __init__(self, message: str, *, detail: str) -> None:
         super().__init__(message)
         self.detail = detail
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """An ingest stopped by a Ctrl-C (`KeyboardInterrupt`) once it had begun to write.
+
+    A `KeyboardInterrupt`, not a `KnowledgeBaseError`: code that stops on Ctrl-C
+    still stops, and ``except Exception`` does not swallow it. `result` counts what
+    the ingest stored before it stopped: each batch is a transaction, so the
+    batches committed are kept (the ones being written when it came are finished
+    first), the others are not written, and an ingest run again skips what is stored.
+    """
+
+    def __init__(self, result: IngestResult) -> None:
+        super().__init__()
+        self.result = result

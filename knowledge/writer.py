@@ -46,6 +46,7 @@ import functools
 import json
 import logging
 import math
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -868,8 +869,10 @@ def _bulk_load(pool: ConnectionPool[Any], coll: CollectionRef, total: int) -> _B
 def _run_pipeline(load: _Load, writers: int) -> None:
     """Embed the next batch while up to `writers` batches are written; apply counts after each commit.
 
-    On a failure, what the other writers committed is still counted before the
-    error is raised, so `load.result` tells what is stored. A single batch (an edit)
+    On a failure or a Ctrl-C, the writes under way are finished before the error is
+    raised, so `load.result` tells what is stored: each writer thread counts its
+    batch as it commits, where a `KeyboardInterrupt` (raised in the main thread
+    only) cannot fall between the commit and the count. A single batch (an edit)
     has nothing to overlap: it is embedded and written here, without a writer thread
     to start and hand over to.
     """
@@ -879,27 +882,29 @@ def _run_pipeline(load: _Load, writers: int) -> None:
         _report(load.progress, _merge(load.result, _write_batch(load, batch, matrix)), load.total)
         return
     done = 0
-    inflight: deque[Future[IngestResult]] = deque()
+    inflight: deque[Future[int]] = deque()
+    counting = threading.Lock()
+
+    def write(batch: _Batch, matrix: np.ndarray[Any, Any]) -> int:
+        """Write a batch, count it into `load.result`; its new chunks."""
+        delta = _write_batch(load, batch, matrix)
+        with counting:
+            return _merge(load.result, delta)
 
     def settle(keep: int) -> None:
-        """Count the oldest writes as they commit until at most `keep` are under way."""
+        """Wait for the oldest writes until at most `keep` are under way."""
         nonlocal done
         while len(inflight) > keep:
-            done += _merge(load.result, inflight.popleft().result())
+            done += inflight.popleft().result()
             _report(load.progress, done, load.total)
 
+    # leaving the block waits for the writes under way, whatever ends it
     with ThreadPoolExecutor(max_workers=writers, thread_name_prefix="kb-writer") as pool:
-        try:
-            for batch in load.batches:
-                matrix = embed_matrix(load.embeddings, batch.texts(), load.coll.dimension)
-                settle(writers - 1)
-                inflight.append(pool.submit(_write_batch, load, batch, matrix))
-            settle(0)
-        except BaseException:
-            for other in inflight:
-                if other.exception() is None:
-                    _merge(load.result, other.result())
-            raise
+        for batch in load.batches:
+            matrix = embed_matrix(load.embeddings, batch.texts(), load.coll.dimension)
+            settle(writers - 1)
+            inflight.append(pool.submit(write, batch, matrix))
+        settle(0)
 
 
 def _merge(result: IngestResult, delta: IngestResult) -> int:
