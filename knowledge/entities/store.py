@@ -269,14 +269,14 @@ def pending_chunks(
 
     Chunks an extractor skipped count as not used, so a later build retries them.
     """
-    rows = conn.execute(
+    query = sql.SQL(
         "SELECT c.id, c.text FROM kb_chunks c JOIN kb_documents d ON d.id = c.document_id"
         " LEFT JOIN kb_graph_chunks g ON g.chunk_id = c.id"
         " WHERE c.collection_id = %s"
         " AND (%s OR g.chunk_id IS NULL OR g.skipped_reason IS NOT NULL)"
-        f" ORDER BY c.document_id, {PLACED_POSITION_SQL}",  # in document order
-        (collection_id, rebuild),
-    ).fetchall()
+        " ORDER BY c.document_id, {position}"  # in document order
+    ).format(position=sql.SQL(PLACED_POSITION_SQL))
+    rows = conn.execute(query, (collection_id, rebuild)).fetchall()
     return [ChunkText(r[0], r[1]) for r in rows]
 
 
