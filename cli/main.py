@@ -8,7 +8,7 @@ passwords masked (`knowledge.redact`).
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -110,11 +110,17 @@ def ingest(
     ] = False,
     include: Annotated[
         list[str] | None,
-        typer.Option("--include", help="Glob of files to read in a directory (repeatable)."),
+        typer.Option(
+            "--include",
+            help="Glob of the files to read (repeatable); a file named directly must match it too.",
+        ),
     ] = None,
     exclude: Annotated[
         list[str] | None,
-        typer.Option("--exclude", help="Glob of files to leave out of a directory (repeatable)."),
+        typer.Option(
+            "--exclude",
+            help="Glob of the files to leave out (repeatable), named directly or found in a directory.",
+        ),
     ] = None,
     embeddings: Annotated[
         str | None,
@@ -251,21 +257,44 @@ def _documents(count: int) -> str:
     return f"{count} document{'s' * (count != 1)}"
 
 
+GLOBS_HINT = "check --include and --exclude (globs such as '*.md' or 'guides/**')"
+
+
 def _check_found(
     path: Path, result: Any, include: list[str] | None, exclude: list[str] | None
 ) -> None:
-    """Fail when a directory's ingest met no file at all: none stored, skipped, kept or removed."""
+    """Fail when an ingest met no file at all: none stored, skipped, kept or removed.
+
+    A directory with no file the globs keep, or a file named directly that they
+    leave out (`KnowledgeBase.ingest` then reads nothing).
+    """
     counts = result.to_dict()
-    if not path.is_dir() or counts.pop("skipped_files") or any(counts.values()):
+    if counts.pop("skipped_files") or any(counts.values()):
         return
+    if not path.is_dir():
+        fail(
+            f"{path} {_left_out_by(path, include or [], exclude or [])}: nothing was ingested.",
+            GLOBS_HINT,
+        )
     given = [f"--include {p!r}" for p in include or []] + [
         f"--exclude {p!r}" for p in exclude or []
     ]
     fail(
         f"no file under {path} matched {' '.join(given) or 'the formats ingest reads'}:"
         " nothing was ingested.",
-        "check --include and --exclude (globs such as '*.md' or 'guides/**')",
+        GLOBS_HINT,
     )
+
+
+def _left_out_by(path: Path, include: list[str], exclude: list[str]) -> str:
+    """Which globs leave out the file `path`: ``does not match --include ...`` or ``matches --exclude ...``."""
+    from arcana_loop.knowledge.loading import globs_keep
+
+    name = PurePosixPath(path.as_posix())
+    if not globs_keep(name, include, []):
+        return "does not match " + " or ".join(f"--include {p!r}" for p in include)
+    dropping = [p for p in exclude if not globs_keep(name, [], [p])]
+    return "matches " + " and ".join(f"--exclude {p!r}" for p in dropping)
 
 
 @app.command()

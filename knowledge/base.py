@@ -57,6 +57,7 @@ from arcana_loop.knowledge.loading import (
     SourceDoc,
     check_chunking,
     glob_patterns,
+    globs_keep,
     is_documents,
     is_path_source,
     langchain_documents,
@@ -762,8 +763,11 @@ class KnowledgeBase:
             chunk_size: Maximum characters per chunk.
             chunk_overlap: Characters shared by consecutive chunks.
             include: Globs a directory walk keeps (default: every non-hidden file);
-                a single string is one glob.
-            exclude: Globs a directory walk drops; a single string is one glob.
+                a single string is one glob. A file named directly is matched by its
+                path as given (`loading.globs_keep`); one they leave out is not read,
+                and the result counts nothing, as for a directory that matches no file.
+            exclude: Globs a directory walk drops, and a file named directly if it
+                matches one; a single string is one glob.
             max_bytes: Largest file accepted, in bytes read (not only in the size a
                 file reports). Only regular files are read: a FIFO, a device or a
                 socket named directly is an `IngestError`, and skipped in a walk.
@@ -1122,6 +1126,8 @@ class KnowledgeBase:
         if not path.exists():
             raise IngestError(f"{path_text(path)}: no such file or directory")
         if not path.is_dir():
+            if not globs_keep(PurePosixPath(path.as_posix()), include, exclude):
+                return [], False  # left out, as a walk leaves out the files they do not keep
             return [read_file(path, max_bytes=max_bytes, metadata=metadata)], False
         files = walk_directory(path, include=include, exclude=exclude, skip=skip)
         return read_files(files, max_bytes=max_bytes, metadata=metadata, skip=skip), True

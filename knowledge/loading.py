@@ -452,9 +452,9 @@ def walk_directory(
 ) -> list[Path]:
     """Return the files under `root`, recursively, sorted, filtered by globs.
 
-    Patterns match the path relative to `root` (POSIX form) with `fnmatch`, or
-    its tail the way `PurePath.match` does, so `"*.md"` matches at any depth and
-    `"docs/*.md"` only under `docs`; a single string is one pattern. Hidden files
+    Patterns match the path relative to `root` (POSIX form, `globs_keep`) with
+    `fnmatch`, or its tail the way `PurePath.match` does, so `"*.md"` matches at any
+    depth and `"docs/*.md"` only under `docs`; a single string is one pattern. Hidden files
     and directories (a name starting with `.`) are skipped unless an include
     pattern names them.
 
@@ -485,10 +485,7 @@ def walk_directory(
     tell: SkipFn = skip or (lambda path, reason: None)
     found: dict[Path, tuple[str, ...]] = {}
     for path, rel in _entries(base, descend_hidden=bool(keep), skip=tell):
-        posix = PurePosixPath(*rel)
-        if (keep and not _matches(posix, keep)) or (not keep and _hidden(rel)):
-            continue
-        if drop and _matches(posix, drop):
+        if not globs_keep(PurePosixPath(*rel), keep, drop) or (not keep and _hidden(rel)):
             continue
         real, reason = _inside(path, base)
         if real is None:
@@ -563,6 +560,16 @@ def _inside(path: Path, base: Path) -> tuple[Path | None, str]:
     if not real.is_relative_to(base):
         return None, "symbolic link to a path outside the directory being ingested"
     return real, ""
+
+
+def globs_keep(path: PurePosixPath, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    """Whether `include` and `exclude` keep `path`: it matches an include (if any) and no exclude.
+
+    A walk matches the path relative to its directory; a file named directly, the path
+    as given. Patterns match with `fnmatch`, or the path's tail as `PurePath.match`
+    does, so ``"*.md"`` matches at any depth and ``"docs/*.md"`` only under ``docs``.
+    """
+    return (not include or _matches(path, include)) and not (exclude and _matches(path, exclude))
 
 
 def _hidden(rel: tuple[str, ...]) -> bool:

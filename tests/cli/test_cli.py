@@ -84,6 +84,26 @@ def test_an_ingest_that_matches_no_file_says_so_and_stores_nothing(env, tmp_path
     assert "matched-none" not in listed.stdout
 
 
+@pytest.mark.parametrize(
+    ("globs", "said"),
+    [
+        (("--include", "*.md"), "does not match --include '*.md'"),
+        (
+            ("--include", "*.md", "--include", "*.rst"),
+            "does not match --include '*.md' or --include '*.rst'",
+        ),
+        (("--include", "*.txt", "--exclude", "note*"), "matches --exclude 'note*'"),
+    ],
+)
+def test_a_file_named_that_the_globs_leave_out_is_an_error(env, tmp_path, globs, said):
+    note = tmp_path / "note.txt"
+    note.write_text("some text about timeouts")
+    done = cli("ingest", str(note), *globs, "-c", "named-left-out", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"Error: {note} {said}: nothing was ingested." in done.stderr, done.stderr
+    assert "named-left-out" not in cli("collections", env=env).stdout
+
+
 def test_a_key_given_twice_to_where_must_hold_twice():
     from arcana_loop.cli.common import where_filter
 

@@ -14,6 +14,7 @@ from arcana_loop.knowledge import (
     CollectionNotFound,
     EmbeddingMismatch,
     IngestError,
+    IngestResult,
     KnowledgeBase,
     KnowledgeBaseError,
 )
@@ -200,6 +201,22 @@ def test_directory_walk_with_globs_and_skips(kb: KnowledgeBase, tmp_path: Path) 
 
     only_md = kb.ingest(tmp_path, collection="md", include=["*.md"])
     assert only_md.documents_added == 1 and only_md.skipped_files == []
+
+
+def test_a_file_named_directly_goes_through_the_globs_as_in_a_walk(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    (tmp_path / "guides").mkdir()
+    note = tmp_path / "guides" / "note.txt"
+    note.write_text(TOPICS["tcp"])
+    left_out = [{"include": "*.md"}, {"exclude": "*.txt"}, {"include": "drafts/*"}]
+    for globs in left_out:
+        result = kb.ingest(note, collection="named", **globs)
+        assert result.to_dict() == IngestResult().to_dict(), globs
+    assert "named" not in {c.name for c in kb.collections()}  # nothing, not even the collection
+    # matched as given, as a walk matches a path below its directory: by name or by its tail
+    kept = kb.ingest(note, collection="named", include=["*.md", "guides/*.txt"], exclude="*.md")
+    assert kept.documents_added == 1
 
 
 @pytest.mark.parametrize(
