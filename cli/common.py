@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -583,7 +584,7 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             )
         return
     for name in names:
-        ingest_hint = f"ingest with arcana-loop ingest PATH --collection {name}"
+        ingest_hint = f"ingest with arcana-loop ingest PATH --collection {shlex.quote(name)}"
         if not chunks:
             fail(f"no collection named {name!r}: the knowledge base is empty.", ingest_hint)
         if name not in chunks:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Annotated
 
 import typer
@@ -36,7 +37,7 @@ def build(
         known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
         fail(
             f"no collection named {collection!r}.",
-            f"known collections: {known}; ingest with arcana-loop ingest PATH --collection {collection}",
+            f"known collections: {known}; ingest with arcana-loop ingest PATH --collection {shlex.quote(collection)}",
         )
     except KnowledgeBaseError as exc:
         fail(

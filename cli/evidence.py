@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -179,7 +180,7 @@ class StaleWatch:
             plural = "s" if made != 1 else ""
             out.print(
                 f"Made {made} past answer{plural} stale: they rest on text this ingest changed or"
-                f" removed (arcana-loop stale -c {shown(collection)})."
+                f" removed (arcana-loop stale -c {shown(shlex.quote(collection))})."
             )
         else:
             out.print("Made no past answer stale.")

@@ -8,6 +8,7 @@ passwords masked (`knowledge.redact`).
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, NoReturn
 
@@ -476,7 +477,9 @@ def _delete_documents(kb: Any, collection: str, source: str, *, dry_run: bool, y
         with database_errors(f"could not delete {source!r} of {collection!r}"):
             matches = kb.find_documents(source, collection=collection)
     except KnowledgeBaseError as exc:
-        fail(str(exc), f"list the documents with arcana-loop documents -c {collection}")
+        fail(
+            str(exc), f"list the documents with arcana-loop documents -c {shlex.quote(collection)}"
+        )
     names = [shown_path(d.source) for d in matches]
     # several documents are listed even with --yes: a pattern can reach further than meant
     if dry_run or not yes or len(names) > 1:

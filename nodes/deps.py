@@ -8,6 +8,7 @@ given, the object wins.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,5 +156,5 @@ def unsearchable_reason(scope: Scope, chunks: Mapping[str, int]) -> str | None:
     first = (missing or list(scope.names))[0]
     if missing:
         known = ", ".join(repr(n) for n in sorted(chunks))
-        return NO_SUCH_COLLECTION.format(names=names, known=known, first=first)
-    return EMPTY_COLLECTION.format(names=names, first=first)
+        return NO_SUCH_COLLECTION.format(names=names, known=known, first=shlex.quote(first))
+    return EMPTY_COLLECTION.format(names=names, first=shlex.quote(first))

@@ -32,3 +32,10 @@ def test_a_missing_collection_names_the_ones_that_exist():
     assert reason is not None
     assert "no collection named 'gone'" in reason and "'docs', 'notes'" in reason
     assert "arcana-loop ingest PATH --collection gone" in reason
+
+
+def test_the_command_a_reason_suggests_runs_as_printed_for_any_name():
+    reason = unsearchable_reason(normalize_scope("team notes"), {"docs": 2})
+    assert reason is not None and "--collection 'team notes'`" in reason
+    empty = unsearchable_reason(normalize_scope("it's"), {"it's": 0, "docs": 1})
+    assert empty is not None and """--collection 'it'"'"'s'`""" in empty
