@@ -72,6 +72,8 @@ from arcana_loop.knowledge.pools import (
     AsyncFailFastPool,
     FailFastPool,
     autocommitted,
+    check_async_connection,
+    check_connection,
     connection_lost,
     unavailable,
 )
@@ -342,7 +344,7 @@ class KnowledgeBase:
                     self.url,
                     configure=_configure,
                     # a connection the server dropped (restart, failover, idle kill) is replaced, not handed to a search
-                    check=ConnectionPool.check_connection,
+                    check=check_connection,
                     **self._pool_settings(),
                 )
                 pool.open(wait=True, timeout=30)
@@ -378,7 +380,7 @@ class KnowledgeBase:
             apool: AsyncConnectionPool[Any] = AsyncFailFastPool(
                 self.url,
                 configure=_configure_async,
-                check=AsyncConnectionPool.check_connection,
+                check=check_async_connection,
                 **self._pool_settings(),
             )
             await apool.open(wait=True, timeout=30)

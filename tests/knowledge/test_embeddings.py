@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 from langchain_openai import OpenAIEmbeddings
 
 from arcana_loop.knowledge.embeddings import (
     WordLlamaEmbeddings,
+    default_embeddings,
     embedding_model_name,
     resolve_embeddings,
 )
@@ -59,3 +61,16 @@ def test_loading_wordllama_leaves_logging_unconfigured():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["0", str(logging.WARNING)]
+
+
+def test_a_few_texts_embed_as_the_model_embeds_each_alone():
+    embeddings = default_embeddings()
+    texts = ["Mooring lines are doubled in a gale.", "ünïcödé harbour ✓", "x" * 9000]
+    few = embeddings.embed_array(texts)  # one by one
+    model = embeddings._model
+    alone = np.concatenate([model.embed([t[:8000]], norm=True) for t in texts])
+    assert np.array_equal(few, alone)
+    assert np.array_equal(embeddings.embed_documents(texts), few.tolist())
+    # many texts go through the model's batches: the same vectors, to rounding
+    many = embeddings.embed_array(texts * 30)
+    assert np.allclose(many[:3], few, atol=1e-6)

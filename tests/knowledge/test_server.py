@@ -95,3 +95,38 @@ def test_unreachable_server_is_database_unavailable(tmp_path: Path) -> None:
     kb = KnowledgeBase(f"postgresql://postgres@/postgres?host={tmp_path}&connect_timeout=2")
     with pytest.raises(DatabaseUnavailable):
         kb.collections()
+
+
+def _terminate(url: str, pid: int) -> None:
+    """End backend `pid` and wait until it is gone (`pg_terminate_backend` only signals it)."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+
+
+def _terminate_pooled(kb: KnowledgeBase) -> None:
+    """End the server side of the connection the knowledge base's pool hands out next."""
+    with kb.pool().connection() as conn:
+        mine = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert mine is not None
+    _terminate(kb.url, mine[0])
+
+
+def test_a_connection_the_server_ended_is_replaced_before_it_is_handed_out(
+    kb: KnowledgeBase,
+) -> None:
+    kb.ingest("Berth 4 takes ships of 52 metres.", collection="harbour")
+    for _ in range(3):
+        _terminate_pooled(kb)
+        hits = kb.search("berth ships", collection="harbour")
+        assert hits and "Berth 4" in hits[0]["text"]
+
+
+async def test_the_async_pool_replaces_a_connection_the_server_ended(kb: KnowledgeBase) -> None:
+    kb.ingest("Berth 4 takes ships of 52 metres.", collection="harbour")
+    assert await kb.asearch("berth ships", collection="harbour")
+    async with (await kb.apool()).connection() as conn:
+        mine = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    assert mine is not None
+    _terminate(kb.url, mine[0])
+    hits = await kb.asearch("berth ships", collection="harbour")
+    assert hits and "Berth 4" in hits[0]["text"]
