@@ -58,6 +58,7 @@ from arcana_loop.knowledge.structure import (
     MarkdownMap,
     PackedMarkdown,
     Piece,
+    heading_words,
     pack,
     pack_markdown,
     parse_markdown,
@@ -313,8 +314,8 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
         raise IngestError(f"{path}: file is empty")
     source = str(path.resolve())
     meta = {**metadata, "source": source}
-    if fmt.syntax == "markdown" and (title := markdown_title(text)):
-        meta.setdefault("title", title)
+    if fmt.syntax == "markdown" and (heading := markdown_title(text)):
+        meta.setdefault("title", heading_words(heading))  # as the section path names it
     return SourceDoc(source=source, text=text, syntax=fmt.syntax, metadata=meta)
 
 

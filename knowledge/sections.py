@@ -47,10 +47,11 @@ def markdown_title(text: str) -> str | None:
     line that is not blank. A document that opens with anything else keeps its
     file's name: a heading further down titles a part, not the document.
     """
-    lines = [line.strip() for line in _first_lines(text, 50)]
+    raw = _first_lines(text, 50)
+    lines = [line.strip() for line in raw]
     start = next((n for n, line in enumerate(lines) if line), None)
-    if start is None:
-        return None
+    if start is None or _INDENTED_CODE.match(raw[start]):
+        return None  # blank, or an indented code block: no heading
     first = lines[start]
     atx = _ATX.match(first)
     if atx is not None:
@@ -63,6 +64,10 @@ def markdown_title(text: str) -> str | None:
     ):
         return first
     return None
+
+
+_INDENTED_CODE = re.compile(r"(?: {4}|\t)")
+"""A line indented four spaces or a tab: CommonMark's indented code, never a heading."""
 
 
 def _first_lines(text: str, count: int) -> list[str]:

@@ -76,6 +76,18 @@ def heading_text(text: str) -> str:
     return _HEADING_MARKS.sub("", one_line)[:MAX_HEADING_CHARS].strip()
 
 
+def heading_words(source: str) -> str:
+    """A Markdown heading's source as its section path holds it: inline markup dropped, `heading_text`.
+
+    ``Deploying `zorbulon` `` gives ``Deploying zorbulon``, the words a chunk's
+    section path names, so a document titled by its heading names it alike.
+    """
+    if not _INLINE_MARKUP.search(source):
+        return heading_text(source)
+    tokens = _inline_parser().parseInline(source)
+    return heading_text(_heading_words(tokens[0]) if tokens else source)
+
+
 # -- Markdown -------------------------------------------------------------------------------
 
 

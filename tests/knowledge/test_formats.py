@@ -113,6 +113,8 @@ def test_a_word_document_is_stored_with_its_outline_lists_tables_and_code(
 def test_a_title_is_read_from_the_first_fifty_lines_without_splitting_the_rest() -> None:
     assert markdown_title("\n" * 49 + "# Late title\n" + "word " * 20_000) == "Late title"
     assert markdown_title("\n" * 50 + "# Too late\n") is None
+    assert markdown_title("    # an indented code line\n\nText.\n") is None
+    assert markdown_title("   # Three spaces still head it\n") == "Three spaces still head it"
     for text in ("\r\n" * 60, " " * 5000 + "\n# After a long line\n", "# T\n" + "x\x0c" * 40_000):
         assert _first_lines(text, 50) == text.splitlines()[:50]
 
@@ -124,8 +126,9 @@ def test_a_title_is_read_from_the_first_fifty_lines_without_splitting_the_rest()
         ("\nDeploying Zorbulon\n==================\n\nRun it.\n", "Deploying Zorbulon"),
         ("Run it first.\n\n# Deploying Zorbulon\n\nThen this.\n", "deploy"),
         ("## Rollback\n\nGo back.\n", "deploy"),
+        ("# Deploying `zorbulon`  *now*\n\nRun it.\n", "Deploying zorbulon now"),
     ],
-    ids=["atx", "setext", "heading-later", "level-2"],
+    ids=["atx", "setext", "heading-later", "level-2", "inline-markup"],
 )
 def test_a_markdown_file_is_titled_by_the_heading_it_opens_with_else_its_name(
     kb: KnowledgeBase, tmp_path: Path, text: str, title: str
@@ -134,6 +137,8 @@ def test_a_markdown_file_is_titled_by_the_heading_it_opens_with_else_its_name(
     kb.ingest(tmp_path / "deploy.md", collection="markdown")
     (document,) = kb.documents("markdown")
     assert document.title == title
+    if title != "deploy":  # titled by its heading: its section paths open with the same words
+        assert all(section.startswith(title) for section in sections(kb, "markdown"))
     kb.ingest(tmp_path / "deploy.md", collection="markdown", metadata={"title": "Given"})
     (document,) = kb.documents("markdown")
     assert document.title == "Given"  # a title the ingest gives wins

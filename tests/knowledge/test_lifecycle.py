@@ -412,6 +412,30 @@ def test_edits_of_a_document_with_identical_chunks_read_as_a_whole_ingest_reads(
         _ingest_as_whole(kb, guide, f"whole{number}")
 
 
+def test_an_edit_beside_a_split_code_block_and_identical_chunks_reads_as_a_whole_ingest(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    # identical chunks make the edit read its rows; the pieces of a code block longer than a
+    # chunk carry no offset (each is fenced again), so their run is built, never carried
+    code = "\n".join(f"step_{n} = run({n})  # restart pump {n}" for n in range(20))
+
+    def faq(edited: int | None) -> str:
+        parts = ["# FAQ"]
+        for n in range(12):
+            answer = "Restart it." + (" Then wait." if n == edited else "")
+            parts += [f"## Q{n % 3}\n\n{answer}", f"## Note {n}\n\nNote {n} applies."]
+            if n == 6:  # after the first edits: carried over
+                parts.append(f"## Script\n\n```python\n{code}\n```")
+        return "\n\n".join(parts)
+
+    guide = tmp_path / "faq.md"
+    guide.write_text(faq(None))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    for number, edited in enumerate((4, 0, None)):
+        guide.write_text(faq(edited))
+        _ingest_as_whole(kb, guide, f"whole{number}")
+
+
 def test_new_rows_without_free_positions_write_the_kept_rows_where_their_chunks_are(
     kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
