@@ -405,12 +405,14 @@ class Bench:
             ).fetchone()
             self.out["stored_mb"] = float(row[0] or 0) / 2**20 if row else 0.0
 
-    def search_latency(self, queries: list[Query]) -> None:
+    def search_latency(self, queries: list[Query], *, settled: bool = False) -> None:
         """Time every mode per query, interleaved in a shuffled order, after a warm-up pass.
 
         Interleaving makes load from elsewhere hit every mode alike; shuffling keeps
         any mode from always following the same one. The forced exact scan runs in
         a pass of its own: its two parallel workers slowed whatever came next.
+        `settled` (after `settle`): the keys end in ``_settled``, and the exact pass and
+        the source hits, which the first pass measured, are left out.
         """
         hnsw = KnowledgeBase(self.kb.url, "wordllama", schema=self.schema, exact_max_rows=0)
         exact = KnowledgeBase(self.kb.url, "wordllama", schema=self.schema, exact_max_rows=10**9)
@@ -441,7 +443,7 @@ class Bench:
                         hits.setdefault(name, []).append(
                             any(is_source(h["text"], q) for h in found)
                         )
-            for q in queries:
+            for q in queries if not settled else []:
                 for label, coll, filt in scopes:
                     found, t = timed(
                         exact.search, q.text, mode="semantic", collection=coll, filter=filt
@@ -450,11 +452,27 @@ class Bench:
         finally:
             hnsw.close()
             exact.close()
+        suffix = "_settled" if settled else ""
         for key in sorted(times, key=_VARIANT_ORDER.index):  # a stable layout in kb.json
-            self.out[f"{key}_p50_ms"] = pct(times[key], 50)
-            self.out[f"{key}_p95_ms"] = pct(times[key], 95)
-        for name in sorted(hits, key=_VARIANT_ORDER.index):
+            self.out[f"{key}_p50_ms{suffix}"] = pct(times[key], 50)
+            self.out[f"{key}_p95_ms{suffix}"] = pct(times[key], 95)
+        for name in sorted(hits, key=_VARIANT_ORDER.index) if not settled else []:
             self.out[f"{name}_source_hit5"] = statistics.mean(hits[name])
+
+    def settle(self) -> None:
+        """Do now the upkeep the server would do in the minutes after the load, timed apart.
+
+        Right after a large load the server's autovacuum of the new rows and its
+        checkpoints run beside whatever comes next (at 1M they doubled the searches'
+        p50). `VACUUM (ANALYZE)` takes the autovacuum's place (a running one yields its
+        lock) and `CHECKPOINT` writes the load's pages, so the searches timed after it
+        read what a collection serves once its load is minutes old.
+        """
+        with psycopg.connect(self.kb.url, autocommit=True) as conn:
+            start = time.perf_counter()
+            conn.execute("VACUUM (ANALYZE)")
+            conn.execute("CHECKPOINT")
+            self.out["settle_s"] = time.perf_counter() - start
 
     def recall(self, queries: list[Query], ef_sweep: list[int]) -> None:
         """Recall@5 of HNSW and of the default path against the exact scan, and numpy's timing.
@@ -574,6 +592,9 @@ class Bench:
             "semantic p50 <= 20 ms, recall@5 >= 0.95 (10% collection)": at_scale(
                 o["semantic_filtered_p50_ms"] <= 20
                 and o["recall_default_vs_exact_filtered"] >= 0.95
+            ),
+            "semantic p50 <= 20 ms once settled (whole, 10% collection)": at_scale(
+                max(o["semantic_p50_ms_settled"], o["semantic_filtered_p50_ms_settled"]) <= 20
             ),
             "hybrid p50 <= 2x semantic p50": o["hybrid_p50_ms"] <= 2 * o["semantic_p50_ms"],
             "hybrid p50 (10% collection) <= 2x unfiltered semantic p50": o["hybrid_filtered_p50_ms"]
@@ -884,7 +905,9 @@ def run(workload: Workload, url: str | None, keep: bool, ef_sweep: list[int]) ->
         chunks = workload.chunks()
         qs = corpus_queries(chunks, random.Random(11)) + realistic_queries()
         bench.out["queries"] = len(qs)
-        bench.search_latency(qs)
+        bench.search_latency(qs)  # right after the load, its upkeep running beside
+        bench.settle()
+        bench.search_latency(qs, settled=True)
         bench.recall(qs, ef_sweep)  # searches above and here run with the writes pending
         bench.merge_pending()
         bench.out["targets"] = bench.verdicts()
