@@ -7,6 +7,7 @@ terminal escape sequence; thread ids can be of any length; a chat line can be re
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,7 +118,8 @@ def test_a_missing_collection_with_markup_is_one_line(runner: CliRunner) -> None
     _clean(done)
     assert done.exit_code == 1
     assert f"no collection named {MARKUP!r}" in done.stderr
-    assert f"--collection {MARKUP}" in done.stderr  # the hint keeps the name, escaped for Rich
+    # the hint keeps the name, escaped for Rich and quoted for a shell
+    assert f"--collection {shlex.quote(MARKUP)}" in done.stderr
 
 
 @pytest.mark.parametrize("name", ["a\x1b[2Jb", "title\x1b]0;x\x07", "two\nlines", "rtl\u202eexe"])
