@@ -89,7 +89,9 @@ def test_a_title_that_opens_the_section_path_is_not_said_twice():
             title="Deploying",
         ),
         _chunk("m2", "t", source="/docs/guides/deploy.md", section="Deploying", title="Deploying"),
-        _chunk("m3", "t", source="/docs/guides/deploy.md", section="Deployingly", title="Deploying"),
+        _chunk(
+            "m3", "t", source="/docs/guides/deploy.md", section="Deployingly", title="Deploying"
+        ),
     ]
     places = [source_place(s) for s in cited_sources("[m1] [m2] [m3]", chunks)]
     assert places == [
