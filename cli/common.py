@@ -539,8 +539,12 @@ def print_result(result: Any, *, answer_shown: bool = False, stale_shown: bool =
     )
     if result.grounding is not None:
         out.print(f"Grounding score: [bold]{result.grounding['score']:.2f}[/] ({result.coverage})")
+        from arcana_loop.core.sources import render_citations
+
         for span in result.grounding["hallucinated_spans"]:
-            out.print(f"  [red]unsupported:[/] {shown(span['text'])}")
+            # the claim as the answer above reads: its citations as source numbers
+            claim = render_citations(span["text"], result.sources)[0]
+            out.print(f"  [red]unsupported:[/] {shown(claim)}")
 
 
 def found_note(chunk_ids: list[str], numbers: dict[str, int] | None = None) -> str:

@@ -115,6 +115,19 @@ def _id_pattern(ids: Sequence[str]) -> str:
     return rf"(?<!\w)(?:{alternatives})(?!\w)"
 
 
+def without_citations(text: str, ids: Sequence[str]) -> str:
+    """`text` without the chunk ids it cites (``[f0bd...]``, ``[f0bd..., 9a3c...]``, a bare id).
+
+    What a claim says, for comparing its words with the evidence: an id is no word of
+    the passage it names, and counted as one it would make a quoted sentence look
+    partly unsupported.
+    """
+    if not ids:
+        return text
+    one = _id_pattern(ids)
+    return re.sub(rf"\s*\[\s*{one}(?:\s*[,;]\s*{one})*\s*\]|\s*{one}", "", text)
+
+
 def cited_chunks(
     answer: str | None, chunks: Sequence[Mapping[str, Any]]
 ) -> list[Mapping[str, Any]]:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from arcana_loop.core.sources import without_citations
 from arcana_loop.grounding.attribution import overlap_sources
 from arcana_loop.grounding.sentences import split_sentences
 from arcana_loop.grounding.types import GroundingResult
@@ -104,11 +105,14 @@ class HeuristicSentenceGrounder:
         evidence = [s for c in chunks for s, _, _ in split_sentences(str(c.get("text") or ""))] or [
             ""
         ]
-        similarities = self._similarities([s for s, _, _ in sentences], evidence)
+        # a sentence is compared by what it says: its citations are no words of the evidence
+        ids = [str(c["id"]) for c in chunks if c.get("id")]
+        claims = [without_citations(text, ids) for text, _, _ in sentences]
+        similarities = self._similarities(claims, evidence)
         spans: list[dict[str, Any]] = []
         weighted = 0.0
-        for (text, start, end), row in zip(sentences, similarities, strict=True):
-            score, _ = self.score_sentence(text, evidence, row)
+        for (text, start, end), claim, row in zip(sentences, claims, similarities, strict=True):
+            score, _ = self.score_sentence(claim, evidence, row)
             weighted += score * len(text)
             verdict = "supported" if score >= cut else "unsupported"
             spans.append(
@@ -118,7 +122,7 @@ class HeuristicSentenceGrounder:
                     "end": end,
                     "score": round(score, 4),
                     "verdict": verdict,
-                    "sources": overlap_sources(text, chunks),
+                    "sources": overlap_sources(claim, chunks),
                 }
             )
         total = sum(len(s[0]) for s in sentences)

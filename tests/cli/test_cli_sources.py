@@ -294,3 +294,39 @@ def test_the_offline_note_follows_the_checks_never_precedes_a_refusal(
         env=env,
     )
     assert asked.returncode == 0 and "No model configured" in asked.stderr
+
+
+def test_an_unsupported_claim_reads_with_its_citation_numbered() -> None:
+    from types import SimpleNamespace
+
+    from arcana_loop.cli import common
+
+    cited = "62ca57702228a85e0f0b97e7936a5134"
+    result = SimpleNamespace(
+        answer=f"Use rollback.sh [{cited}]. It restarts the mail relay [{cited}].",
+        answer_kind="written",
+        sources=[
+            {
+                "chunk_id": cited,
+                "title": "Deploying",
+                "source": "deploy.md",
+                "section": None,
+                "pages": None,
+            }
+        ],
+        tool_history=[],
+        terminated_by="answered",
+        iterations=1,
+        error=None,
+        stale_evidence=None,
+        coverage="partially_supported",
+        grounding={
+            "score": 0.6,
+            "hallucinated_spans": [{"text": f"It restarts the mail relay [{cited}]."}],
+        },
+    )
+    with common.out.capture() as captured:
+        common.print_result(result)
+    shown = " ".join(captured.get().split())
+    assert "unsupported: It restarts the mail relay [1]." in shown
+    assert cited not in shown

@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from arcana_loop.core.context import LoopContext
+from arcana_loop.core.sources import without_citations
 from arcana_loop.graph import build_graph, ground, make_deps, run
 from arcana_loop.grounding.apply import ground_answer
 from arcana_loop.grounding.attribution import search_index
@@ -265,6 +266,37 @@ def test_local_grounder_separates_supported_from_invented():
     assert good.score >= grounder.threshold > bad.score
     assert good.faithful_spans[0].sources[0].chunk_id == "c1"
     assert bad.hallucinated_spans
+
+
+def test_local_grounder_reads_a_claim_without_its_citations():
+    # real chunk ids are 32 hex digits: counted as words, they made a sentence quoted
+    # word for word from its chunk look a third unsupported
+    cited = "62ca57702228a85e0f0b97e7936a5134"
+    chunks = [
+        chunk(
+            cited, "Use rollback.sh to return to the last release. It keeps the database as it is."
+        ),
+        chunk("a2bfe78f5dcdb9e2eefc4cbdacaa1045", "Run deploy.sh prod from the release branch."),
+    ]
+    answer_text = (
+        f"It keeps the database as it is [{cited}]. It also restarts the mail relay [{cited}]."
+    )
+    result = HeuristicSentenceGrounder().ground(answer_text, chunks, question="q")
+    quoted, invented = result.claims
+    assert quoted.verdict == "supported" and invented.verdict == "unsupported"
+    # the claims are still the answer as written, ids and offsets included
+    assert (
+        answer_text[quoted.start : quoted.end]
+        == quoted.text
+        == f"It keeps the database as it is [{cited}]."
+    )
+    assert quoted.sources[0].chunk_id == cited
+
+
+def test_without_citations_leaves_out_only_the_ids_given():
+    text = "Call wait_for [c1, c2] or see c2; list[int] stays [c9]."
+    assert without_citations(text, ["c1", "c2"]) == "Call wait_for or see; list[int] stays [c9]."
+    assert without_citations(text, []) == text
 
 
 def test_resolve_grounder_by_object_function_and_name():
