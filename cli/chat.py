@@ -28,6 +28,7 @@ from arcana_loop.cli.common import (
     database_errors,
     err,
     fail,
+    follow_up_scope,
     found_note,
     out,
     prepare_scope,
@@ -117,7 +118,7 @@ def chat(
         check_thread_id(thread_id)
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
-    scope, kb = prepare_scope(collection)
+    scope, kb = prepare_scope(follow_up_scope(collection, saver, thread_id))
     model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
     options |= {  # every question's, checked once before the first

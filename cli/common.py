@@ -600,6 +600,25 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)
 
 
+def follow_up_scope(
+    collection: list[str] | None, checkpointer: str | None, thread_id: str | None
+) -> list[str] | None:
+    """The collections given, else, for a follow-up, the ones its thread's last question searched.
+
+    A conversation goes on over the documents it started on: ``ask --thread-id`` with no
+    ``--collection`` does not turn to the demo corpus.
+    """
+    if collection or not thread_id or checkpointer is None:
+        return collection
+    from arcana_loop.graph.checkpoints import thread_collection
+
+    with database_errors("cannot read the thread"):
+        found = thread_collection(checkpointer, thread_id)
+    if found is None:
+        return None
+    return [found] if isinstance(found, str) else list(found)
+
+
 def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
     """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base."""
     from arcana_loop.knowledge.stdlib_docs import COLLECTION

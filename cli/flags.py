@@ -40,8 +40,8 @@ THREAD_FLAG = Annotated[
     str | None,
     typer.Option(
         "--thread-id",
-        help="Thread to store the conversation under; an existing thread's conversation continues"
-        " (default: a new thread).",
+        help="Thread to store the conversation under; an existing thread's conversation continues,"
+        " over its collections unless --collection names others (default: a new thread).",
     ),
 ]
 """The ``--thread-id`` flag of the commands that ask (``ask``, ``chat``)."""

@@ -30,6 +30,7 @@ from arcana_loop.cli.common import (
     database_errors,
     err,
     fail,
+    follow_up_scope,
     knowledge_base,
     out,
     prepare_scope,
@@ -337,7 +338,7 @@ def ask(
         fail(str(exc), "see arcana-loop ask --help")
     search_filter = where_filter(where or [])
     saver = checkpointer_spec_of(checkpointer)
-    scope, kb = prepare_scope(collection)
+    scope, kb = prepare_scope(follow_up_scope(collection, saver, thread_id))
     model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
 

@@ -120,6 +120,22 @@ def resolve_checkpointer(spec: Any) -> BaseCheckpointSaver[Any] | None:
     return saver
 
 
+def thread_collection(checkpointer: Any, thread_id: str) -> Any:
+    """The collection a thread's last question searched, as it was given; ``None`` for a thread the checkpointer does not hold.
+
+    What a follow-up searches when its caller names no collection (``ask --thread-id``,
+    ``chat --thread-id``): the conversation goes on over the documents it started on.
+
+    Raises:
+        ValueError: for an unknown checkpointer spec.
+    """
+    saver = resolve_checkpointer(checkpointer)
+    if saver is None:
+        return None
+    found = saver.get_tuple({"configurable": {"thread_id": thread_id}})
+    return None if found is None else found.checkpoint["channel_values"].get("collection")
+
+
 _async_setup_done: set[str] = set()
 _loop_savers: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[str, BaseCheckpointSaver[Any]]

@@ -160,10 +160,14 @@ def describe_changes(changed: Sequence[StaleChunk], deleted: Sequence[StaleChunk
     """The changes in words: how many passages of which documents changed, and of which are gone."""
     parts = []
     if changed:
-        parts.append(f"{len(changed)} passage(s) of {_places(changed)} that changed since")
+        parts.append(f"{_passages(len(changed))} of {_places(changed)} that changed since")
     if deleted:
-        parts.append(f"{len(deleted)} passage(s) of {_places(deleted)}, deleted since")
+        parts.append(f"{_passages(len(deleted))} of {_places(deleted)}, deleted since")
     return " and ".join(parts)
+
+
+def _passages(count: int) -> str:
+    return f"{count} passage{'' if count == 1 else 's'}"
 
 
 def stale_evidence(

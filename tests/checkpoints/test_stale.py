@@ -155,6 +155,7 @@ def test_a_follow_up_says_first_that_earlier_evidence_changed(kb, corpus, saver)
     assert events[0]["event"] == "loop_start" and events[0]["stale_evidence"] == told
     assert told is not None and [c["chunk_id"] for c in told["changed"]] == [rollout["id"]]
     assert told["note"].startswith("Earlier evidence has changed") and "deploy.md" in told["note"]
+    assert "1 passage of deploy.md that changed since" in told["note"]
     sent = [m for m in model.calls[0]["messages"] if isinstance(m, HumanMessage)]
     assert told["note"] in sent[-1].text  # the controller reads it before its first turn
     # answered again on today's text: the thread rests on current evidence

@@ -61,6 +61,13 @@ def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout)["thread_id"] != thread
 
+    # a follow-up that names no collection goes on over the thread's, not the demo corpus
+    follow = cli("ask", "And when is it cancelled?", "--thread-id", thread, "--json", env=env)
+    assert follow.returncode == 0, follow.stderr
+    followed = json.loads(follow.stdout)
+    assert followed["thread_id"] == thread and followed["chunks"]
+    assert {c["collection"] for c in followed["chunks"]} == {"threads-cli"}
+
 
 @pytest.mark.parametrize(
     ("args", "message"),

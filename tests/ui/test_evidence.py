@@ -216,6 +216,6 @@ def test_a_follow_up_whose_earlier_evidence_changed_carries_the_note_to_the_page
     )
     values = _values(result)
     assert evidence_view(values)["stale_note"] is None
-    note = "Earlier evidence has changed: 1 passage(s) of capacity.pdf that changed since."
+    note = "Earlier evidence has changed: 1 passage of capacity.pdf that changed since."
     values["stale_evidence"] = {"note": note, "changed": [], "deleted": []}
     assert evidence_view(values)["stale_note"] == note
