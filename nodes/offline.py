@@ -192,13 +192,53 @@ _PROMPT = re.compile(r"^\s*(?:>>>|\.\.\.)(?:\s|$)")
 _CITATION_SHAPED = re.compile(r"\s*\[[^\]\s]+\]")
 
 
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$")
+"""The line under a Markdown table's header (``|---|:--:|``)."""
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _table_sentences(header: str, rows: Sequence[str]) -> list[str]:
+    """A Markdown table as sentences, a row each (``service: api, port: 8080.``)."""
+    names = _cells(header)
+    sentences = []
+    for row in rows:
+        # a row may hold fewer cells than the header, or more: the pairs that exist are said
+        pairs = [
+            f"{name}: {value}" if name else value
+            for name, value in zip(names, _cells(row), strict=False)
+        ]
+        said = ", ".join(pair for pair in pairs if pair.strip(": "))
+        if said:
+            sentences.append(said if said.endswith((".", "!", "?")) else said + ".")
+    return sentences
+
+
 def _prose(text: str) -> str:
-    """A passage's text without what reads badly on one line: headings, code blocks and interpreter sessions."""
+    """A passage's text without what reads badly on one line.
+
+    Headings, code blocks and interpreter sessions go; a table's rows become sentences
+    (its pipes and rules joined on one line read as noise).
+    """
     kept, fenced = [], False
-    for line in text.splitlines():
+    lines = text.splitlines()
+    at = 0
+    while at < len(lines):
+        line = lines[at]
+        at += 1
         if _FENCE.match(line):
             fenced = not fenced
-        elif not (fenced or _HEADING.match(line) or _PROMPT.match(line)):
+        elif fenced:
+            continue
+        elif "|" in line and at < len(lines) and _TABLE_RULE.match(lines[at]):
+            end = at + 1
+            while end < len(lines) and "|" in lines[end] and lines[end].strip():
+                end += 1
+            kept.extend(_table_sentences(line, lines[at + 1 : end]))
+            at = end
+        elif not (_HEADING.match(line) or _PROMPT.match(line)):
             kept.append(line)
     return "\n".join(kept)
 

@@ -158,6 +158,19 @@ def test_a_heading_in_a_passage_is_never_quoted_as_markup():
     assert "##" not in result.answer
 
 
+def test_a_table_is_quoted_a_row_a_sentence_without_its_pipes():
+    docs = _finds(
+        "t1",
+        "## Ports\n\n| service | port |\n|---|:---:|\n| api | 8080 |\n| admin | 9090 |",
+        "deploy.md",
+        "Deploying > Ports",
+    )
+
+    result = run("Which port does the admin service use?", controller_llm="offline", search_fn=docs)
+    assert "service: admin, port: 9090" in result.answer
+    assert "|" not in result.answer and "---" not in result.answer
+
+
 def test_a_callable_is_quoted_with_its_signature():
     docs = _finds(
         "j1",
