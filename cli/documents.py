@@ -12,6 +12,7 @@ from rich.table import Table
 from arcana_loop.cli.common import (
     cell,
     collection_errors,
+    collection_name,
     fail,
     knowledge_base,
     out,
@@ -25,7 +26,10 @@ documents_app = typer.Typer(
 )
 
 CollectionOption = Annotated[
-    str | None, typer.Option("--collection", "-c", help="Only this collection's documents.")
+    str | None,
+    typer.Option(
+        "--collection", "-c", help="Only this collection's documents.", callback=collection_name
+    ),
 ]
 
 
@@ -85,7 +89,10 @@ def show(
     collection: Annotated[
         str | None,
         typer.Option(
-            "--collection", "-c", help="The document's collection (default: every collection)."
+            "--collection",
+            "-c",
+            help="The document's collection (default: every collection).",
+            callback=collection_name,
         ),
     ] = None,
     as_json: Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from arcana_loop.cli.common import err, fail, knowledge_base, out, shown
+from arcana_loop.cli.common import collection_name, err, fail, knowledge_base, out, shown
 
 entities_app = typer.Typer(
     help="Build the knowledge graph of a collection (entities, relationships, communities).",
@@ -18,7 +18,9 @@ entities_app = typer.Typer(
 
 @entities_app.command("build")
 def build(
-    collection: Annotated[str, typer.Argument(help="Collection whose entities to build.")],
+    collection: Annotated[
+        str, typer.Argument(help="Collection whose entities to build.", callback=collection_name)
+    ],
     rebuild: Annotated[
         bool,
         typer.Option(

@@ -25,6 +25,7 @@ from arcana_loop.cli.common import (
     cell,
     check_question,
     checkpointer_spec_of,
+    collection_name,
     configure_logging,
     controller_spec,
     database_errors,
@@ -176,21 +177,31 @@ def _ingest_paths(
     include: list[str] | None,
     exclude: list[str] | None,
 ) -> None:
-    """Ingest each path in turn, appending its result to `rows`, then print the summary."""
+    """Ingest each path in turn, appending its result to `rows`, then print the summary.
+
+    A path that would store nothing (a folder without a file the globs keep, a file they
+    leave out) fails before anything is written. A path that fails as it is read (a file
+    named directly that is empty or binary) fails after the paths before it were stored:
+    the error says which of them are kept.
+    """
     from arcana_loop.knowledge.errors import (
         DatabaseUnavailable,
+        EmbedderFailed,
         EmbeddingMismatch,
         IngestError,
         KnowledgeBaseError,
     )
 
+    for path in paths:
+        _check_finds_files(path, include, exclude)
     kb = knowledge_base(embeddings)
     watch = StaleWatch.before(kb, collection)
     with progress_bar() as progress:
         for path in paths:
             task = progress.add_task(shown(path.name or path), total=None)
+            failed = f"could not ingest {path}{_kept_before(rows)}"
             with database_errors(
-                f"could not ingest {path}",
+                failed,
                 "check that PostgreSQL is running, then ingest again: what was stored is kept",
             ):
                 try:
@@ -209,24 +220,36 @@ def _ingest_paths(
                     raise  # database_errors words it
                 except EmbeddingMismatch as exc:  # --embeddings for a collection of another
                     fail(
-                        f"could not ingest {path}: {exc}",
+                        f"{failed}: {exc}",
                         f"leave out --embeddings, or re-embed the collection first:"
-                        f" arcana-loop reembed {collection} --embeddings {embeddings}",
+                        f" arcana-loop reembed {shlex.quote(collection)} --embeddings {embeddings}",
+                    )
+                except EmbedderFailed as exc:  # a provider's service or key
+                    fail(
+                        f"{failed}: {exc}",
+                        "check the embedder's service and key (--embeddings, OPENAI_API_KEY,"
+                        " OPENAI_BASE_URL), then ingest again: what was stored is kept",
                     )
                 except IngestError as exc:  # says what is wrong with the file, and the fix
-                    fail(f"could not ingest {path}: {str(exc).removeprefix(f'{path}: ')}")
+                    fail(f"{failed}: {str(exc).removeprefix(f'{path}: ')}")
                 except (TypeError, ValueError) as exc:  # a bad glob, typically
-                    fail(f"could not ingest {path}: {exc}", "see arcana-loop ingest --help")
+                    fail(f"{failed}: {exc}", "see arcana-loop ingest --help")
                 except (KnowledgeBaseError, OSError) as exc:
                     fail(
-                        f"could not ingest {path}: {exc}",
+                        f"{failed}: {exc}",
                         "text (UTF-8), Markdown, reStructuredText, HTML, PDF, Word and Excel files can be ingested",
                     )
-            _check_found(path, result, include, exclude)
             rows.append((str(path), result))
     print_ingest_summary(collection, rows)
     if watch is not None:
         watch.report(collection)
+
+
+def _kept_before(rows: list[tuple[str, Any]]) -> str:
+    """What a failing path's error adds when paths before it were stored: they are kept."""
+    if not rows:
+        return ""
+    return f" ({', '.join(path for path, _ in rows)} stored before it, and kept)"
 
 
 def _report_interrupted(
@@ -262,29 +285,34 @@ def _documents(count: int) -> str:
 GLOBS_HINT = "check --include and --exclude (globs such as '*.md' or 'guides/**')"
 
 
-def _check_found(
-    path: Path, result: Any, include: list[str] | None, exclude: list[str] | None
-) -> None:
-    """Fail when an ingest met no file at all: none stored, skipped, kept or removed.
+def _check_finds_files(path: Path, include: list[str] | None, exclude: list[str] | None) -> None:
+    """Fail, before anything is written, when a path holds no file to ingest.
 
-    A directory with no file the globs keep, or a file named directly that they
-    leave out (`KnowledgeBase.ingest` then reads nothing).
+    A directory with no file the globs keep, or a file named directly that they leave
+    out: `KnowledgeBase.ingest` would read nothing there. A directory that cannot be
+    listed is left to the ingest, which says why.
     """
-    counts = result.to_dict()
-    if counts.pop("skipped_files") or any(counts.values()):
-        return
-    if not path.is_dir():
-        fail(
-            f"{path} {_left_out_by(path, include or [], exclude or [])}: nothing was ingested.",
-            GLOBS_HINT,
-        )
+    from arcana_loop.knowledge.errors import IngestError
+    from arcana_loop.knowledge.loading import glob_patterns, globs_keep, walk_directory
+
+    try:
+        if not path.is_dir():
+            keep, drop = glob_patterns(include, "include"), glob_patterns(exclude, "exclude")
+            if globs_keep(PurePosixPath(path.as_posix()), keep, drop):
+                return
+            left_out = _left_out_by(path, include or [], exclude or [])
+            fail(f"{path} {left_out}: nothing was ingested.", GLOBS_HINT)
+        if walk_directory(path, include=include or None, exclude=exclude or None):
+            return
+    except (IngestError, OSError, ValueError):
+        return  # the ingest says what is wrong with the folder or the globs
     given = [f"--include {p!r}" for p in include or []] + [
         f"--exclude {p!r}" for p in exclude or []
     ]
     fail(
         f"no file under {path} matched {' '.join(given) or 'the formats ingest reads'}:"
         " nothing was ingested.",
-        GLOBS_HINT,
+        GLOBS_HINT if given else None,
     )
 
 
@@ -417,11 +445,19 @@ def delete(
     collection_argument: Annotated[
         str | None,
         typer.Argument(
-            metavar="COLLECTION", help="Collection to delete (or the collection of --source)."
+            metavar="COLLECTION",
+            help="Collection to delete (or the collection of --source).",
+            callback=collection_name,
         ),
     ] = None,
     collection_option: Annotated[
-        str | None, typer.Option("--collection", "-c", help="The same collection, as an option.")
+        str | None,
+        typer.Option(
+            "--collection",
+            "-c",
+            help="The same collection, as an option.",
+            callback=collection_name,
+        ),
     ] = None,
     source: Annotated[
         str | None,

@@ -36,6 +36,7 @@ def reembed(
     from arcana_loop.knowledge.errors import (
         CollectionNotFound,
         DatabaseUnavailable,
+        EmbedderFailed,
         EmbedderUnavailable,
         KnowledgeBaseError,
     )
@@ -54,6 +55,11 @@ def reembed(
                 raise  # collection_errors words them
             except EmbedderUnavailable as exc:
                 fail(str(exc))
+            except EmbedderFailed as exc:  # a provider's service or key: what was done is kept
+                fail(
+                    f"could not re-embed {collection!r}: {exc}",
+                    "check the embedder's service and key, then run it again: it resumes",
+                )
             except KnowledgeBaseError as exc:
                 fail(str(exc), "run it again once the other one has finished")
             except ValueError as exc:

@@ -33,6 +33,7 @@ from arcana_loop.knowledge.embeddings import (
     embedding_model_name,
     embeddings_for_record,
     known_record,
+    probed_dimension,
     resolve_embeddings,
 )
 from arcana_loop.knowledge.embeddings_scope import RECORDS_SQL, Record, choose_record
@@ -324,7 +325,7 @@ class KnowledgeBase:
         if self._dimension is None:
             declared = getattr(self.embeddings, "dimension", None)
             self._dimension = (
-                declared if isinstance(declared, int) else len(self.embeddings.embed_query("probe"))
+                declared if isinstance(declared, int) else probed_dimension(self.embeddings)
             )
         return self._dimension
 

@@ -38,7 +38,7 @@ from arcana_loop.knowledge.embeddings_minilm import (
     TOKENIZER_FILE,
     MiniLMEmbeddings,
 )
-from arcana_loop.knowledge.errors import EmbedderUnavailable, EmbeddingMismatch
+from arcana_loop.knowledge.errors import EmbedderFailed, EmbedderUnavailable, EmbeddingMismatch
 from arcana_loop.providers import ProviderErrors, from_provider
 
 DEFAULT_EMBEDDING_MODEL = "wordllama:l2_supercat_256"
@@ -292,8 +292,9 @@ EMBEDDER_ERRORS = ProviderErrors(
     ValueError,
     missing_package="embedding model {spec} needs a package that is not installed: {exc}",
     unusable="unknown embedding model {spec}: {exc}",
+    failed="embedding model {spec} could not be made: {kind}: {exc}",
 )
-"""How a provider embedder that cannot be made is said (provider errors propagate as they are)."""
+"""How a provider embedder that cannot be made is said (a client without its API key, say)."""
 
 
 def _provider_embeddings(spec: str) -> Embeddings:
@@ -311,17 +312,39 @@ def _provider_embeddings(spec: str) -> Embeddings:
     return embeddings
 
 
+def probed_dimension(embeddings: Embeddings) -> int:
+    """The length of the embedder's vectors, from one text embedded.
+
+    Raises:
+        EmbedderFailed: if the embedder raises (its service unreachable, say).
+    """
+    try:
+        return len(embeddings.embed_query("probe"))
+    except Exception as exc:
+        raise _failed(exc) from exc
+
+
+def _failed(exc: Exception) -> EmbedderFailed:
+    # a provider's service that cannot be reached or refuses the key: said as the
+    # knowledge base's error, whatever client library raised it
+    return EmbedderFailed(f"the embedder failed: {type(exc).__name__}: {exc}")
+
+
 def embed_matrix(embeddings: Embeddings, texts: list[str], dimension: int) -> np.ndarray[Any, Any]:
     """Embed `texts` into a float32 matrix, checking the dimension.
 
     Raises:
+        EmbedderFailed: if the embedder raises (its service unreachable, say).
         EmbeddingMismatch: if the embedder returns vectors of another dimension.
     """
     embed_array = getattr(embeddings, "embed_array", None)
-    if callable(embed_array):
-        matrix = np.asarray(embed_array(texts), dtype=np.float32)
-    else:
-        matrix = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+    try:
+        if callable(embed_array):
+            matrix = np.asarray(embed_array(texts), dtype=np.float32)
+        else:
+            matrix = np.asarray(embeddings.embed_documents(texts), dtype=np.float32)
+    except Exception as exc:
+        raise _failed(exc) from exc
     if matrix.ndim != 2 or matrix.shape[1] != dimension:
         raise EmbeddingMismatch(
             f"embedder returned vectors of shape {matrix.shape}, collection expects {dimension}"

@@ -61,6 +61,13 @@ class EmbedderUnavailable(KnowledgeBaseError, ValueError):
     """
 
 
+class EmbedderFailed(KnowledgeBaseError):
+    """The embedder raised while embedding: a provider's service unreachable, a key it refuses.
+
+    The message names the embedder's own exception; the cause is chained.
+    """
+
+
 class ModelFileMismatch(EmbedderUnavailable):
     """A model or tokenizer file differs from the sha256 it is pinned to (or is missing)."""
 

@@ -104,6 +104,43 @@ def test_a_file_named_that_the_globs_leave_out_is_an_error(env, tmp_path, globs,
     assert "named-left-out" not in cli("collections", env=env).stdout
 
 
+def test_a_later_path_that_holds_no_file_fails_before_anything_is_written(env, tmp_path):
+    good, empty = tmp_path / "good", tmp_path / "empty"
+    good.mkdir()
+    empty.mkdir()
+    (good / "note.md").write_text("some text about timeouts")
+    done = cli("ingest", str(good), str(empty), "-c", "later-path-empty", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"no file under {empty}" in done.stderr and "nothing was ingested" in done.stderr
+    assert "later-path-empty" not in cli("collections", env=env).stdout
+
+
+def test_a_later_path_that_cannot_be_read_says_what_was_stored_before_it(env, tmp_path):
+    good, empty = tmp_path / "good", tmp_path / "empty.md"
+    good.mkdir()
+    (good / "note.md").write_text("some text about timeouts")
+    empty.write_text("")
+    done = cli("ingest", str(good), str(empty), "-c", "later-path-unread", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"could not ingest {empty} ({good} stored before it, and kept)" in done.stderr
+    listed = cli("documents", "-c", "later-path-unread", env=env)
+    assert listed.returncode == 0 and "note.md" in listed.stdout
+
+
+@pytest.mark.parametrize("command", ["ingest", "reembed"])
+def test_a_provider_embedder_without_its_key_is_one_line(env, tmp_path, command):
+    note = tmp_path / "note.md"
+    note.write_text("some text about timeouts")
+    assert cli("ingest", str(note), "-c", "provider-key", env=env).returncode == 0
+    given = [str(note), "-c", "provider-key-new"] if command == "ingest" else ["provider-key"]
+    done = cli(command, *given, "--embeddings", "openai:text-embedding-3-small", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(
+        "Error: embedding model 'openai:text-embedding-3-small' could not be made: OpenAIError:"
+    )
+    assert "provider-key-new" not in cli("collections", env=env).stdout
+
+
 def test_a_key_given_twice_to_where_must_hold_twice():
     from arcana_loop.cli.common import where_filter
 

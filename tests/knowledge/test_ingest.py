@@ -12,6 +12,7 @@ import pytest
 import arcana_loop.knowledge.writer as ingest_mod
 from arcana_loop.knowledge import (
     CollectionNotFound,
+    EmbedderFailed,
     EmbeddingMismatch,
     IngestError,
     IngestResult,
@@ -462,3 +463,35 @@ def test_bulk_load_rebuilds_both_indexes(
     # a second load into the indexed collection adds to its indexes, however large
     again = ingest_topic(kb, "chess", name="chess-again")
     assert again.chunks_added and dropped == [f"hnsw {coll_id}", "gin"]
+
+
+class _Unreachable(HashEmbeddings):
+    """An embedder whose service cannot be reached (as a provider's client raises it)."""
+
+    model_name = "test:unreachable"
+    dimension = None  # type: ignore[assignment]  # probed, as a provider's is
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise ConnectionError("the service at 127.0.0.1:9 refused the connection")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise ConnectionError("the service at 127.0.0.1:9 refused the connection")
+
+
+@pytest.mark.parametrize("declares_dimension", [True, False])
+def test_an_embedder_that_fails_is_said_as_the_knowledge_base_error_and_stores_nothing(
+    kb: KnowledgeBase, declares_dimension: bool
+) -> None:
+    embedder = _Unreachable()
+    if declares_dimension:
+        embedder.dimension = 64  # embedding fails; else probing its dimension does
+    failing = KnowledgeBase(kb.url, embeddings=embedder, schema=kb.schema)
+    try:
+        with pytest.raises(
+            EmbedderFailed, match="the embedder failed: ConnectionError: the service"
+        ) as raised:
+            failing.ingest("A note about bread.", collection="unreachable", name="bread")
+        assert isinstance(raised.value.__cause__, ConnectionError)
+    finally:
+        failing.close()
+    assert _rows(kb, "SELECT count(*) FROM kb_chunks")[0][0] == 0

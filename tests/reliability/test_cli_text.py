@@ -137,6 +137,41 @@ def test_a_collection_name_with_a_control_character_is_refused_before_anything_i
     assert name not in {c.name for c in kb.collections()}
 
 
+@pytest.mark.parametrize("name", [" docs", "docs ", "docs\u3000"])
+def test_a_collection_name_with_a_space_at_either_end_is_refused_before_anything_is_written(
+    kb: KnowledgeBase, runner: CliRunner, tmp_path: Path, name: str
+) -> None:
+    # ' docs' beside 'docs' would read alike in every list and hint
+    with pytest.raises(ValueError, match="must not start or end with a space"):
+        kb.ingest("A zorblat note.", collection=name)
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nA zorblat note.\n")
+    done = runner.invoke(app, ["ingest", str(note), "-c", name])
+    assert done.exit_code == 1 and "Traceback" not in done.stderr
+    assert "must not start or end with a space" in done.stderr and "'docs'" in done.stderr
+    assert name not in {c.name for c in kb.collections()}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["documents", "-c", "  "],
+        ["documents", "show", "note.md", "-c", ""],
+        ["delete", "   ", "--yes"],
+        ["delete", "-c", "x" * 300, "--yes"],
+        ["entities", "build", " "],
+    ],
+)
+def test_a_name_no_collection_can_have_is_one_line_in_every_command(
+    runner: CliRunner, args: list[str]
+) -> None:
+    done = runner.invoke(app, args)
+    assert done.exit_code == 1
+    assert "Traceback" not in done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("Error: Invalid value for") and "collection name" in first
+
+
 def test_a_stored_name_holding_an_escape_is_listed_escaped(
     kb: KnowledgeBase, runner: CliRunner
 ) -> None:
