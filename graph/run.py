@@ -42,6 +42,7 @@ from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.deps import ConfigurationError
 from arcana_loop.nodes.lifecycle import exception_event
 from arcana_loop.tools.scoping import normalize_scope
+from arcana_loop.tools.search import check_search_opts
 
 
 @dataclass
@@ -299,6 +300,7 @@ def _checked_context(collection: Any, deps: dict[str, Any], options: dict[str, A
     normalize_scope(collection)  # raises on a malformed collection before anything runs
     context = LoopContext(**options)
     _check_texts(collection, context)
+    check_search_opts(deps.get("search_fn"), context.search_opts)
     if context.grounder is not None:
         from arcana_loop.grounding.resolve import resolve_grounder
 

@@ -16,7 +16,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from langchain_core.documents import Document
 
-from arcana_loop.knowledge.base import KnowledgeBase
+from arcana_loop.knowledge.base import (
+    LOOP_SET_SEARCH_ARGUMENTS,
+    KnowledgeBase,
+    check_search_options,
+)
 from arcana_loop.knowledge.embeddings import (
     WordLlamaEmbeddings,
     default_embedder_name,
@@ -68,6 +72,8 @@ __all__ = [
     "IngestInterrupted",
     "IngestResult",
     "KnowledgeBase",
+    "LOOP_SET_SEARCH_ARGUMENTS",
+    "check_search_options",
     "KnowledgeBaseError",
     "KnowledgeBaseRetriever",
     "MiniLMEmbeddings",

@@ -1410,6 +1410,58 @@ def _interrupt_keeps(result: IngestResult) -> Iterator[None]:
         raise IngestInterrupted(result) from exc
 
 
+LOOP_SET_SEARCH_ARGUMENTS = ("query", "collection", "limit")
+"""What the loop gives every search call itself: no search option may set them."""
+
+
+@functools.cache
+def _search_options() -> list[str]:
+    """The keyword options `KnowledgeBase.search` takes beside what its caller sets per call."""
+    import inspect
+
+    return [
+        name
+        for name in inspect.signature(KnowledgeBase.search).parameters
+        if name not in ("self", *LOOP_SET_SEARCH_ARGUMENTS)
+    ]
+
+
+def check_search_options(options: Mapping[str, Any]) -> None:
+    """Raise what `KnowledgeBase.search` would raise for these keyword options, before any search.
+
+    For the loop's ``search_opts``: every search of a run passes them, so a misspelt
+    mode or an unknown key would fail each search of the run, and the run would give up
+    for want of evidence instead of saying what was wrong.
+
+    Raises:
+        TypeError: for a key `search` does not take (or one the loop sets per call).
+        ValueError: for a value `search` refuses (an unknown mode, a threshold out of range...).
+    """
+    set_by_loop = sorted(set(options) & set(LOOP_SET_SEARCH_ARGUMENTS))
+    if set_by_loop:
+        raise TypeError(
+            f"search options cannot set {', '.join(map(repr, set_by_loop))}: each search is"
+            " given its query, collection and limit by its caller"
+        )
+    taken = _search_options()
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise TypeError(
+            f"unknown search option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}:"
+            f" the knowledge base's search takes {', '.join(taken)}"
+        )
+    request = {k: v for k, v in options.items() if k not in ("entities", "entity_depth")}
+    request.setdefault("mode", "hybrid")
+    request.setdefault("threshold", None)
+    request.setdefault("ef_search", None)
+    q.make_request("probe", collection=None, limit=1, **request)
+    entities = options.get("entities")
+    if entities is not None and not isinstance(entities, bool):
+        raise TypeError(f"entities must be True, False or None, got {entities!r}")
+    if options.get("entity_depth") is not None:
+        es.check_depth(options["entity_depth"])
+
+
 def _check_ingest_options(
     *, entities: object, name: object, max_bytes: object, batch_size: object
 ) -> None:

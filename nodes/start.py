@@ -29,6 +29,7 @@ from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.nodes.pins import stale_evidence
 from arcana_loop.tools.give_up import GIVE_UP_ANSWER
 from arcana_loop.tools.scoping import normalize_scope
+from arcana_loop.tools.search import check_search_opts
 
 
 class StartUpdate(TypedDict, total=False):
@@ -70,6 +71,7 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
     asked = new_question(state, scope)
     if asked is not None:
         check_question(asked.text)
+        check_search_opts(deps.search_fn, ctx.search_opts)  # a served run's, given as context
         update = fresh_state(asked, state)
         update.update(_told_of_changes(state, update, deps))
         reason = deps.unsearchable(scope)

@@ -9,7 +9,8 @@ since a chunk an earlier result showed in full is shown again only by id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -279,3 +280,49 @@ class SearchTool(LoopTool):
 
 
 TOOL = SearchTool()
+
+
+def check_search_opts(search_fn: Any, options: Mapping[str, Any]) -> None:
+    """Raise, before a run's first search, for ``search_opts`` its search function cannot take.
+
+    Every search of a run passes them: one its function refuses would fail each search,
+    and the run would give up for want of evidence instead of saying what is wrong. The
+    knowledge base's search (the default, ``None``, or a `KnowledgeBase` method given as
+    `search_fn`) checks them as it would (`knowledge.check_search_options`); another
+    function must take each key by name, unless it takes ``**kwargs``.
+
+    Raises:
+        TypeError, ValueError: for an option the search would refuse.
+    """
+    from arcana_loop import knowledge
+
+    method = getattr(search_fn, "__func__", None)
+    if (
+        search_fn is None
+        or search_fn in (knowledge.search, knowledge.asearch)
+        or method
+        in (
+            knowledge.KnowledgeBase.search,
+            knowledge.KnowledgeBase.asearch,
+        )
+    ):
+        knowledge.check_search_options(options)
+        return
+    set_by_loop = sorted(set(options) & set(knowledge.LOOP_SET_SEARCH_ARGUMENTS))
+    if set_by_loop:
+        raise TypeError(
+            f"search_opts cannot set {', '.join(map(repr, set_by_loop))}: the loop gives"
+            " each search its query, collection and limit"
+        )
+    try:
+        parameters = inspect.signature(search_fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature: it is trusted
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = sorted(set(options) - set(parameters))
+    if unknown:
+        raise TypeError(
+            f"search_fn takes no {', '.join(map(repr, unknown))}, which search_opts gives"
+            " every search"
+        )

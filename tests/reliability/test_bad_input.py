@@ -105,6 +105,25 @@ REJECTED = [
     ("tools a string", {"tools": "search"}, TypeError, "BaseTool instances, got str"),
     ("on_event not callable", {"on_event": 5}, TypeError, "on_event must be a function"),
     ("search_opts with int keys", {"search_opts": {1: 2}}, TypeError, "string keys"),
+    ("search_opts setting limit", {"search_opts": {"limit": 3}}, TypeError, "cannot set 'limit'"),
+    (
+        "search_opts a misspelt mode, for the knowledge base",
+        {"search_opts": {"mode": "semantc"}, "search_fn": None},
+        ValueError,
+        "invalid search mode 'semantc'",
+    ),
+    (
+        "search_opts an unknown key, for the knowledge base",
+        {"search_opts": {"bogus": 1}, "search_fn": None},
+        TypeError,
+        "unknown search option 'bogus'",
+    ),
+    (
+        "search_opts a key the search function does not take",
+        {"search_opts": {"mode": "semantic"}, "search_fn": lambda query, collection, limit: []},
+        TypeError,
+        "search_fn takes no 'mode'",
+    ),
     (
         "durability 'fast'",
         {"durability": "fast", "checkpointer": "memory"},
@@ -134,6 +153,16 @@ def test_bad_run_input_is_rejected_before_anything_runs(kind, kwargs, error, fra
         run(question, **kwargs)
     assert fragment in str(caught.value)
     assert model.calls == [] and found.calls == []  # nothing ran
+
+
+def test_a_served_run_given_search_opts_its_search_refuses_fails_at_start():
+    from arcana_loop.graph import build_graph, make_deps
+
+    model, found = ScriptedChatModel(responses=[answer("never")]), ScriptedSearch([])
+    compiled = build_graph(make_deps(controller_llm=model, search_fn=found)).compile()
+    with pytest.raises(TypeError, match="cannot set 'collection'"):
+        compiled.invoke({"question": "Q?"}, context={"search_opts": {"collection": "x"}})
+    assert model.calls == [] and found.calls == []
 
 
 ENV_REJECTED = [
