@@ -31,6 +31,10 @@ class SettingError(ValueError):
     """An environment variable holds a value its setting cannot take."""
 
 
+MAX_INT = 2**63 - 1
+"""The largest whole-number setting: what a checkpoint (msgpack) stores."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Setting:
     """One option: where it is read from, what it takes, what it defaults to, what it means."""
@@ -119,6 +123,10 @@ class Setting:
             raise TypeError(f"{name} must be a number{none}, got {type(value).__name__}: {value!r}")
         if self.kind is int and self.minimum is not None and value < self.minimum:
             raise ValueError(f"{name} must be at least {self.minimum:g}, got {value}")
+        if self.kind is int and self.maximum is None and value > MAX_INT:
+            # a checkpoint stores options as msgpack, whose integers are 64-bit: a larger
+            # one would fail the run at its first checkpoint, naming no option
+            raise ValueError(f"{name} must be at most {MAX_INT} (64 bits), got {value}")
         if self.kind is float and (not math.isfinite(value) or value < (self.minimum or 0)):
             raise ValueError(
                 f"{name} must be a finite number >= {self.minimum or 0:g}, got {value}"

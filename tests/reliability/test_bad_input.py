@@ -105,6 +105,8 @@ REJECTED = [
     ("tools a string", {"tools": "search"}, TypeError, "BaseTool instances, got str"),
     ("on_event not callable", {"on_event": 5}, TypeError, "on_event must be a function"),
     ("search_opts with int keys", {"search_opts": {1: 2}}, TypeError, "string keys"),
+    ("max_iterations past 64 bits", {"max_iterations": 10**30}, ValueError, "at most 922"),
+    ("chunk_cap past 64 bits", {"chunk_cap": 2**63}, ValueError, "chunk_cap must be at most"),
     ("search_opts setting limit", {"search_opts": {"limit": 3}}, TypeError, "cannot set 'limit'"),
     (
         "search_opts a misspelt mode, for the knowledge base",
