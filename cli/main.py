@@ -366,6 +366,11 @@ def ask(
         fail(str(exc), "see arcana-loop ask --help")
     search_filter = where_filter(where or [])
     saver = checkpointer_spec_of(checkpointer)
+    if saver is None and thread_id is not None:
+        fail(
+            "--thread-id needs a checkpointer to keep the thread in.",
+            "leave out --checkpointer none (postgres keeps threads), or pass sqlite:PATH",
+        )
     scope, kb = prepare_scope(follow_up_scope(collection, saver, thread_id))
     model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
@@ -408,9 +413,24 @@ def ask(
         return
     print_result(result, answer_shown=streamed.close(result.answer), stale_shown=bool(said))
     if result.thread_id:
-        out.print(
-            f"[dim]Thread {shown(result.thread_id)} (arcana-loop trace {shown(result.thread_id)}; a follow-up: arcana-loop ask QUESTION --thread-id {shown(result.thread_id)})[/]"
+        out.print(f"[dim]{shown(_thread_note(result.thread_id, saver))}[/]")
+
+
+def _thread_note(thread_id: str, checkpointer: str | None) -> str:
+    """Where the run's thread is kept, and the commands that read it and ask on, as they must be typed."""
+    if checkpointer == "memory":
+        return (
+            f"Thread {thread_id} was kept in memory and ends with this command"
+            " (--checkpointer postgres or sqlite:PATH keeps it)."
         )
+    where = (
+        "" if checkpointer in (None, "postgres") else f" --checkpointer {shlex.quote(checkpointer)}"
+    )
+    quoted = shlex.quote(thread_id)
+    return (
+        f"Thread {thread_id} (arcana-loop trace {quoted}{where}; a follow-up:"
+        f" arcana-loop ask QUESTION --thread-id {quoted}{where})"
+    )
 
 
 @app.command()

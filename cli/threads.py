@@ -65,8 +65,8 @@ def _steps(thread_id: str, checkpointer: str, question: int | None = None) -> li
             f"no thread {thread_id!r} in the {checkpointer} checkpointer.",
             "use the thread id that arcana-loop ask printed, and the same --checkpointer",
         )
-    except ValueError as exc:
-        fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
+    except ValueError as exc:  # a bad --checkpointer or --question
+        fail(str(exc), "see arcana-loop trace --help")
     raise AssertionError("unreachable")
 
 

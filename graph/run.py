@@ -334,6 +334,15 @@ def _checked_call(
     return deps, _checked_context(collection, deps, context_options)
 
 
+def _check_thread_kept(checkpointer: Any, thread_id: str | None) -> None:
+    """A thread id names a conversation kept by a checkpointer: without one it would be dropped unsaid."""
+    if thread_id is not None and checkpointer is None:
+        raise ValueError(
+            "thread_id needs a checkpointer to keep the thread in: pass checkpointer="
+            "'postgres', 'sqlite:PATH', 'memory' or a saver"
+        )
+
+
 def _checked_inputs(
     thread_id: str | None,
     on_event: Any,
@@ -382,6 +391,7 @@ def check_run_options(
         ConfigurationError: when no controller is configured.
         ModelSpecError: for a model that cannot be created.
     """
+    _check_thread_kept(checkpointer, thread_id)
     deps, context_options = _checked_inputs(thread_id, on_event, on_token, durability, options)
     _checked_context(collection, deps, context_options)
     if checkpointer is not None and not isinstance(checkpointer, BaseCheckpointSaver):
@@ -441,6 +451,7 @@ def run(
         TypeError, ValueError: for a bad question, collection or option, before anything runs.
         ConfigurationError: when no controller is configured.
     """
+    _check_thread_kept(checkpointer, thread_id)
     deps, context = _checked_call(
         question, collection, thread_id, on_event, on_token, durability, options
     )
@@ -484,6 +495,7 @@ async def arun(
 
     A checkpointer spec gets an async saver opened for this call (see ``graph.checkpoints``).
     """
+    _check_thread_kept(checkpointer, thread_id)
     deps, context = _checked_call(
         question, collection, thread_id, on_event, on_token, durability, options
     )

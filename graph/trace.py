@@ -142,6 +142,10 @@ def trace(thread_id: str, checkpointer: Any, *, question: int | None = None) -> 
             ``"sqlite:<path>"``, ``"postgres"``).
         question: only the steps of this question of the conversation (0-based, as
             ``LoopResult.question_index``; negative counts from the last); all when ``None``.
+
+    Raises:
+        ThreadNotFoundError: for a thread the checkpointer does not hold.
+        ValueError: for a question the thread does not have.
     """
     rows: list[TraceStep] = []
     for snapshot in history(thread_id, checkpointer):
@@ -152,6 +156,7 @@ def trace(thread_id: str, checkpointer: Any, *, question: int | None = None) -> 
     if question is None:
         return rows
     asked = sorted({row.question for row in rows})
-    if question < 0 and -question <= len(asked):
-        question = asked[question]
-    return [row for row in rows if row.question == question]
+    wanted = asked[question] if question < 0 and -question <= len(asked) else question
+    if wanted not in asked:
+        raise ValueError(f"thread {thread_id!r} has no question {question!r}; it has {len(asked)}")
+    return [row for row in rows if row.question == wanted]

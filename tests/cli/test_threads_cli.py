@@ -67,6 +67,26 @@ def test_ask_trace_record_and_replay_a_thread(env, tmp_path):  # noqa: F811
     followed = json.loads(follow.stdout)
     assert followed["thread_id"] == thread and followed["chunks"]
     assert {c["collection"] for c in followed["chunks"]} == {"threads-cli"}
+    missing = cli("trace", thread, "--question", "5", env=env)
+    assert missing.returncode == 1 and "has no question 5; it has 2" in missing.stderr
+
+
+def test_the_thread_note_names_the_checkpointer_a_follow_up_needs(env, tmp_path):  # noqa: F811
+    note = tmp_path / "timeouts.md"
+    note.write_text("# Timeouts\n\nasyncio.wait_for cancels the coroutine when the time is up.\n")
+    assert cli("ingest", str(note), "--collection", "threads-note", env=env).returncode == 0
+    question = ("ask", "How is a coroutine cancelled?", "-c", "threads-note")
+    kept = tmp_path / "threads.db"
+    said = " ".join(cli(*question, "--checkpointer", f"sqlite:{kept}", env=env).stdout.split())
+    thread = said.split("Thread ", 1)[1].split()[0]
+    assert f"arcana-loop trace {thread} --checkpointer sqlite:{kept};" in said
+    assert f"--thread-id {thread} --checkpointer sqlite:{kept})" in said
+    traced = cli("trace", thread, "--checkpointer", f"sqlite:{kept}", env=env)
+    assert traced.returncode == 0, traced.stderr
+    in_memory = " ".join(cli(*question, "--checkpointer", "memory", env=env).stdout.split())
+    assert "was kept in memory and ends with this command" in in_memory
+    dropped = cli(*question, "--checkpointer", "none", "--thread-id", "t-1", env=env)
+    assert dropped.returncode == 1 and "--thread-id needs a checkpointer" in dropped.stderr
 
 
 @pytest.mark.parametrize(

@@ -107,6 +107,7 @@ REJECTED = [
     ("search_opts with int keys", {"search_opts": {1: 2}}, TypeError, "string keys"),
     ("max_iterations past 64 bits", {"max_iterations": 10**30}, ValueError, "at most 922"),
     ("chunk_cap past 64 bits", {"chunk_cap": 2**63}, ValueError, "chunk_cap must be at most"),
+    ("thread_id without a checkpointer", {"thread_id": "t-1"}, ValueError, "needs a checkpointer"),
     ("search_opts setting limit", {"search_opts": {"limit": 3}}, TypeError, "cannot set 'limit'"),
     (
         "search_opts a misspelt mode, for the knowledge base",
