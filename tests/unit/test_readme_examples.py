@@ -32,6 +32,7 @@ CHECKED_VALUE = re.compile(r"^(?P<expr>[^#]+?)\s*#\s*(?P<value>-?\d+(?:,\s*-?\d+
 DOCS = {
     "deploy.md": "# Deploying\n\nDeploy with `make release`; roll back with `make rollback`.\n",
     "old.md": "# Old notes\n\nThe old deploy used a shell script.\n",
+    "setup.md": "# Setup\n\nInstall the release tools first.\n",  # unchanged: neither added nor replaced
 }
 EDIT_DOCS = """
 from pathlib import Path
