@@ -147,23 +147,6 @@ def collection_errors(kb: Any, collection: str | None, doing: str) -> Iterator[N
         fail(f"no collection named {collection!r}.", f"known collections: {known}")
 
 
-def collection_name(name: str | None) -> str | None:
-    """A collection named on the command line, checked: a name no collection can have is a usage error.
-
-    The callback of every ``--collection``/``COLLECTION`` parameter that is looked up
-    as given (a blank or over-long name said in one line, not as a traceback).
-    """
-    if name is None:
-        return None
-    from arcana_loop.knowledge.names import normalize_collection_name
-
-    try:
-        normalize_collection_name(name)
-    except (TypeError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return name
-
-
 def require_collection(kb: Any, collection: str, doing: str) -> None:
     """Fail in one line, naming those that exist, unless ``collection`` exists."""
     with database_errors(doing):
@@ -605,6 +588,8 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             )
         return
     for name in names:
+        if name not in chunks and name.strip().casefold() == EVERY:
+            fail(f"no collection is named {name!r}: it is reserved.", "-c all searches every one")
         ingest_hint = f"ingest with arcana-loop ingest PATH --collection {shlex.quote(name)}"
         if not chunks:
             fail(f"no collection named {name!r}: the knowledge base is empty.", ingest_hint)

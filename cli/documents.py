@@ -12,13 +12,13 @@ from rich.table import Table
 from arcana_loop.cli.common import (
     cell,
     collection_errors,
-    collection_name,
     fail,
     knowledge_base,
     out,
     shown,
     shown_path,
 )
+from arcana_loop.cli.flags import collection_name
 
 documents_app = typer.Typer(
     help="List stored documents (source, chunks, size, when last written); 'show' prints one's chunks.",

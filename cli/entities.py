@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from arcana_loop.cli.common import collection_name, err, fail, knowledge_base, out, shown
+from arcana_loop.cli.common import err, fail, knowledge_base, out, shown
+from arcana_loop.cli.flags import collection_name
 
 entities_app = typer.Typer(
     help="Build the knowledge graph of a collection (entities, relationships, communities).",

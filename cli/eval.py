@@ -84,7 +84,10 @@ def _load_cases(choice: CaseChoice) -> Any:
             "pass --cases PATH, or generate one with arcana-loop eval generate",
         )
     except ValueError as exc:
-        _cli().fail(f"the case file is not valid: {exc}", "see evaluation/cases.py for the format")
+        _cli().fail(
+            f"the case file is not valid: {exc}",
+            "a case file is JSON as arcana-loop eval generate writes it",
+        )
     if split is None:
         return cases
     chosen = [c for c in cases.cases if c.split == split]

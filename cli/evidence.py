@@ -179,8 +179,9 @@ class StaleWatch:
         if made:
             plural = "s" if made != 1 else ""
             out.print(
-                f"Made {made} past answer{plural} stale: they rest on text this ingest changed or"
-                f" removed (arcana-loop stale -c {shown(shlex.quote(collection))})."
+                f"Made {made} past answer{plural} stale: {'they rest' if plural else 'it rests'} on"
+                f" text this ingest changed or removed"
+                f" (arcana-loop stale -c {shown(shlex.quote(collection))})."
             )
         else:
             out.print("Made no past answer stale.")

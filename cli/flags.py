@@ -29,10 +29,38 @@ from arcana_loop.core.context import option_setting
 Command = TypeVar("Command", bound=Callable[..., Any])
 OPTIONS = "options"
 """The parameter of a command that receives the flags given, as a dict."""
+
+
+def collection_name(name: str | None) -> str | None:
+    """A collection named on the command line, checked: a name no collection can have is a usage error.
+
+    The callback of every ``--collection``/``COLLECTION`` parameter that is looked up
+    as given (a blank or over-long name said in one line, not as a traceback).
+    """
+    from arcana_loop.knowledge.names import normalize_collection_name
+
+    if name is not None:
+        try:
+            normalize_collection_name(name)
+        except (TypeError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return name
+
+
+def _collection_names(names: list[str] | None) -> list[str] | None:
+    """Every ``--collection`` of a command that asks, checked as `collection_name` checks one."""
+    for name in names or []:
+        collection_name(name)
+    return names
+
+
 SCOPE_FLAG = Annotated[
     list[str] | None,
     typer.Option(
-        "--collection", "-c", help="Collection(s) to search; repeat to let the controller pick."
+        "--collection",
+        "-c",
+        help="Collection(s) to search; repeat to let the controller pick.",
+        callback=_collection_names,
     ),
 ]
 """The ``--collection`` flag of the commands that ask (``ask``, ``chat``)."""

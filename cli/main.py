@@ -25,7 +25,6 @@ from arcana_loop.cli.common import (
     cell,
     check_question,
     checkpointer_spec_of,
-    collection_name,
     configure_logging,
     controller_spec,
     database_errors,
@@ -50,7 +49,14 @@ from arcana_loop.cli.documents import documents_app
 from arcana_loop.cli.entities import entities_app
 from arcana_loop.cli.eval import eval_app
 from arcana_loop.cli.evidence import StaleWatch
-from arcana_loop.cli.flags import FROM_FLAGS, RUN_FLAGS, SCOPE_FLAG, THREAD_FLAG, loop_flags
+from arcana_loop.cli.flags import (
+    FROM_FLAGS,
+    RUN_FLAGS,
+    SCOPE_FLAG,
+    THREAD_FLAG,
+    collection_name,
+    loop_flags,
+)
 from arcana_loop.cli.help import FlagHelpGroup
 from arcana_loop.cli.reembed import reembed
 from arcana_loop.cli.server import server_app

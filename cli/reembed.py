@@ -14,12 +14,15 @@ from arcana_loop.cli.common import (
     progress_bar,
     shown,
 )
+from arcana_loop.cli.flags import collection_name
 
 EMBEDDINGS_HINT = "--embeddings takes minilm, wordllama or provider:model"
 
 
 def reembed(
-    collection: Annotated[str, typer.Argument(help="The collection to re-embed.")],
+    collection: Annotated[
+        str, typer.Argument(help="The collection to re-embed.", callback=collection_name)
+    ],
     embeddings: Annotated[
         str,
         typer.Option(

@@ -193,7 +193,12 @@ def replay_command(
             result = replay(thread_id, checkpointer=checkpointer, checkpoint_id=start, **options)
             differences = []
     except ReplayError as exc:
-        fail(str(exc), "list checkpoints with arcana-loop trace THREAD_ID")
+        hint = (
+            "record one with arcana-loop record THREAD_ID --out FILE"
+            if record is not None
+            else "list checkpoints with arcana-loop trace THREAD_ID"
+        )
+        fail(str(exc), hint)
     if as_json:
         print(
             json.dumps(

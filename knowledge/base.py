@@ -276,7 +276,10 @@ class KnowledgeBase:
             hybrid_min_similarity=hybrid_min_similarity, or_budget=fulltext_or_budget
         )
         self.entity_options = entity_options or EntitySearchOptions()
-        self._pool_size = max(1, pool_size)
+        size: object = pool_size  # callers may pass anything at runtime
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"pool_size must be a positive int, got {pool_size!r}")
+        self._pool_size = pool_size
         # custom plans only: a plan for any array of collection ids would keep every
         # collection's partition (pruning needs the ids), and search them all
         self._options = f"-c search_path={schema},public -c plan_cache_mode=force_custom_plan"
@@ -1535,7 +1538,7 @@ def _no_match(text: str, collection: str, docs: list[DocumentInfo]) -> Knowledge
     hint = (
         f"; closest: {', '.join(repr(c) for c in dict.fromkeys(closest))}"
         if closest
-        else f"; it holds {len(docs)} documents (list them with documents())"
+        else f"; it holds {len(docs)} documents"
     )
     return KnowledgeBaseError(f"no document of {collection!r} matching {text!r}{hint}")
 

@@ -41,6 +41,7 @@ from psycopg import sql
 from arcana_loop.knowledge import lexical, whole
 from arcana_loop.knowledge.errors import EmbeddingMismatch
 from arcana_loop.knowledge.filters import check_filter, filter_sql
+from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL, PLACED_POSITION_SQL, PLACED_START_SQL
 from arcana_loop.knowledge.schema import embeddings_table
 from arcana_loop.knowledge.types import SEARCH_MODES, Chunk, SearchMode
@@ -169,6 +170,7 @@ def make_request(
         raise TypeError(f"query must be a str, got {type(query).__name__}")
     if not query.strip():
         raise ValueError("search query is empty or blank")
+    check_text(query, "search query")  # a lone surrogate cannot be embedded or sent
     if mode not in SEARCH_MODES:
         raise ValueError(f"invalid search mode {mode!r}: expected one of {', '.join(SEARCH_MODES)}")
     if not _is_int(limit) or limit < 1:
@@ -209,6 +211,11 @@ def scope_names(collection: str | Sequence[str] | None) -> list[str] | None:
     """
     if collection is None or collection == "all":
         return None
+    if not isinstance(collection, str | Sequence):
+        raise TypeError(
+            "collection must be None, 'all', a name, or a list of names,"
+            f" got {type(collection).__name__}"
+        )
     names = [collection] if isinstance(collection, str) else list(collection)
     if not all(isinstance(n, str) for n in names):
         raise TypeError("collection must be None, 'all', a name, or a list of names")

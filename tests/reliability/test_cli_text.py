@@ -160,6 +160,8 @@ def test_a_collection_name_with_a_space_at_either_end_is_refused_before_anything
         ["delete", "   ", "--yes"],
         ["delete", "-c", "x" * 300, "--yes"],
         ["entities", "build", " "],
+        ["reembed", "", "--embeddings", "wordllama"],
+        ["ask", "How?", "-c", "docs", "-c", " "],
     ],
 )
 def test_a_name_no_collection_can_have_is_one_line_in_every_command(
@@ -170,6 +172,15 @@ def test_a_name_no_collection_can_have_is_one_line_in_every_command(
     assert "Traceback" not in done.stderr
     first = done.stderr.splitlines()[0]
     assert first.startswith("Error: Invalid value for") and "collection name" in first
+
+
+def test_all_in_another_case_is_said_reserved_not_missing(
+    kb: KnowledgeBase, runner: CliRunner
+) -> None:
+    kb.ingest("A zorblat note.", collection="notes")
+    done = runner.invoke(app, ["ask", "What is a zorblat?", "-c", "ALL"])
+    assert done.exit_code == 1
+    assert done.stderr.startswith("Error: no collection is named 'ALL': it is reserved.")
 
 
 def test_a_stored_name_holding_an_escape_is_listed_escaped(

@@ -230,17 +230,28 @@ BAD_SEARCH_ARGS = [
     ({"limit": 10**20}, ValueError, r"limit must be an int in 1\.\.10000"),
     ({"limit": 10_001}, ValueError, r"limit must be an int in 1\.\.10000"),
     ({"limit": 0}, ValueError, r"limit must be an int in 1\.\.10000"),
+    ({"collection": 5}, TypeError, "collection must be None, 'all', a name, or a list of names"),
+    ({"query": "cats\ud800"}, ValueError, "search query contains a lone surrogate"),
 ]
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize(("args", "error", "message"), BAD_SEARCH_ARGS)
 async def test_bad_search_arguments_are_refused_on_both_paths(kb, args, error, message):
+    args = {"query": "timeouts", **args}
     with pytest.raises(error, match=message):
-        kb.search("timeouts", **args)
+        kb.search(**args)
     with pytest.raises(error, match=message):
-        await kb.asearch("timeouts", **args)
+        await kb.asearch(**args)
     await kb.aclose()
+
+
+def test_a_pool_size_that_is_no_positive_int_is_refused(pg_url):
+    from arcana_loop.knowledge import KnowledgeBase
+
+    for size in ("4", 0, 2.5, True):
+        with pytest.raises(ValueError, match="pool_size must be a positive int"):
+            KnowledgeBase(pg_url, pool_size=size)
 
 
 @pytest.mark.postgres
