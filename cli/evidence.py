@@ -49,13 +49,14 @@ def stale_command(
     from arcana_loop.graph.stale import stale_answers
 
     kb = knowledge_base()
-    if collection is not None:
-        require_collection(kb, collection, "could not check the answers")
     try:
         with database_errors("could not check the answers"):
             stale = stale_answers(checkpointer, collection=collection, knowledge_base=kb)
     except ValueError as exc:
         fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
+    if collection is not None and not stale:
+        # a deleted collection's answers are listed above; a name never stored is a typo
+        require_collection(kb, collection, "could not check the answers")
     if as_json:
         print(json.dumps([s.to_dict() for s in stale], ensure_ascii=False, indent=2))
         return

@@ -58,6 +58,15 @@ def test_a_sync_counts_the_answers_it_made_stale_and_stale_lists_them(pg_url, tm
     assert compared.returncode == 0, compared.stderr
     assert json.loads(compared.stdout)["same"] is True
 
+    # once the collection is deleted, its answers are still found by its name
+    assert cli("delete", name, "--yes", env=env).returncode == 0
+    gone = cli("stale", "-c", name, "--json", env=env)
+    assert gone.returncode == 0, gone.stderr
+    assert [s["thread_id"] for s in json.loads(gone.stdout)] == [thread]
+    assert json.loads(gone.stdout)[0]["deleted"]
+    typo = cli("stale", "-c", f"{name}-typo", env=env)
+    assert typo.returncode == 1 and "no collection named" in typo.stderr
+
 
 def test_diff_of_two_record_files_needs_no_database(tmp_path):
     from arcana_loop.graph.replay import Record
