@@ -87,15 +87,15 @@ def new_collection_name(name: Any) -> str:
             f"collection names must not contain control characters; {normal!r} holds"
             f" {control!r} at index {normal.index(control)}"
         )
+    if normal.strip().casefold() == RESERVED_COLLECTION_NAME:
+        raise ValueError(
+            f"{normal!r} is reserved (it means every collection in a search scope)"
+            " and cannot name a collection"
+        )
     if normal != normal.strip():
         # ' docs' and 'docs' would be two collections that read alike in every list
         raise ValueError(
             f"collection names must not start or end with a space; got {normal!r}"
             f" (did you mean {normal.strip()!r}?)"
-        )
-    if normal.strip().casefold() == RESERVED_COLLECTION_NAME:
-        raise ValueError(
-            f"{normal!r} is reserved (it means every collection in a search scope)"
-            " and cannot name a collection"
         )
     return normal
