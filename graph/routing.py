@@ -10,7 +10,7 @@ what makes LangGraph draw every edge.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, assert_never
@@ -178,9 +178,29 @@ class Node(RunnableLambda[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Run the body with the run's runtime (LangGraph's public accessor)."""
-        return self.body(input, get_runtime(LoopContext))
+        runtime = get_runtime(LoopContext)
+        if runtime.context is None:  # a graph invoked without context= runs on the defaults
+            runtime = runtime.override(context=LoopContext())
+        return self.body(input, runtime)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Run the body in a worker thread, so the caller's event loop stays free."""
         with caller_loop(asyncio.get_running_loop()):
             return await run_in_executor(config, self.invoke, input)
+
+    # LangGraph streams a node (``astream_events``, the server's ``events`` mode) through
+    # these; `RunnableLambda`'s own would call the body without the runtime. A node's
+    # input is one state, whole: the last chunk the stream gives.
+    def transform(
+        self, input: Iterator[Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        """Run the body once on the state the stream gives, yielding its update."""
+        states = list(input)
+        yield self.invoke(states[-1] if states else None, config)
+
+    async def atransform(
+        self, input: AsyncIterator[Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """Run the body once (in a worker thread) on the state the stream gives, yielding its update."""
+        states = [state async for state in input]
+        yield await self.ainvoke(states[-1] if states else None, config)

@@ -231,3 +231,27 @@ def test_served_graph_with_a_bad_model_name_ends_as_error():
         {"question": "Q?"}, context=LoopContext(controller_model="nosuchprovider:x")
     )
     assert out["terminated_by"] == "error" and "nosuchprovider" in out["error"]
+
+
+def _scripted_graph():
+    model = ScriptedChatModel(responses=[search("timeouts"), answer("Use wait_for [c1].")])
+    found = ScriptedSearch([[chunk("c1", "asyncio.wait_for runs a coroutine with a timeout.")]])
+    return build_graph(make_deps(controller_llm=model, search_fn=found)).compile()
+
+
+async def test_the_graph_streams_its_events_as_langgraph_clients_ask():
+    # astream_events (the server's "events" stream mode) runs each node through its transform
+    ended = []
+    async for event in _scripted_graph().astream_events(
+        {"question": "Timeouts?"}, version="v2", context=LoopContext()
+    ):
+        if event["event"] == "on_chain_end" and event["name"] in ("controller", "finish"):
+            ended.append(event["name"])
+    assert ended == ["controller", "controller", "finish"]
+    *_, last = _scripted_graph().stream({"question": "Timeouts?"}, stream_mode="values")
+    assert last["terminated_by"] == "answered"
+
+
+def test_a_graph_invoked_without_a_context_runs_on_the_defaults():
+    out = _scripted_graph().invoke({"question": "Timeouts?"})
+    assert out["terminated_by"] == "answered" and out["answer"].startswith("Use wait_for")
