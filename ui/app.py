@@ -95,6 +95,12 @@ def create_app(
         return JSONResponse({"collections": found})
 
     async def evidence(request: Request) -> Response:
+        if request.method != "POST":
+            return JSONResponse(
+                {"error": "POST a thread's state values"},
+                status_code=405,
+                headers={"Allow": "POST"},
+            )
         body = await request.body()
         if len(body) > MAX_EVIDENCE_BYTES:
             return JSONResponse({"error": "the state sent is too large"}, status_code=413)
@@ -120,9 +126,20 @@ def create_app(
             Route("/ui/", page),
             Route("/ui/static/{name}", page),
             Route("/ui/api/collections", collections),
-            Route("/ui/api/evidence", evidence, methods=["POST"]),
+            Route("/ui/api/evidence", evidence, methods=EVERY_METHOD),
+            # the rest of /ui is the page's too: unanswered here, the server's own mount
+            # of the same prefix took the request and failed on a folder it does not have
+            Route("/ui/{rest:path}", nothing_here, methods=EVERY_METHOD),
         ]
     )
+
+
+async def nothing_here(request: Request) -> Response:
+    """Any other path under ``/ui``: not found."""
+    return JSONResponse({"error": f"nothing at {request.url.path}"}, status_code=404)
+
+
+EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 app = create_app()

@@ -31,7 +31,18 @@ def test_the_page_and_its_two_files_are_served_with_a_strict_policy() -> None:
     assert client.get("/ui/").text == page.text
 
 
-@pytest.mark.parametrize("path", ["/ui/static/app.py", "/ui/static/..%2Fapp.py", "/ui/static/x.js"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ui/static/app.py",
+        "/ui/static/..%2Fapp.py",
+        "/ui/static/x.js",
+        "/ui/foo",
+        "/ui/index.html",
+        "/ui/static/",
+        "/ui/api/collections/",
+    ],
+)
 def test_nothing_but_the_page_files_is_served(path: str) -> None:
     assert _client().get(path).status_code == 404
 
@@ -78,3 +89,8 @@ def test_evidence_of_an_empty_thread_is_an_empty_view() -> None:
         [],
         [],
     )
+
+
+def test_the_evidence_route_takes_a_post_only() -> None:
+    answered = _client().get("/ui/api/evidence")
+    assert answered.status_code == 405 and answered.headers["allow"] == "POST"

@@ -9,6 +9,8 @@ page reaches is saved as a screenshot in ``tests/ui/screenshots/``.
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -207,6 +209,34 @@ def test_a_failed_run_and_a_spent_budget_are_shown_as_such(
         "Stopped: the question spent its turns."
     )
     shot(page, "6-budget")
+
+    page.click("#new-thread")
+    _ask(page, "How much grain do the silos store?", model="offline", turns=0)
+    _runs_done(page, 3)
+    # nothing was searched, so nothing was written from chunks
+    expect(page.locator(".turn.current .state")).to_have_text(
+        "Stopped: the question spent its turns."
+    )
+
+
+def test_a_highlight_counts_characters_as_the_server_does(
+    page: Page, server: LangGraphServer, ui_docs: str
+) -> None:
+    # the server's offsets count code points; past an emoji a JS string counts two units each
+    _open(page, server, ui_docs)
+    assert page.evaluate("unitIndex('\U0001f680\U0001f680 Launch', 3)") == 5
+    assert page.evaluate("unitIndex('plain text', 5)") == 5
+    assert page.evaluate("unitIndex('\U0001f680', 9)") == 2  # never past the end
+
+
+@pytest.mark.parametrize("path", ["/ui/foo", "/ui/index.html", "/ui/static/"])
+def test_a_path_under_ui_the_page_does_not_have_is_not_found_on_the_server(
+    server: LangGraphServer, path: str
+) -> None:
+    # the server mounts a /ui of its own; the page's routes answer the whole prefix
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"{server.url}{path}", timeout=10)
+    assert missing.value.code == 404
 
 
 def test_a_document_holding_a_script_renders_as_text(

@@ -386,7 +386,8 @@ function stateLine(view) {
       return el("p", { class: "state gave-up", text: "Gave up: the knowledge base did not answer this question." });
     case "max_iterations": {
       const budget = { iterations: "its turns", tokens: "its tokens", seconds: "its time" }[view.budget_stop] || "its budget";
-      const written = view.answer.length ? " The answer below was written from the chunks gathered." : "";
+      // written from chunks only when it cites some: a budget spent before any search leaves none
+      const written = view.citations.length ? " The answer below was written from the chunks gathered." : "";
       return el("p", { class: "state budget", text: `Stopped: the question spent ${budget}.${written}` });
     }
     case "error": // the closing message says why, when there is one
@@ -513,6 +514,17 @@ function renderEvidence(view) {
     : "This answer cites no passage.";
 }
 
+// The server counts a text's characters as Python does (code points); a JS string counts
+// UTF-16 units, two for a character past U+FFFF (an emoji): the index of code point `at`.
+function unitIndex(text, at) {
+  let unit = 0;
+  for (let point = 0; point < at && unit < text.length; point++) {
+    const code = text.charCodeAt(unit);
+    unit += code >= 0xd800 && code <= 0xdbff ? 2 : 1;
+  }
+  return unit;
+}
+
 function showPassage(citations, n, scope, focus = null) {
   const found = citations.find((x) => x.n === n);
   if (!found) return;
@@ -537,7 +549,7 @@ function showPassage(citations, n, scope, focus = null) {
   text.replaceChildren();
   if (!c.text) text.append("(the passage's text is not in this question's chunks)");
   else if (c.highlight) {
-    const [start, end] = c.highlight;
+    const [start, end] = c.highlight.map((at) => unitIndex(c.text, at));
     text.append(c.text.slice(0, start), el("mark", { text: c.text.slice(start, end) }), c.text.slice(end));
   } else text.append(c.text);
   if (c.partial) text.append(el("span", { class: "muted", text: " … (an earlier question's passage: its start only)" }));
