@@ -179,7 +179,8 @@ class Node(RunnableLambda[Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Run the body with the run's runtime (LangGraph's public accessor)."""
         runtime = get_runtime(LoopContext)
-        if runtime.context is None:  # a graph invoked without context= runs on the defaults
+        given: object = runtime.context  # None for a graph invoked without context=
+        if given is None:  # which runs on the defaults
             runtime = runtime.override(context=LoopContext())
         return self.body(input, runtime)
 

@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 Emit = Callable[[dict[str, Any]], None]
 OnTimeout = Callable[[float], None]
 """Told the seconds a grounding was given when it timed out."""
+OnFailure = Callable[[str], None]
+"""Told why a grounding failed (the grounder raised, or returned what is no grounding), in one line."""
 
 
 def _timed_out(name: str, timeout: float, on_timeout: OnTimeout | None) -> None:
@@ -52,7 +54,9 @@ def _stop(question: str, name: str, result: dict[str, Any] | None) -> dict[str, 
     }
 
 
-def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] | None:
+def _finish(
+    raw: Any, tool_history: Sequence[Any], name: str, on_failure: OnFailure | None
+) -> dict[str, Any] | None:
     try:
         data = GroundingResult.from_mapping(raw).to_dict()
         if data.get("usage") is None:
@@ -60,6 +64,8 @@ def _finish(raw: Any, tool_history: Sequence[Any], name: str) -> dict[str, Any] 
         return enrich(data, tool_history)
     except Exception as exc:  # garbage from a grounder: no grounding, the answer stays
         logger.warning("grounder %s returned an unusable result: %s", name, exc)
+        if on_failure is not None:
+            on_failure(f"grounder {name} returned an unusable result: {exc}")
         return None
 
 
@@ -92,6 +98,7 @@ def ground_answer(
     timeout: float | None = None,
     emit: Emit | None = None,
     on_timeout: OnTimeout | None = None,
+    on_failure: OnFailure | None = None,
     terminated_by: str | None = None,
     **opts: Any,
 ) -> dict[str, Any] | None:
@@ -108,12 +115,17 @@ def ground_answer(
     result = None
     try:
         result = _finish(
-            _grounded(grounder, answer, list(chunks), question, timeout, opts), tool_history, name
+            _grounded(grounder, answer, list(chunks), question, timeout, opts),
+            tool_history,
+            name,
+            on_failure,
         )
     except TimeoutError:
         _timed_out(name, timeout or 0.0, on_timeout)
     except Exception as exc:  # a failing grounder never loses the answer
         logger.warning("grounder %s failed: %s: %s", name, type(exc).__name__, exc)
+        if on_failure is not None:
+            on_failure(f"grounder {name} failed: {type(exc).__name__}: {exc}")
     if emit:
         emit(_stop(question, name, result))
     return result

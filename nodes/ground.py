@@ -1,9 +1,9 @@
 """The ``ground`` node: score the answer against the gathered chunks, claim by claim.
 
 Runs only when a grounder is configured. Grounding never loses the answer: a
-grounder that fails, times out or returns garbage leaves ``grounding`` as ``None``.
-It gets ``ground_timeout`` seconds, or the time left of ``max_seconds`` when that is
-less (``max_seconds`` bounds the whole run); a timeout is noted in ``error``.
+grounder that fails, times out or returns garbage leaves ``grounding`` as ``None``,
+and why is noted in ``error``. It gets ``ground_timeout`` seconds, or the time left
+of ``max_seconds`` when that is less (``max_seconds`` bounds the whole run).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from arcana_loop.nodes.models import ChatModelCaller, cached_model
 from arcana_loop.nodes.policy import Policy, PolicyView
 
 TIMED_OUT = "grounding timed out after {seconds:.3g} s ({limit}); the answer stands, ungrounded"
+FAILED = "{reason}; the answer stands, ungrounded"
 NO_TIME_LEFT = "grounding timed out: max_seconds was spent before it could start; the answer stands, ungrounded"
 
 
@@ -43,15 +44,49 @@ def ground_seconds(
 
 
 def judge_model_for(deps: LoopDeps, ctx: LoopContext) -> Any:
-    """Return the judge model for ``llm_judge``: the context's, else the answer model, else the controller."""
+    """Return the judge model for ``llm_judge``: the context's, else the answer model, else the controller.
+
+    The offline controller is no judge (it quotes passages, it writes no verdict): with
+    it and no other model, there is none.
+    """
     if ctx.judge_model is not None:
         return ctx.judge_model  # the judge resolves model names itself
     for caller in (deps.answer_llm, deps.controller_llm):
         if isinstance(caller, ChatModelCaller):
-            return caller.model
+            return None if _offline(caller.model) else caller.model
     spec = ctx.answer_model or ctx.controller_model
     caller = cached_model(spec) if spec else None
-    return caller.model if isinstance(caller, ChatModelCaller) else None
+    if isinstance(caller, ChatModelCaller) and not _offline(caller.model):
+        return caller.model
+    return None
+
+
+def _offline(model: Any) -> bool:
+    from arcana_loop.nodes.offline import OfflineController
+
+    return isinstance(model, OfflineController)
+
+
+NO_JUDGE = (
+    "the llm_judge grounder needs a model to judge with: set judge_model (or give an answer"
+    " or controller model; the offline controller is none), or use the local grounder"
+)
+
+
+def check_grounder(deps: LoopDeps, ctx: LoopContext) -> None:
+    """Raise, before a question's first turn, for a grounder that could not run.
+
+    An unknown name would fail only once the answer is written; ``llm_judge`` with no
+    model to judge with would leave every answer ungrounded.
+
+    Raises:
+        ValueError: for an unknown grounder name, or ``llm_judge`` without a judge model.
+    """
+    if deps.grounder is not None or ctx.grounder is None:
+        return
+    if ctx.grounder == "llm_judge" and judge_model_for(deps, ctx) is None:
+        raise ValueError(NO_JUDGE)
+    grounder_for(deps, ctx)
 
 
 def grounder_for(deps: LoopDeps, ctx: LoopContext) -> Any:
@@ -124,5 +159,6 @@ def ground(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
         timeout=seconds,
         emit=lambda e: emit(runtime, e),
         on_timeout=lambda s: notes.append(TIMED_OUT.format(seconds=s, limit=limit)),
+        on_failure=lambda reason: notes.append(FAILED.format(reason=reason)),
     )
     return _graded(view, deps.policies, result, notes[0] if notes else None)

@@ -25,6 +25,7 @@ from arcana_loop.nodes import prompts
 from arcana_loop.nodes.common import emit, offered_names
 from arcana_loop.nodes.conversation import fresh_state, instruction, new_question
 from arcana_loop.nodes.deps import LoopDeps
+from arcana_loop.nodes.ground import check_grounder
 from arcana_loop.nodes.lifecycle import start_event
 from arcana_loop.nodes.pins import stale_evidence
 from arcana_loop.tools.give_up import GIVE_UP_ANSWER
@@ -71,7 +72,9 @@ def start(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) ->
     asked = new_question(state, scope)
     if asked is not None:
         check_question(asked.text)
-        check_search_opts(deps.search_fn, ctx.search_opts)  # a served run's, given as context
+        # a served run's options come as its context: checked before the first turn
+        check_search_opts(deps.search_fn, ctx.search_opts)
+        check_grounder(deps, ctx)
         update = fresh_state(asked, state)
         update.update(_told_of_changes(state, update, deps))
         reason = deps.unsearchable(scope)

@@ -138,6 +138,39 @@ def test_failing_grounders_leave_none_and_log(grounder, caplog):
     assert all(r.name.startswith("arcana_loop.") for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    ("grounder", "said"),
+    [
+        (Recorder(error=RuntimeError("model failed")), "failed: RuntimeError: model failed"),
+        (Recorder({"score": 7}), "returned an unusable result"),
+    ],
+)
+def test_a_failing_grounder_is_said_in_the_runs_error_and_the_answer_stands(grounder, said):
+    result = run(
+        "Q?",
+        controller_llm=ScriptedChatModel(responses=[search("q"), answer("A [c1].")]),
+        search_fn=ScriptedSearch([CHUNKS]),
+        grounder=grounder,
+    )
+    assert result.terminated_by == "answered" and result.answer == "A [c1]."
+    assert result.grounding is None
+    assert said in result.error and result.error.endswith("the answer stands, ungrounded")
+
+
+@pytest.mark.parametrize("context", [{"grounder": "llm_judge"}, {"grounder": "bogus"}])
+def test_a_grounder_that_could_not_run_is_refused_before_the_first_turn(context):
+    # a served run's options come as its context; the offline controller is no judge
+    model = ScriptedChatModel(responses=[answer("never")])
+    found = ScriptedSearch([CHUNKS])
+    compiled = build_graph(make_deps(controller_llm="offline", search_fn=found)).compile()
+    with pytest.raises(ValueError, match="needs a model to judge with|unknown grounder 'bogus'"):
+        compiled.invoke({"question": "Q?"}, context=LoopContext(**context))
+    assert found.calls == [] and model.calls == []
+    with pytest.raises(ValueError, match="needs a model to judge with|unknown grounder 'bogus'"):
+        run("Q?", controller_llm="offline", search_fn=found, **context)
+    assert found.calls == []
+
+
 def test_async_grounders_are_awaited_and_timeouts_bounded():
     import asyncio
     import threading
