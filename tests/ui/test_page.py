@@ -227,6 +227,10 @@ def test_a_highlight_counts_characters_as_the_server_does(
     assert page.evaluate("unitIndex('\U0001f680\U0001f680 Launch', 3)") == 5
     assert page.evaluate("unitIndex('plain text', 5)") == 5
     assert page.evaluate("unitIndex('\U0001f680', 9)") == 2  # never past the end
+    # a Markdown file's title leads its section paths: a source names it once
+    placed = "placeOf({title: 'Deploying', section: 'Deploying > Rollback', pages: '2'})"
+    assert page.evaluate(placed) == "Deploying › Rollback › page 2"
+    assert page.evaluate("placeOf({title: 'Guide', section: 'Ports'})") == "Guide › Ports"
 
 
 @pytest.mark.parametrize("path", ["/ui/foo", "/ui/index.html", "/ui/static/"])

@@ -428,7 +428,9 @@ function pagesLabel(pages) {
 
 function placeOf(c) {
   const parts = [c.title || c.source || c.chunk_id];
-  if (c.section && c.section !== c.title) parts.push(c.section);
+  // a Markdown file's title is its first heading, and so the first part of its sections
+  const section = c.title && c.section && c.section.startsWith(`${c.title} > `) ? c.section.slice(c.title.length + 3) : c.section;
+  if (section && section !== c.title) parts.push(section);
   if (c.pages) parts.push(pagesLabel(c.pages));
   return parts.join(" › ");
 }
