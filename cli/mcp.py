@@ -26,7 +26,7 @@ names another one is a tool error, a call that names none reads them, and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
@@ -197,6 +197,18 @@ def served_sources(infos: list[Any]) -> dict[str, str]:
     return {d.id: c["metadata"]["source"] for d, c in zip(infos, shown, strict=True)}
 
 
+def _as_served(message: str, kb: Any, collections: Sequence[str]) -> str:
+    """`message` with each stored source of `collections` written as served (`served_sources`)."""
+    shown: dict[str, str] = {}
+    for name in collections:
+        infos = kb.documents(name)
+        served = served_sources(infos)
+        shown.update({d.source: served[d.id] for d in infos})
+    for stored in sorted(shown, key=len, reverse=True):  # a path before any path it begins
+        message = message.replace(stored, shown[stored])
+    return message
+
+
 def _document_row(info: Any, source: str) -> DocumentRow:
     return {
         "collection": info.collection,
@@ -324,7 +336,13 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
     ) -> DocumentText:
         """Read a stored document: its chunks in order, each with title, section path, pages, text and id."""
         with tool_errors():
-            document = find_document(kb, source, scope.collections(collection))
+            searched = scope.collections(collection)
+            try:
+                document = find_document(kb, source, searched)
+            except (
+                LookupError
+            ) as exc:  # it names documents: as served, not where the server keeps them
+                raise LookupError(_as_served(str(exc), kb, searched)) from None
             chunks = document_chunks(kb, document.id)
             served = served_sources(kb.documents(document.collection))[document.id]
         return {
