@@ -19,7 +19,9 @@ results. A follow-up that only makes sense with the question before it (it start
 with "and", "what about"..., or refers back with "it", "its", "they", "this"...) is
 searched and answered with the earlier question's subject added: after "How do I run
 a coroutine with a timeout?", "what about its exceptions?" searches "run a coroutine
-with a timeout its exceptions".
+with a timeout its exceptions". Its own words are searched alone too, and a passage it
+quotes must hold them: after "How do I roll back a release?", "and how do I scale it?"
+answers with scaling, not the rollback again.
 
 `MIN_SCORE`, the weights and how much is quoted were measured on the tune half of the
 realistic evaluation set (`evaluation/README.md`, "The offline answer").
@@ -148,10 +150,15 @@ def _results(messages: Sequence[BaseMessage]) -> list[Found]:
     return [Found(i, subject, text, ranks[i]) for i, (subject, text) in texts.items()]
 
 
-def search_queries(question: str) -> list[str]:
-    """What the first turn searches: each part of the question, then its key terms (what the wording may hide)."""
+def search_queries(question: str, focus: str = "") -> list[str]:
+    """What the first turn searches: each part of the question, then its key terms (what the wording may hide).
+
+    ``focus``: a follow-up's own words, searched too (`current_question`): "and how do I
+    scale it?" after a question about rolling back asks about scaling.
+    """
     terms = " ".join(sorted(content_terms(question)))
-    return [q for q in dict.fromkeys([*question_parts(question), terms]) if q]
+    own = " ".join(sorted(content_terms(focus)))
+    return [q for q in dict.fromkeys([*question_parts(question), terms, own]) if q]
 
 
 def unknown_names(messages: Sequence[BaseMessage]) -> list[str]:
@@ -313,12 +320,19 @@ class Quote:
         return f"{lead}{text} [{self.found.id}]"
 
 
-def _quote(part: str, found: Found, sentences: Sequence[str], meaning: Sequence[float]) -> Quote:
+def _quote(
+    part: str, found: Found, sentences: Sequence[str], meaning: Sequence[float], focus: str = ""
+) -> Quote:
     """A passage's best sentences for one part, and how well it answers it.
 
-    ``meaning`` is each sentence's similarity to the part.
+    ``meaning`` is each sentence's similarity to the part. The words shared are the
+    part's, or a follow-up's own (``focus``) when it has any: the earlier subject the
+    part carries sets the meaning, and what the follow-up adds must be there.
     """
-    scored = [(meaning[i] + WORDS_WEIGHT * _overlap(part, s), i) for i, s in enumerate(sentences)]
+    words_of = focus if content_terms(focus) else part
+    scored = [
+        (meaning[i] + WORDS_WEIGHT * _overlap(words_of, s), i) for i, s in enumerate(sentences)
+    ]
     # a member's signature says how to call it and names its parameters: it leads the quote
     signature = sentences[0] if _is_signature(sentences[0], found.subject) else None
     ranked = sorted((s for s in scored if signature is None or s[1] > 0), reverse=True)
@@ -327,7 +341,7 @@ def _quote(part: str, found: Found, sentences: Sequence[str], meaning: Sequence[
     )
     if not chosen:  # the signature is all the passage says
         chosen, signature = (sentences[0],), None
-    words = _overlap(part, f"{found.subject} {found.text}")
+    words = _overlap(words_of, f"{found.subject} {found.text}")
     return Quote(found, chosen, passage_score(max(meaning), words, found.rank), signature)
 
 
@@ -341,8 +355,11 @@ class Extract:
     """The best passage's score over the question's parts; ``None`` when there was nothing to quote."""
 
 
-def extract(question: str, chunks: Sequence[Found]) -> Extract:
-    """Quote, for each part of the question, the passages that answer it best (`PASSAGES_PER_PART`)."""
+def extract(question: str, chunks: Sequence[Found], focus: str = "") -> Extract:
+    """Quote, for each part of the question, the passages that answer it best (`PASSAGES_PER_PART`).
+
+    ``focus``: a follow-up's own words (see `_quote`).
+    """
     passages = [(f, s) for f in chunks if (s := quotable_sentences(f.text))]
     if not passages:
         return Extract(None, None)
@@ -353,7 +370,7 @@ def extract(question: str, chunks: Sequence[Found]) -> Extract:
         quotes, start = [], 0
         for found, sentences in passages:
             row = [float(x) for x in similar[index][start : start + len(sentences)]]
-            quotes.append(_quote(part, found, sentences, row))
+            quotes.append(_quote(part, found, sentences, row, focus))
             start += len(sentences)
         ranked.append(sorted(quotes, key=lambda q: q.score, reverse=True))
     best = max(quotes[0].score for quotes in ranked)
@@ -365,11 +382,18 @@ def extract(question: str, chunks: Sequence[Found]) -> Extract:
         for quote in quotes[:PASSAGES_PER_PART]:
             if quote.score < quotes[0].score - NEXT_PASSAGE_MARGIN:
                 break
+            if quote is not quotes[0] and not _says(focus, quote.found):
+                continue  # a follow-up's passages beside the best must hold what it adds
             # two hits of one section read as the same text: quoted once
             if quote.found.id not in quoted and quote.sentences not in quoted:
                 quoted.update((quote.found.id, quote.sentences))
                 lines.append(quote.line())
     return Extract("\n".join(lines), best)
+
+
+def _says(focus: str, found: Found) -> bool:
+    """Whether a passage holds a word of a follow-up's own (or there is no follow-up)."""
+    return not content_terms(focus) or _overlap(focus, f"{found.subject} {found.text}") > 0
 
 
 def is_follow_up(question: str) -> bool:
@@ -385,24 +409,23 @@ def with_subject(question: str, earlier: str) -> str:
     return f"{subject} {_LEAD.sub('', question)}".strip()
 
 
-def current_question(messages: Sequence[BaseMessage]) -> tuple[str, int]:
-    """The question to answer, follow-ups completed with the earlier subject, and where it was asked.
+def current_question(messages: Sequence[BaseMessage]) -> tuple[str, str, int]:
+    """The question to answer, follow-ups completed with the earlier subject; a follow-up's own words; where it was asked.
 
     The question is the last human message that is the user's (not one of the loop's
     own instructions); the position is that message's, so only later results count.
+    The own words are empty for a question that is no follow-up.
     """
     from arcana_loop.nodes.conversation import is_user_turn
 
-    question, position, earlier = "", 0, ""
+    question, own, position = "", "", 0
     for index, message in enumerate(messages):
         if is_user_turn(message):
             text = message.text
-            question, position, earlier = (
-                with_subject(text, earlier),
-                index,
-                with_subject(text, earlier),
-            )
-    return question, position
+            completed = with_subject(text, question)
+            own = _LEAD.sub("", text).strip() if completed != text else ""
+            question, position = completed, index
+    return question, own, position
 
 
 def _call(name: str, index: int, **args: Any) -> ToolCall:
@@ -431,7 +454,7 @@ class OfflineController(ReplyingChatModel):
 
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
         """This turn's decision: the searches, then an extracted answer or a give-up."""
-        question, asked = current_question(messages)
+        question, own, asked = current_question(messages)
         messages = messages[asked:]  # this question's turns only
         searched = any(
             c["name"] == search.NAME
@@ -440,9 +463,10 @@ class OfflineController(ReplyingChatModel):
             for c in m.tool_calls
         )
         if self.tools_offered and not searched:
-            calls = [_call(search.NAME, i, query=q) for i, q in enumerate(search_queries(question))]
+            queries = search_queries(question, own)
+            calls = [_call(search.NAME, i, query=q) for i, q in enumerate(queries)]
             return _reply("", calls)
-        found = extract(question, _results(messages))
+        found = extract(question, _results(messages), own)
         if not self.tools_offered:
             return _reply(found.text or NO_ANSWER_TEXT)
         names = unknown_names(messages)

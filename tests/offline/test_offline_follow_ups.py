@@ -70,3 +70,39 @@ def test_follow_ups_are_told_from_standalone_questions():
     assert (
         with_subject("How do I parse JSON?", "How do I run a coroutine?") == "How do I parse JSON?"
     )
+
+
+FROB = {
+    "rollback": "To roll back a release, run frob rollback. The rollback keeps the database as it is.",
+    "scale": "The Frobnicator scales horizontally: add more workers with frob scale.",
+}
+
+
+def frob_search(query, collection=None, limit=5, **_):
+    words = {w.lower().strip("?.,") for w in query.split()}
+    hits = [
+        chunk(k, t, score=len(words & {w.strip(".:,") for w in t.lower().split()}) / len(words))
+        for k, t in FROB.items()
+    ]
+    return sorted([h for h in hits if h["score"] > 0], key=lambda h: -h["score"])[:limit]
+
+
+def test_a_follow_up_that_asks_something_new_is_answered_with_it_not_the_earlier_answer():
+    saver = InMemorySaver()
+    first = run(
+        "How do I roll back a release?",
+        controller_llm="offline",
+        search_fn=frob_search,
+        checkpointer=saver,
+    )
+    assert "[rollback]" in first.answer
+    second = run(
+        "And how do I scale it?",
+        controller_llm="offline",
+        search_fn=frob_search,
+        checkpointer=saver,
+        thread_id=first.thread_id,
+    )
+    queries = [e["args"]["query"] for e in second.tool_history if e["tool"] == "search"]
+    assert "scale" in queries  # the follow-up's own words, searched alone too
+    assert "[scale]" in second.answer and "[rollback]" not in second.answer
