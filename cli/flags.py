@@ -37,9 +37,10 @@ def collection_name(name: str | None) -> str | None:
     The callback of every ``--collection``/``COLLECTION`` parameter that is looked up
     as given (a blank or over-long name said in one line, not as a traceback).
     """
-    from arcana_loop.knowledge.names import normalize_collection_name
-
     if name is not None:
+        # imported here: a --help runs this callback too, and must not load the knowledge base
+        from arcana_loop.knowledge.names import normalize_collection_name
+
         try:
             normalize_collection_name(name)
         except (TypeError, ValueError) as exc:

@@ -145,10 +145,10 @@ def ingest(
 
     Unchanged files are skipped; a changed file re-embeds only its changed chunks.
     """
-    from arcana_loop.knowledge.names import new_collection_name
+    from arcana_loop.knowledge.names import created_collection_name
 
     try:
-        collection = new_collection_name(collection)
+        collection = created_collection_name(collection)
     except ValueError as exc:
         fail(str(exc), "choose another --collection name")
     for path in paths:

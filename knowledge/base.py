@@ -407,6 +407,40 @@ class KnowledgeBase:
         with self._server_errors():
             yield
 
+    def _read(self, read: Callable[[psycopg.Connection[Any]], R]) -> R:
+        """Run `read` (statements that only read) on a pooled connection, once more if that one was dead.
+
+        The pool asks the server about a connection only when its socket has news
+        (`pools.check_connection`): a server that ended its connections (a restart,
+        ``pg_terminate_backend``) may not have closed a socket yet when it is handed
+        out. What only reads runs again on another connection; the pool drops the
+        closed one. A server that is down is said as `DatabaseUnavailable`.
+        """
+        with self._server_errors():
+            handed: psycopg.Connection[Any] | None = None
+            try:
+                with self.pool().connection() as handed:
+                    return read(handed)
+            except psycopg.Error as exc:
+                if handed is None or not (connection_lost(exc) and handed.closed):
+                    raise
+            with self.pool().connection() as conn:
+                return read(conn)
+
+    async def _aread(self, read: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]]) -> R:
+        """`_read` on the async pool."""
+        pool = await self.apool()
+        async with self._aserver_errors():
+            handed: psycopg.AsyncConnection[Any] | None = None
+            try:
+                async with pool.connection() as handed:
+                    return await read(handed)
+            except psycopg.Error as exc:
+                if handed is None or not (connection_lost(exc) and handed.closed):
+                    raise
+            async with pool.connection() as conn:
+                return await read(conn)
+
     def close(self) -> None:
         """Close the sync pool (the async pool is closed by `aclose`)."""
         if self._parent is not None:
@@ -469,15 +503,14 @@ class KnowledgeBase:
         return [] if names == [] else await self._arecords(names)
 
     def _records(self, names: list[str] | None) -> list[tuple[str, str, int]]:
-        with self._server_errors(), self.pool().connection() as conn:
-            rows = conn.execute(RECORDS_SQL, {"n": names}).fetchall()
+        rows = self._read(lambda conn: conn.execute(RECORDS_SQL, {"n": names}).fetchall())
         return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     async def _arecords(self, names: list[str] | None) -> list[tuple[str, str, int]]:
-        pool = await self.apool()
-        async with self._aserver_errors(), pool.connection() as conn:
-            cur = await conn.execute(RECORDS_SQL, {"n": names})
-            rows = await cur.fetchall()
+        async def read(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            return await (await conn.execute(RECORDS_SQL, {"n": names})).fetchall()
+
+        rows = await self._aread(read)
         return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
 
     # -- collections ---------------------------------------------------------------
@@ -555,14 +588,15 @@ class KnowledgeBase:
         it, and `delete_collection` still removes it. A collection emptied by
         deleting its documents is listed.
         """
-        with self._server_errors(), self.pool().connection() as conn:
-            rows = conn.execute(
+        rows = self._read(
+            lambda conn: conn.execute(
                 "SELECT k.name,"
                 " (SELECT count(*) FROM kb_documents d WHERE d.collection_id = k.id),"
                 " (SELECT count(*) FROM kb_chunks c WHERE c.collection_id = k.id),"
                 " k.embedding_model, k.dimension"
                 " FROM kb_collections k WHERE k.stored ORDER BY k.name"
             ).fetchall()
+        )
         return [CollectionInfo(r[0], int(r[1]), int(r[2]), r[3], int(r[4])) for r in rows]
 
     def documents(self, collection: str | None = None) -> list[DocumentInfo]:
@@ -687,8 +721,7 @@ class KnowledgeBase:
         An id the knowledge base does not hold (a chunk an edit changed or a delete
         removed) is left out of the result.
         """
-        with self._server_errors(), self.pool().connection() as conn:
-            return read_versions(conn, chunk_ids, document_ids)
+        return self._read(lambda conn: read_versions(conn, chunk_ids, document_ids))
 
     def find_documents(
         self, source: str | os.PathLike[str], *, collection: str = "default"
@@ -1217,9 +1250,13 @@ class KnowledgeBase:
         if req is None:
             return SearchResults()
         vector = self._query_vector(req)
-        steps = self._search_steps(req, vector, entities, entity_depth)
-        with self._server_errors(), self.pool().connection() as conn:
-            return read_sync(conn, steps, lambda: self._embed(req.query))
+        return self._read(
+            lambda conn: read_sync(
+                conn,
+                self._search_steps(req, vector, entities, entity_depth),
+                lambda: self._embed(req.query),
+            )
+        )
 
     @_ascope_embedder
     @_parameters_of(search)
@@ -1231,10 +1268,13 @@ class KnowledgeBase:
         if req is None:
             return SearchResults()
         vector = await self._aquery_vector(req)
-        steps = self._search_steps(req, vector, entities, entity_depth)
-        pool = await self.apool()
-        async with self._aserver_errors(), pool.connection() as conn:
-            return await read_async(conn, steps, lambda: self._aembed(req.query))
+        return await self._aread(
+            lambda conn: read_async(
+                conn,
+                self._search_steps(req, vector, entities, entity_depth),
+                lambda: self._aembed(req.query),
+            )
+        )
 
     def _search_steps(
         self, req: q.SearchRequest, vector: Any, entities: bool | None, depth: int | None

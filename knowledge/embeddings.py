@@ -107,10 +107,10 @@ class WordLlamaEmbeddings(Embeddings):
         for start in range(0, len(texts), self._batch_size):
             batch = [t[:_MAX_EMBED_CHARS] for t in texts[start : start + self._batch_size]]
             with self._lock:
-                parts.append(self._model.embed(batch, norm=True))
+                parts.append(self._model.embed(batch, norm=False))
         if not parts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        return np.concatenate(parts).astype(np.float32, copy=False)
+        return _unit_rows(np.concatenate(parts).astype(np.float32, copy=False))
 
     def _one_by_one(self, texts: list[str]) -> bool:
         """Whether `texts` are few enough to embed one by one (`_embed_few`)."""
@@ -136,8 +136,20 @@ class WordLlamaEmbeddings(Embeddings):
         for row, tokens in enumerate(encoded):
             ids = np.clip(np.asarray(tokens.ids, dtype=np.int32), 0, table.shape[0] - 1)
             out[row] = table[ids].sum(axis=0, dtype=np.float32) / max(len(ids), 1)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-        return out
+        return _unit_rows(out)
+
+
+def _unit_rows(matrix: Any) -> Any:
+    """Each row scaled to length 1, as WordLlama's ``norm=True`` does; a zero row stays zero.
+
+    A text of no token (empty, or only what the tokenizer drops) would otherwise be NaN,
+    to which no distance can be taken.
+    """
+    import numpy as np
+
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix /= np.where(norms == 0, 1, norms)
+    return matrix
 
 
 _ONE_BY_ONE = 64

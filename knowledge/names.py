@@ -92,8 +92,21 @@ def new_collection_name(name: Any) -> str:
             f"{normal!r} is reserved (it means every collection in a search scope)"
             " and cannot name a collection"
         )
+    return normal
+
+
+def created_collection_name(name: Any) -> str:
+    """Return the name a new collection is stored under: `new_collection_name`'s, with no space at either end.
+
+    ' docs' beside 'docs' would be two collections that read alike in every list and
+    hint. A scope may still name one stored before this check (`new_collection_name`).
+
+    Raises:
+        TypeError, ValueError: as `new_collection_name`, or for a name that starts or
+            ends with whitespace.
+    """
+    normal = new_collection_name(name)
     if normal != normal.strip():
-        # ' docs' and 'docs' would be two collections that read alike in every list
         raise ValueError(
             f"collection names must not start or end with a space; got {normal!r}"
             f" (did you mean {normal.strip()!r}?)"

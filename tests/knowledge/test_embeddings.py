@@ -74,3 +74,10 @@ def test_a_few_texts_embed_as_the_model_embeds_each_alone():
     # many texts go through the model's batches: the same vectors, to rounding
     many = embeddings.embed_array(texts * 30)
     assert np.allclose(many[:3], few, atol=1e-6)
+
+
+@pytest.mark.parametrize("count", [2, 100])  # one by one, and through the model's batches
+def test_a_text_of_no_token_embeds_as_a_zero_vector_not_nan(count):
+    vectors = default_embeddings().embed_array(["", *(["A note about bread."] * (count - 1))])
+    assert not np.isnan(vectors).any()
+    assert not vectors[0].any() and np.isclose(np.linalg.norm(vectors[1]), 1.0)

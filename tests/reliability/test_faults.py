@@ -220,6 +220,33 @@ def _cut_every_connection(pg_url):
     return row[0]
 
 
+def _end_every_connection_and_wait(pg_url):
+    """End every other client backend and wait until each is gone (``pg_terminate_backend`` only signals)."""
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+            " AND backend_type = 'client backend'"
+        )
+
+
+@pytest.mark.postgres
+async def test_a_search_handed_a_connection_the_server_ended_runs_again_on_another(
+    kb, pg_url, monkeypatch
+):
+    # the window the pool cannot see: the server ended the connection, its socket is quiet yet
+    import arcana_loop.knowledge.pools as pools
+
+    kb.ingest("asyncio.wait_for runs a coroutine with a timeout.", collection="faults")
+    assert kb.search("wait_for timeout", collection="faults")
+    assert await kb.asearch("wait_for timeout", collection="faults")
+    monkeypatch.setattr(pools, "_has_news", lambda conn: False)
+    _end_every_connection_and_wait(pg_url)
+    assert kb.search("wait_for timeout", collection="faults")
+    assert await kb.asearch("wait_for timeout", collection="faults")
+    await kb.aclose()
+
+
 QUERIES = [
     "wait_for timeout",
     "gather concurrently",
