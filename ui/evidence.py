@@ -161,11 +161,16 @@ def _pieces(passage: str) -> list[tuple[str, int, int]]:
     return pieces
 
 
+_MARKDOWN_HEADING = re.compile(r"#{1,6}(?:\s|$)")
+
+
 def highlight(claim: str, passage: str) -> tuple[int, int] | None:
     """The sentence of ``passage`` sharing most content words with ``claim`` (its offsets), or ``None``."""
     terms = content_terms(_BRACKETED.sub("", claim))
     best, best_span = 0.0, None
     for sentence, start, end in _pieces(passage):
+        if _MARKDOWN_HEADING.match(sentence):
+            continue  # a heading names a section: the claim it leads in an answer is no evidence
         words = content_terms(sentence)
         # shared words first; of two sentences sharing as many, the one with fewer others
         shared = len(terms & words) - 0.01 * len(words - terms)

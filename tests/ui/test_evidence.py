@@ -153,6 +153,11 @@ def test_highlight_picks_the_sentence_or_line_sharing_most_words() -> None:
     assert wrapped[start:end].startswith(
         "When a timeout occurs,\nit cancels"
     )  # one sentence, wrapped
+    # an extracted answer leads with the section's title: its heading is still no evidence
+    keys = "## Rotating session keys and refresh tokens safely\n\nKeys expire after 30 minutes."
+    claim = "Rotating session keys and refresh tokens safely: Keys expire after 30 minutes [x]."
+    start, end = highlight(claim, keys) or (0, 0)
+    assert keys[start:end] == "Keys expire after 30 minutes."
 
 
 def test_ids_in_one_bracket_become_numbers_side_by_side() -> None:
