@@ -112,8 +112,9 @@ def test_ask_with_thread_id_continues_the_conversation(
     assert [e["tool"] for e in result["tool_history"]] == [
         "search",
         "search",
+        "search",
         "answer",
-    ]  # its parts and key terms, then the answer
+    ]  # its parts with the earlier subject, their key terms, its own words; then the answer
 
 
 def test_trace_and_record_one_question_of_a_conversation(
