@@ -68,7 +68,7 @@ from arcana_loop.knowledge.loading import (
     text_document,
     walk_directory,
 )
-from arcana_loop.knowledge.names import new_collection_name, normalize_collection_name
+from arcana_loop.knowledge.names import created_collection_name, normalize_collection_name
 from arcana_loop.knowledge.pools import (
     AsyncFailFastPool,
     FailFastPool,
@@ -529,7 +529,7 @@ class KnowledgeBase:
 
     def _resolve_collection(self, name: str, *, create: bool) -> tuple[CollectionRef, bool]:
         """Return the collection and whether this call created it."""
-        name = new_collection_name(name) if create else normalize_collection_name(name)
+        name = created_collection_name(name) if create else normalize_collection_name(name)
         created = False
         find = "SELECT id, embedding_model, dimension FROM kb_collections WHERE name = %s"
         with autocommitted(self.pool()) as conn:  # each statement stands alone
@@ -856,7 +856,7 @@ class KnowledgeBase:
         _check_ingest_options(
             entities=entities, name=name, max_bytes=max_bytes, batch_size=batch_size
         )
-        collection = new_collection_name(collection)
+        collection = created_collection_name(collection)
         meta = check_metadata(metadata)
         root = _sync_root(source) if sync else None
         result = IngestResult()

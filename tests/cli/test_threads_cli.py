@@ -79,8 +79,9 @@ def test_the_thread_note_names_the_checkpointer_a_follow_up_needs(env, tmp_path)
     kept = tmp_path / "threads.db"
     said = " ".join(cli(*question, "--checkpointer", f"sqlite:{kept}", env=env).stdout.split())
     thread = said.split("Thread ", 1)[1].split()[0]
-    assert f"arcana-loop trace {thread} --checkpointer sqlite:{kept};" in said
-    assert f"--thread-id {thread} --checkpointer sqlite:{kept})" in said
+    unwrapped = "".join(said.split())  # a long path may wrap anywhere on the terminal
+    assert f"arcana-looptrace{thread}--checkpointersqlite:{kept};" in unwrapped
+    assert f"--thread-id{thread}--checkpointersqlite:{kept})" in unwrapped
     traced = cli("trace", thread, "--checkpointer", f"sqlite:{kept}", env=env)
     assert traced.returncode == 0, traced.stderr
     in_memory = " ".join(cli(*question, "--checkpointer", "memory", env=env).stdout.split())
