@@ -148,4 +148,6 @@ def frame_text(text: str, tag: str) -> str:
     and ``</tag`` in it (any case) gets its ``<`` written as ``&lt;``. Nothing else
     changes, so code and prose read as stored.
     """
+    if "<" not in text:  # nothing to escape: most chunks, and a search frames five of them a turn
+        return text
     return re.sub(rf"<(?=/?{re.escape(tag)}\b)", "&lt;", text, flags=re.IGNORECASE)

@@ -7,7 +7,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NotRequired
 from xml.sax.saxutils import quoteattr
 
@@ -34,10 +34,15 @@ CHUNK_TAG = "chunk"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
-def _field(obj: Any, name: str) -> Any:
+def _fields(obj: Any) -> Callable[[str], Any]:
+    """Return how to read a search result's fields: a mapping's keys, else an object's attributes.
+
+    Decided once per result, not once per field: ``isinstance(obj, Mapping)`` is an ABC
+    check, and it ran seven times for each chunk of every search.
+    """
     if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
+        return obj.get
+    return lambda name: getattr(obj, name, None)
 
 
 def _score(value: Any) -> float:
@@ -81,22 +86,23 @@ def to_chunk(obj: Any) -> Chunk | None:
     """
     if obj is None or isinstance(obj, str | bytes | int | float):
         return None
-    text = _field(obj, "text")
+    field = _fields(obj)
+    text = field("text")
     text = _text(text if isinstance(text, str) else ("" if text is None else str(text)))
-    raw_id = _field(obj, "id")
+    raw_id = field("id")
     if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
         chunk_id = "anon-" + hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
     else:
         chunk_id = scrub(str(raw_id))
-    chunk: Chunk = {"id": chunk_id, "text": text, "score": _score(_field(obj, "score"))}
+    chunk: Chunk = {"id": chunk_id, "text": text, "score": _score(field("score"))}
     for key in ("collection", "document_id"):
-        value = _field(obj, key)
+        value = field(key)
         if value is not None:
             chunk[key] = scrub(str(value))
-    position = _field(obj, "position")
+    position = field("position")
     if isinstance(position, int) and not isinstance(position, bool):
         chunk["position"] = position
-    metadata = _field(obj, "metadata")
+    metadata = field("metadata")
     if isinstance(metadata, Mapping):
         chunk["metadata"] = _json_safe(metadata)
     return chunk
@@ -183,6 +189,23 @@ def _label(value: Any) -> str | None:
     return label if len(label) <= _LABEL_CHARS else label[: _LABEL_CHARS - 3] + "..."
 
 
+# quoteattr writes line breaks and tabs as character references: an id stays exact
+_ATTRIBUTE_ENTITIES = {"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
+_NOTHING_TO_QUOTE = re.compile(r'[^&<>"\n\r\t]*')
+
+
+def _quoted(value: str) -> str:
+    """Return an attribute value as `quoteattr` writes it.
+
+    A value holding none of the characters it escapes (most ids, sources and numbers)
+    is that value in double quotes: written so here, without its seven replaces, since
+    every chunk of every search result has two to five attributes.
+    """
+    if _NOTHING_TO_QUOTE.fullmatch(value):
+        return f'"{value}"'
+    return quoteattr(value, _ATTRIBUTE_ENTITIES)
+
+
 def _attributes(entry: ResultEntry, **extra: str) -> str:
     pairs = {
         "n": str(entry["rank"] + 1),
@@ -190,9 +213,7 @@ def _attributes(entry: ResultEntry, **extra: str) -> str:
         **{k: v for k in ("source", "section", "pages") if (v := entry[k]) is not None},
         **extra,
     }
-    # quoteattr writes line breaks and tabs as character references: an id stays exact
-    entities = {"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
-    return " ".join(f"{k}={quoteattr(v, entities)}" for k, v in pairs.items())
+    return " ".join(f"{k}={_quoted(v)}" for k, v in pairs.items())
 
 
 def _opening(entry: ResultEntry) -> str:
