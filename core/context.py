@@ -235,8 +235,13 @@ class LoopContext:
         """Whether an operator-only option holds what the server's environment set (see `OPERATOR_ONLY`)."""
         if name not in OPERATOR_ONLY:
             return False
+        value = getattr(self, name)
+        if (
+            value is None
+        ):  # unset: nothing to hide, and no environment read (two per run and option)
+            return False
         raw = OPTIONS[name].given()
-        return raw is not None and getattr(self, name) == raw
+        return raw is not None and value == raw
 
     def role_temperature(self, role: str) -> float | None:
         """Return the temperature for ``controller``, ``answer`` or ``fallback``: the role's own, else the shared one."""

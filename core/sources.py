@@ -89,19 +89,18 @@ def relative_sources(chunks: Sequence[Any]) -> list[Any]:
     name). Other sources (names, URLs, relative paths) are kept as they are. The
     chunks are copied, never changed.
     """
+    absolute = [_absolute_path((chunk.get("metadata") or {}).get("source")) for chunk in chunks]
     paths: dict[object, list[PurePosixPath | PureWindowsPath]] = {}
-    for chunk in chunks:
-        path = _absolute_path((chunk.get("metadata") or {}).get("source"))
+    for chunk, path in zip(chunks, absolute, strict=True):
         if path is not None:
             paths.setdefault(chunk.get("collection"), []).append(path)
     roots = {collection: _common_folder(found) for collection, found in paths.items()}
     out = []
-    for chunk in chunks:
-        metadata = chunk.get("metadata") or {}
-        path = _absolute_path(metadata.get("source"))
+    for chunk, path in zip(chunks, absolute, strict=True):
         if path is None:
             out.append(chunk)
             continue
+        metadata = chunk.get("metadata") or {}
         root = roots.get(chunk.get("collection"))
         inside = root is not None and path.is_relative_to(root)
         shown = path.relative_to(root).as_posix() if root is not None and inside else path.name

@@ -74,17 +74,19 @@ def system_message(
     state: LoopState,
     opts: Mapping[str, Any],
     offered: Sequence[ToolSchema] | None = None,
+    view: PolicyView | None = None,
 ) -> SystemMessage:
     """Return the system message sent ahead of the conversation.
 
     Its text is the function given, else the context's string, else the default prompt.
-    ``offered``: the controller's tools this turn, when the caller has them already.
+    ``offered``: the controller's tools this turn, when the caller has them already;
+    ``view``: the turn's policy view, when the caller has made it (the controller).
     """
     if deps.system_prompt is not None:
         return SystemMessage(content=_checked(deps.system_prompt(dict(opts)), "system_prompt"))
     if ctx.system_prompt is not None:
         return SystemMessage(content=ctx.system_prompt)
-    scope = scope_of(state)
+    scope = view.scope if view is not None else scope_of(state)
     section = ""
     if scope.kind == "pick":
         names = ", ".join(f"`{n}`" for n in scope.names)
@@ -95,7 +97,10 @@ def system_message(
     for schema in offered:
         tool = registry.get(tool_name(schema))
         slots.update(tool.prompt_slots if tool is not None else {})
-    view = PolicyView(state, ctx, state.get("iterations", 0) + 1, [tool_name(t) for t in offered])
+    if view is None:
+        view = PolicyView(
+            state, ctx, state.get("iterations", 0) + 1, [tool_name(t) for t in offered]
+        )
     for policy in deps.policies:
         slots.update(policy.prompt_slots(view))
     text = prompts.SYSTEM_PROMPT.format(
@@ -144,7 +149,7 @@ def controller_request(
 ) -> list[BaseMessage]:
     """Return what the controller is sent: the system prompt and the policies' notes, then the conversation as models are sent it."""
     state = view.state
-    system = system_message(deps, view.ctx, state, opts, offered)
+    system = system_message(deps, view.ctx, state, opts, offered, view)
     notes = "".join(policy.prompt_note(view) for policy in deps.policies)
     if notes:
         system = SystemMessage(content=system.text + notes)

@@ -410,10 +410,13 @@ def message_text(message: BaseMessage) -> str:
 
 
 def _bounded(message: AnyMessage) -> AnyMessage:
+    content = message.content
+    if isinstance(content, str) and len(content) <= MAX_SENT_MESSAGE_CHARS:
+        return (
+            message  # the common case, read without `.text` (a copy of every message, every turn)
+        )
     text = message.text
-    if len(text) <= MAX_SENT_MESSAGE_CHARS and (
-        isinstance(message.content, str) or len(str(message.content)) <= 2 * MAX_SENT_MESSAGE_CHARS
-    ):
+    if len(text) <= MAX_SENT_MESSAGE_CHARS and len(str(content)) <= 2 * MAX_SENT_MESSAGE_CHARS:
         return message
     kept = text[:MAX_SENT_MESSAGE_CHARS]
     note = CUT_MESSAGE.format(more=len(text) - len(kept))
