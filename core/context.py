@@ -236,9 +236,8 @@ class LoopContext:
         if name not in OPERATOR_ONLY:
             return False
         value = getattr(self, name)
-        if (
-            value is None
-        ):  # unset: nothing to hide, and no environment read (two per run and option)
+        # unset: nothing to hide, and no environment read (two per run and option)
+        if value is None:
             return False
         raw = OPTIONS[name].given()
         return raw is not None and value == raw

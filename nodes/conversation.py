@@ -411,10 +411,9 @@ def message_text(message: BaseMessage) -> str:
 
 def _bounded(message: AnyMessage) -> AnyMessage:
     content = message.content
+    # the common case, read without `.text` (a copy of every message, every turn)
     if isinstance(content, str) and len(content) <= MAX_SENT_MESSAGE_CHARS:
-        return (
-            message  # the common case, read without `.text` (a copy of every message, every turn)
-        )
+        return message
     text = message.text
     if len(text) <= MAX_SENT_MESSAGE_CHARS and len(str(content)) <= 2 * MAX_SENT_MESSAGE_CHARS:
         return message
