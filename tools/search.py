@@ -294,6 +294,8 @@ def check_search_opts(search_fn: Any, options: Mapping[str, Any]) -> None:
     Raises:
         TypeError, ValueError: for an option the search would refuse.
     """
+    if not options:
+        return  # most runs give none: nothing to read a signature for
     from arcana_loop import knowledge
 
     method = getattr(search_fn, "__func__", None)
