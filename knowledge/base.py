@@ -1477,15 +1477,10 @@ def check_search_options(options: Mapping[str, Any]) -> None:
     for want of evidence instead of saying what was wrong.
 
     Raises:
-        TypeError: for a key `search` does not take (or one the loop sets per call).
+        TypeError: for a key `search` takes as no option (``query``, ``collection`` and
+            ``limit`` are its arguments, given per call).
         ValueError: for a value `search` refuses (an unknown mode, a threshold out of range...).
     """
-    set_by_loop = sorted(set(options) & set(LOOP_SET_SEARCH_ARGUMENTS))
-    if set_by_loop:
-        raise TypeError(
-            f"search options cannot set {', '.join(map(repr, set_by_loop))}: each search is"
-            " given its query, collection and limit by its caller"
-        )
     taken = _search_options()
     unknown = sorted(set(options) - set(taken))
     if unknown:

@@ -298,24 +298,17 @@ def check_search_opts(search_fn: Any, options: Mapping[str, Any]) -> None:
         return  # most runs give none: nothing to read a signature for
     from arcana_loop import knowledge
 
-    method = getattr(search_fn, "__func__", None)
-    if (
-        search_fn is None
-        or search_fn in (knowledge.search, knowledge.asearch)
-        or method
-        in (
-            knowledge.KnowledgeBase.search,
-            knowledge.KnowledgeBase.asearch,
-        )
-    ):
-        knowledge.check_search_options(options)
-        return
     set_by_loop = sorted(set(options) & set(knowledge.LOOP_SET_SEARCH_ARGUMENTS))
     if set_by_loop:
         raise TypeError(
             f"search_opts cannot set {', '.join(map(repr, set_by_loop))}: the loop gives"
             " each search its query, collection and limit"
         )
+    method = getattr(search_fn, "__func__", None)
+    knowledge_search = (knowledge.KnowledgeBase.search, knowledge.KnowledgeBase.asearch)
+    if search_fn in (None, knowledge.search, knowledge.asearch) or method in knowledge_search:
+        knowledge.check_search_options(options)
+        return
     try:
         parameters = inspect.signature(search_fn).parameters
     except (TypeError, ValueError):  # a callable without a signature: it is trusted
