@@ -204,7 +204,9 @@ class LoopContext:
     def __post_init__(self) -> None:
         """Reject values of the wrong type or range before anything runs (server clients send any JSON)."""
         for name, setting in OPTIONS.items():
-            setting.check(name, getattr(self, name))
+            value = getattr(self, name)
+            if value is not setting.default:  # a declared default is valid (a test checks each)
+                setting.check(name, value)
         if "filter" in self.search_opts:
             # the knowledge base's metadata filter: one it would refuse is refused now, before
             # the first model call, rather than by every search of the run
@@ -220,21 +222,20 @@ class LoopContext:
         walk over every scalar field (this runs on every run's first turn).
         """
         options = {
-            f.name: copy.deepcopy(value)
-            if isinstance(value := getattr(self, f.name), dict | list)
+            name: copy.deepcopy(value)
+            if isinstance(value := getattr(self, name), dict | list)
             else value
-            for f in fields(self)
-            if not self._operator_set(f.name)
+            for name in OPTIONS
         }
         operator_set = [name for name in OPERATOR_ONLY if self._operator_set(name)]
+        for name in operator_set:
+            del options[name]
         if operator_set:
             options[OPERATOR_SET] = operator_set
         return options
 
     def _operator_set(self, name: str) -> bool:
         """Whether an operator-only option holds what the server's environment set (see `OPERATOR_ONLY`)."""
-        if name not in OPERATOR_ONLY:
-            return False
         value = getattr(self, name)
         # unset: nothing to hide, and no environment read (two per run and option)
         if value is None:

@@ -140,8 +140,13 @@ def cited_chunks(
 
 def cited_sources(answer: str | None, chunks: Sequence[Mapping[str, Any]]) -> list[Source]:
     """Each chunk the answer cites, as a source a person can follow."""
+    return sources_of(cited_chunks(answer, chunks))
+
+
+def sources_of(cited: Sequence[Mapping[str, Any]]) -> list[Source]:
+    """Cited chunks (`cited_chunks`), each as a source a person can follow."""
     sources: list[Source] = []
-    for chunk in relative_sources(cited_chunks(answer, chunks)):
+    for chunk in relative_sources(cited):
         metadata = chunk.get("metadata") or {}
         source = metadata.get("source")
         section = metadata.get("section")

@@ -75,10 +75,13 @@ def scrub(text: str) -> str:
 def scrub_deep(value: Any, _depth: int = 0) -> Any:
     """Return JSON-like data with lone surrogates replaced in every string, keys included.
 
-    Unchanged containers are returned as they are, so the common case copies nothing.
+    Unchanged containers are returned as they are, so the common case copies nothing:
+    data is first only looked through (`_holds_surrogate`), which builds nothing.
     """
     if isinstance(value, str):
         return scrub(value)
+    if _depth == 0 and not _holds_surrogate(value, 0):
+        return value
     if _depth >= MAX_SCRUB_DEPTH:
         return value
     if isinstance(value, dict):
@@ -92,6 +95,22 @@ def scrub_deep(value: Any, _depth: int = 0) -> Any:
             return value
         return type(value)(scrubbed) if isinstance(value, tuple) else scrubbed
     return value
+
+
+def _holds_surrogate(value: Any, depth: int) -> bool:
+    """Whether JSON-like data holds a lone surrogate in a string or key `scrub_deep` would reach."""
+    if isinstance(value, str):
+        return not value.isascii() and _SURROGATE.search(value) is not None
+    if depth >= MAX_SCRUB_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return any(
+            _holds_surrogate(k, depth + 1) or _holds_surrogate(v, depth + 1)
+            for k, v in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return any(_holds_surrogate(v, depth + 1) for v in value)
+    return False
 
 
 MAX_QUESTION_CHARS = 32_000

@@ -15,7 +15,13 @@ from langgraph.runtime import Runtime
 from typing_extensions import TypedDict
 
 from arcana_loop.core.context import LoopContext
-from arcana_loop.core.sources import EXTRACTED, answer_kind, cited_sources, noting_extracted
+from arcana_loop.core.sources import (
+    EXTRACTED,
+    answer_kind,
+    cited_chunks,
+    noting_extracted,
+    sources_of,
+)
 from arcana_loop.core.state import AnswerKind, EvidencePin, LoopState
 from arcana_loop.nodes.common import emit, offered_of
 from arcana_loop.nodes.conversation import closing_message, opening_index
@@ -40,7 +46,9 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     emit(runtime, stop_event(state, runtime.context, tool_count))
     # once per question, not a write per step: a question that never finishes (its process
     # killed, and a new question asked) is left out of the thread's usage
-    sources = cited_sources(state.get("answer"), state.get("chunks") or [])
+    chunks = state.get("chunks") or []
+    cited = cited_chunks(state.get("answer"), chunks)  # read once, for the sources and the pins
+    sources = sources_of(cited)
     messages = state.get("messages") or []
     opening = opening_index(messages, state.get("question_message_id")) or 0
     update: FinishUpdate = {
@@ -56,9 +64,7 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     if closing is not None:
         update["messages"] = [closing]
     pins = (
-        pin_evidence(
-            state.get("answer"), state.get("chunks") or [], state.get("grounding"), deps.versions()
-        )
+        pin_evidence(cited, chunks, state.get("grounding"), deps.versions())
         if update["answer_kind"] is not None
         else []
     )

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from arcana_loop.core.sources import cited_chunks, named
+from arcana_loop.core.sources import named
 from arcana_loop.core.state import EvidencePin, StaleChunk, StaleEvidence
 from arcana_loop.knowledge.versions import ChunkVersions, text_hash
 from arcana_loop.nodes import prompts
@@ -98,17 +98,17 @@ def _looked_up(versions: VersionsFn | None, pins: Sequence[EvidencePin]) -> Chun
 
 
 def pin_evidence(
-    answer: str | None,
+    cited: Sequence[Mapping[str, Any]],
     chunks: Sequence[Mapping[str, Any]],
     grounding: Mapping[str, Any] | None,
     versions: VersionsFn | None,
 ) -> list[EvidencePin]:
-    """Pin the chunks an answer cites (first, in citing order), then those its supported claims rest on.
+    """Pin the chunks an answer cites (`cited_chunks`: first, in citing order), then those its supported claims rest on.
 
     A pinned chunk's document hash is the knowledge base's current one, kept only while
     the chunk's stored text is still the text the run read.
     """
-    cited = [c for c in cited_chunks(answer, chunks) if c.get("id")]
+    cited = [c for c in cited if c.get("id")]
     by_id = {str(c["id"]): c for c in chunks if c.get("id")}
     cited_ids = {str(c["id"]) for c in cited}
     supporting = [by_id[i] for i in supporting_ids(grounding) if i in by_id and i not in cited_ids]

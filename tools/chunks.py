@@ -40,7 +40,7 @@ def _fields(obj: Any) -> Callable[[str], Any]:
     Decided once per result, not once per field: ``isinstance(obj, Mapping)`` is an ABC
     check, and it ran seven times for each chunk of every search.
     """
-    if isinstance(obj, Mapping):
+    if isinstance(obj, dict) or isinstance(obj, Mapping):  # a dict skips the ABC check
         return obj.get
     return lambda name: getattr(obj, name, None)
 
@@ -64,7 +64,7 @@ def _json_safe(value: Any) -> Any:
         return scrub(value)
     if value is None or isinstance(value, int | float | bool):
         return value
-    if isinstance(value, Mapping):
+    if isinstance(value, dict) or isinstance(value, Mapping):  # a dict skips the ABC check
         return {scrub(str(k)): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
@@ -103,7 +103,7 @@ def to_chunk(obj: Any) -> Chunk | None:
     if isinstance(position, int) and not isinstance(position, bool):
         chunk["position"] = position
     metadata = field("metadata")
-    if isinstance(metadata, Mapping):
+    if isinstance(metadata, dict) or isinstance(metadata, Mapping):  # a dict skips the ABC check
         chunk["metadata"] = _json_safe(metadata)
     return chunk
 

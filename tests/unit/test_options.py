@@ -86,6 +86,19 @@ def test_every_field_is_declared_with_its_variable_type_and_default():
     assert OPTIONS["controller_model"].kind is str and OPTIONS["controller_model"].default is None
 
 
+def test_every_declared_default_passes_its_own_check():
+    # a context takes a field holding its declared default without checking it again
+    for name, setting in OPTIONS.items():
+        setting.check(name, setting.default)
+
+
+def test_a_bad_value_equal_but_not_identical_to_no_default_is_still_refused():
+    with pytest.raises(TypeError, match="max_iterations must be an integer"):
+        LoopContext(max_iterations=10.0)  # type: ignore[arg-type]  # == the default 10, not an int
+    with pytest.raises(TypeError, match="must be a dict"):
+        LoopContext(search_opts={1: "x"})  # type: ignore[dict-item]
+
+
 def test_explicit_beats_environment_beats_default_even_when_explicit_equals_the_default(
     monkeypatch: pytest.MonkeyPatch,
 ):
