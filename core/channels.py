@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, convert_to_messages
@@ -33,6 +34,9 @@ class ChunkMerge(TypedDict):
     cap: int
 
 
+_SCORE = itemgetter("score")
+
+
 def merge_chunks(existing: Sequence[Chunk], new: Sequence[Chunk], cap: int) -> list[Chunk]:
     """Merge newly found chunks into the accumulated ones.
 
@@ -44,7 +48,7 @@ def merge_chunks(existing: Sequence[Chunk], new: Sequence[Chunk], cap: int) -> l
         held = best.get(chunk["id"])
         if held is None or chunk["score"] > held["score"]:
             best[chunk["id"]] = chunk  # an existing key keeps its first-discovery slot
-    ranked = sorted(best.values(), key=lambda c: c["score"], reverse=True)
+    ranked = sorted(best.values(), key=_SCORE, reverse=True)
     return ranked[: max(cap, 0)]
 
 
@@ -93,7 +97,11 @@ USAGE_RESET = "__reset__"
 
 def add_usage(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
     """Sum two usage records key by key (nested dicts are summed recursively)."""
-    out: dict[str, Any] = dict(left or {})
+    return _add_into(dict(left or {}), right)
+
+
+def _add_into(out: dict[str, Any], right: dict[str, Any] | None) -> dict[str, Any]:
+    """`add_usage` into ``out``, a record the caller owns (nested records are copied, not changed)."""
     for key, value in (right or {}).items():
         held = out.get(key)
         if isinstance(value, dict):
@@ -120,7 +128,10 @@ def fold_usages(current: dict[str, Any], writes: Sequence[dict[str, Any]]) -> di
     """
     out = dict(current)
     for write in writes:
-        out = fold_usage(out, write)
+        if write and write.get(USAGE_RESET):
+            out = fold_usage(out, write)
+        else:
+            out = _add_into(out, write)  # `out` is this fold's own copy: added to in place
     return out
 
 
