@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NamedTuple, NoReturn
 
 import typer
 from rich import box
@@ -158,31 +158,23 @@ def ingest(
             fail(f"--sync needs directories; {path} is not one.", "see arcana-loop ingest --help")
     rows: list[tuple[str, Any]] = []
     try:
-        _ingest_paths(
-            paths,
-            rows,
-            collection=collection,
-            embeddings=embeddings,
-            entities=entities,
-            sync=sync,
-            include=include,
-            exclude=exclude,
-        )
+        _ingest_paths(paths, rows, _Asked(collection, embeddings, entities, sync, include, exclude))
     except KeyboardInterrupt as exc:
         _report_interrupted(collection, rows, exc)
 
 
-def _ingest_paths(
-    paths: list[Path],
-    rows: list[tuple[str, Any]],
-    *,
-    collection: str,
-    embeddings: str | None,
-    entities: bool,
-    sync: bool,
-    include: list[str] | None,
-    exclude: list[str] | None,
-) -> None:
+class _Asked(NamedTuple):
+    """What an ``ingest`` command asks of every path: its collection, embedder, entities and files."""
+
+    collection: str
+    embeddings: str | None
+    entities: bool
+    sync: bool
+    include: list[str] | None
+    exclude: list[str] | None
+
+
+def _ingest_paths(paths: list[Path], rows: list[tuple[str, Any]], asked: _Asked) -> None:
     """Ingest each path in turn, appending its result to `rows`, then print the summary.
 
     A path that would store nothing (a folder without a file the globs keep, a file they
@@ -198,6 +190,7 @@ def _ingest_paths(
         KnowledgeBaseError,
     )
 
+    collection, embeddings, entities, sync, include, exclude = asked
     for path in paths:
         _check_finds_files(path, include, exclude)
     kb = knowledge_base(embeddings)
