@@ -8,6 +8,7 @@ page reaches is saved as a screenshot in ``tests/ui/screenshots/``.
 
 from __future__ import annotations
 
+import json
 import threading
 import urllib.error
 import urllib.request
@@ -172,6 +173,23 @@ def test_a_follow_up_on_the_same_thread_then_a_new_thread_and_back(
     expect(
         turns.nth(1).locator(".cite").first
     ).to_be_visible()  # the last answer's evidence is back
+
+
+def test_threads_the_page_did_not_open_are_told_apart(page: Page, server: LangGraphServer) -> None:
+    made = []
+    for _ in range(2):  # made by a client other than the page: no title in their metadata
+        request = urllib.request.Request(
+            f"{server.url}/threads",
+            data=b"{}",
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            made.append(json.loads(response.read())["thread_id"])
+    _open(page, server)
+    titles = [page.locator(f'.thread[data-thread="{t}"]').inner_text() for t in made]
+    assert titles[0] != titles[1], titles
+    assert all(title.startswith("Thread ") for title in titles)
 
 
 def test_an_unknown_collection_is_said_and_its_question_gives_up(

@@ -115,7 +115,9 @@ async function loadThreads() {
   const list = $("threads");
   list.replaceChildren();
   for (const thread of threads) {
-    const title = (thread.metadata && thread.metadata.title) || `Thread ${thread.thread_id.slice(0, 8)}`;
+    // a thread the page did not open has no title: named by its id's end, the random part
+    // (a UUIDv7 begins with its time, the same for threads made within a minute)
+    const title = (thread.metadata && thread.metadata.title) || `Thread ${thread.thread_id.slice(-8)}`;
     const button = el("button", { type: "button", class: "thread", "data-thread": thread.thread_id, text: title });
     if (thread.thread_id === page.threadId) button.classList.add("current");
     button.addEventListener("click", () => openThread(thread.thread_id));
