@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
@@ -130,3 +131,18 @@ async def test_the_async_pool_replaces_a_connection_the_server_ended(kb: Knowled
     _terminate(kb.url, mine[0])
     hits = await kb.asearch("berth ships", collection="harbour")
     assert hits and "Berth 4" in hits[0]["text"]
+
+
+def test_status_of_a_server_still_writing_its_pid_file_says_it_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # another command started the server this moment: its postmaster.pid has its first lines only
+    from arcana_loop.knowledge import server
+
+    cluster = tmp_path / "pgdata"
+    cluster.mkdir()
+    (cluster / "postmaster.pid").write_text(f"{os.getpid()}\n{cluster}\n1796653580\n5432\n\n\n")
+    monkeypatch.setattr(server, "postmaster", lambda _cluster: psutil.Process())
+    status = server.embedded_server_status(cluster)
+    assert status.running and status.postmaster_pid == os.getpid()
+    assert status.started_at is None and status.socket_dir is None
