@@ -53,7 +53,7 @@ with all-MiniLM-L6-v2, k 5-10 at lexical weight 0.6 gave hit@5 0.79-0.80 against
 k 60 and 1.3; k 10 keeps the lookup set whole with WordLlama, where k 5 moved one question
 to second."""
 MAX_QUERY_CHARS = 2000
-"""Longer queries are cut to this many characters, for embedding and for tsquery."""
+"""Longer queries are cut to this many characters (at a word's end), for embedding and for tsquery."""
 MAX_OR_WORDS = 32
 DEFAULT_OR_BUDGET = 500
 """Estimated rows the OR fallback of full-text search ranks (see `_FULLTEXT`)."""
@@ -187,7 +187,7 @@ def make_request(
     if names == []:
         return None
     return SearchRequest(
-        query=query.strip()[:MAX_QUERY_CHARS],
+        query=cut_query(query.strip()),
         names=names,
         limit=limit,
         mode=mode,
@@ -223,6 +223,21 @@ def scope_names(collection: str | Sequence[str] | None) -> list[str] | None:
         raise ValueError("collection names must not contain NUL characters")
     # names are stored in NFC: an NFD spelling of the same name must find it
     return [unicodedata.normalize("NFC", n) for n in names]
+
+
+def cut_query(query: str) -> str:
+    """The query cut to `MAX_QUERY_CHARS`, before a word the cut would split.
+
+    Half a word is no word of the question: searched for, it matched nothing, and the
+    knowledge base was said never to mention it (``deplo`` of ``deployment``).
+    """
+    if len(query) <= MAX_QUERY_CHARS:
+        return query
+    cut = query[:MAX_QUERY_CHARS]
+    if query[MAX_QUERY_CHARS].isspace():
+        return cut
+    kept = cut.rsplit(None, 1)[0]
+    return kept if kept != cut else cut  # one word longer than the cut: its start, as before
 
 
 def scope_statement(req: SearchRequest) -> Statement:

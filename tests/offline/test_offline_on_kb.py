@@ -88,3 +88,24 @@ def test_a_plain_word_no_document_uses_is_no_reason_to_give_up(
     )
     assert "toppings" in result.tool_history[0]["unmatched"]  # reported, yet common English
     assert result.terminated_by == "answered"
+
+
+def test_a_long_question_is_cut_at_a_word_and_answered(kb: KnowledgeBase, tmp_path: Path) -> None:
+    from arcana_loop.knowledge.queries import MAX_QUERY_CHARS
+
+    notes = tmp_path / "limits.md"
+    notes.write_text(
+        "# Limits\n\nThe rate limit is 100 requests a minute per API key; deployment of a new "
+        "key takes a minute.\n"
+    )
+    kb.ingest(notes, collection="limits")
+    asked = "What is the rate limit?"
+    while len(asked) + len(" limit") < MAX_QUERY_CHARS - 5:
+        asked += " limit"  # words the notes hold, up to just before the cut
+    question = asked.ljust(MAX_QUERY_CHARS - 5) + "deployment " * 3
+    assert question[:MAX_QUERY_CHARS].endswith(" deplo")  # the cut falls inside a word
+    found = kb.search(question, collection="limits")
+    assert found and not found.unmatched  # no half word is a name the notes never mention
+    result = run(question, controller_llm="offline", search_fn=kb.search, collection="limits")
+    assert result.terminated_by == "answered"
+    assert "100 requests a minute" in (result.answer or "")
