@@ -9,7 +9,7 @@ import contextlib
 import logging
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -143,19 +143,34 @@ def collection_errors(kb: Any, collection: str | None, doing: str) -> Iterator[N
         with database_errors(doing):
             yield
     except CollectionNotFound:
-        known = ", ".join(sorted(c.name for c in kb.collections())) or "none"
-        fail(f"no collection named {collection!r}.", f"known collections: {known}")
+        names = [c.name for c in kb.collections()]
+        fail(f"no collection named {collection!r}.", known_collections(collection or "", names))
 
 
 def require_collection(kb: Any, collection: str, doing: str) -> None:
     """Fail in one line, naming those that exist, unless ``collection`` exists."""
     with database_errors(doing):
-        names = sorted(c.name for c in kb.collections())
+        names = [c.name for c in kb.collections()]
     if collection not in names:
-        fail(
-            f"no collection named {collection!r}.",
-            f"known collections: {', '.join(names) or 'none'}",
-        )
+        fail(f"no collection named {collection!r}.", known_collections(collection, names))
+
+
+SHOWN_NAMES = 20
+"""Most collection names a hint lists."""
+SHOWN_NAME_CHARS = 40
+"""Longest collection name a hint shows whole (the longest allowed is 200)."""
+
+
+def known_collections(asked: str, names: Iterable[str]) -> str:
+    """A hint naming the collections there are: the one meant first when ``asked`` differs from it by spaces."""
+    known = sorted(names)
+    meant = next((n for n in known if n.strip() == asked.strip() and n != asked), None)
+    shown = [n if len(n) <= SHOWN_NAME_CHARS else n[: SHOWN_NAME_CHARS - 3] + "..." for n in known]
+    listed = ", ".join(shown[:SHOWN_NAMES]) or "none"
+    if len(shown) > SHOWN_NAMES:
+        listed += f" and {len(shown) - SHOWN_NAMES} more (arcana-loop collections)"
+    said = f"known collections: {listed}"
+    return f"did you mean {meant!r}? {said}" if meant is not None else said
 
 
 _opened: list[Any] = []
@@ -590,13 +605,15 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
     for name in names:
         if name not in chunks and name.strip().casefold() == EVERY:
             fail(f"no collection is named {name!r}: it is reserved.", "-c all searches every one")
-        ingest_hint = f"ingest with arcana-loop ingest PATH --collection {shlex.quote(name)}"
+        # a name with a space at either end is no name a collection can be made under
+        made = name.strip() if name != name.strip() else name
+        ingest_hint = f"ingest with arcana-loop ingest PATH --collection {shlex.quote(made)}"
         if not chunks:
             fail(f"no collection named {name!r}: the knowledge base is empty.", ingest_hint)
         if name not in chunks:
             fail(
                 f"no collection named {name!r}.",
-                f"known collections: {', '.join(sorted(chunks))}; {ingest_hint}",
+                f"{known_collections(name, chunks)}; {ingest_hint}",
             )
         if not chunks[name]:
             fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)

@@ -147,6 +147,11 @@ def ingest(
     """
     from arcana_loop.knowledge.names import created_collection_name
 
+    if collection.startswith("-"):  # `-c --sync`: the flag took the next option as its value
+        fail(
+            f"--collection was given {collection!r}, which reads as an option, not a name",
+            "give the collection's name right after --collection",
+        )
     try:
         collection = created_collection_name(collection)
     except ValueError as exc:

@@ -278,3 +278,26 @@ def test_chat_survives_a_refused_line_and_never_sends_a_command(
     assert "question" in done.stderr and "40000" in done.stderr.replace(",", "")
     assert done.stdout.count("helium") >= 2  # both real questions were answered
     assert "search '/zorblat reactor cooling" in done.stderr  # // sends one /
+
+
+def test_a_collection_flag_that_took_the_next_option_is_refused_before_anything_is_written(
+    kb: KnowledgeBase, runner: CliRunner, tmp_path: Path
+) -> None:
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nA zorblat note.\n")
+    done = runner.invoke(app, ["ingest", str(note), "-c", "--sync"])
+    assert done.exit_code == 1 and "Traceback" not in done.stderr
+    assert "reads as an option" in done.stderr.splitlines()[0]
+    assert "--sync" not in {c.name for c in kb.collections()}
+
+
+def test_a_collection_asked_with_a_space_too_many_is_named_as_meant(
+    kb: KnowledgeBase, runner: CliRunner
+) -> None:
+    kb.ingest("A zorblat note.", collection="team")
+    kb.ingest("Another note.", collection="x" * 200)
+    done = runner.invoke(app, ["ask", "What is a zorblat?", "-c", " team"])
+    assert done.exit_code == 1 and "Traceback" not in done.stderr
+    assert "did you mean 'team'?" in done.stderr
+    assert "--collection team" in done.stderr and "--collection ' team'" not in done.stderr
+    assert "x" * 200 not in done.stderr and "x" * 37 + "..." in done.stderr
