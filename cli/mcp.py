@@ -152,12 +152,14 @@ class ServerScope:
             return list(self.locked) or None
         if self.locked and requested not in self.locked:
             raise ToolError(
-                f"this server reads only {_listed(self.locked)}: {requested!r} is not one of them"
+                f"this server reads only {_listed(self.locked)}: {_said(requested)} is not one of them"
             )
         known = [c.name for c in self.kb.collections()]
         if requested not in known:
             raise ToolError(
-                f"no collection named {requested!r}; known collections: {_listed(known) or 'none'}"
+                _one_sentence(
+                    f"no collection named {_said(requested)}; known collections: {_listed(known) or 'none'}"
+                )
             )
         return [requested]
 
@@ -169,6 +171,21 @@ class ServerScope:
 
 def _listed(names: Any) -> str:
     return ", ".join(repr(n) for n in names)
+
+
+MAX_ERROR_CHARS = 500
+"""Longest tool error: a message echoing a caller's 100,000-character name is cut here."""
+
+
+def _said(name: str) -> str:
+    """A name a caller gave, quoted as an error repeats it: cut when long."""
+    return repr(name) if len(name) <= 80 else repr(name[:77]) + "..."
+
+
+def _one_sentence(message: str) -> str:
+    """A message on one line, at most `MAX_ERROR_CHARS` long."""
+    line = " ".join(message.split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
 
 
 @contextlib.contextmanager
@@ -186,7 +203,7 @@ def tool_errors() -> Iterator[None]:
     except (DatabaseUnavailable, psycopg.Error) as exc:
         raise ToolError(f"the knowledge base is unreachable or went away: {masked(exc)}") from exc
     except (ValueError, TypeError, LookupError, KnowledgeBaseError) as exc:
-        raise ToolError(" ".join(str(exc).split())) from exc
+        raise ToolError(_one_sentence(str(exc))) from exc
 
 
 def served_sources(infos: list[Any]) -> dict[str, str]:

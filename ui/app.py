@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib.resources import files
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arcana_loop.knowledge import KnowledgeBase, default_knowledge_base
 from arcana_loop.knowledge.errors import KnowledgeBaseError
@@ -58,10 +59,54 @@ def asset(name: str) -> bytes:
 def _headers(content_type: str) -> dict[str, str]:
     return {
         "Content-Type": content_type,
-        "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-        "X-Content-Type-Options": "nosniff",
         "Cache-Control": "no-cache",  # an upgraded package serves its new page at once
     }
+
+
+SECURITY_HEADERS = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+)
+"""What every response of the page carries: its files, its JSON and its errors alike."""
+
+
+class _Secured:
+    """The app, each of its responses given `SECURITY_HEADERS` (an ASGI wrapper: nothing buffered)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, secured)
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _only(*methods: str) -> Callable[[Endpoint], Endpoint]:
+    """An endpoint that answers other methods with 405 and the ``Allow`` header."""
+
+    def wrapped(endpoint: Endpoint) -> Endpoint:
+        async def checked(request: Request) -> Response:
+            if request.method not in methods:
+                allowed = ", ".join(methods)
+                return JSONResponse(
+                    {"error": f"{allowed} only"}, status_code=405, headers={"Allow": allowed}
+                )
+            return await endpoint(request)
+
+        return checked
+
+    return wrapped
 
 
 def create_app(
@@ -95,12 +140,6 @@ def create_app(
         return JSONResponse({"collections": found})
 
     async def evidence(request: Request) -> Response:
-        if request.method != "POST":
-            return JSONResponse(
-                {"error": "POST a thread's state values"},
-                status_code=405,
-                headers={"Allow": "POST"},
-            )
         body = await request.body()
         if len(body) > MAX_EVIDENCE_BYTES:
             return JSONResponse({"error": "the state sent is too large"}, status_code=413)
@@ -120,18 +159,23 @@ def create_app(
             )
         return JSONResponse(view)
 
-    return Starlette(
+    read = _only("GET", "HEAD")
+    # every method reaches each route, which says which it takes: routed by method, a POST
+    # to the page fell through to the catch-all below and was "not found"
+    app = Starlette(
         routes=[
-            Route("/ui", page),
-            Route("/ui/", page),
-            Route("/ui/static/{name}", page),
-            Route("/ui/api/collections", collections),
-            Route("/ui/api/evidence", evidence, methods=EVERY_METHOD),
+            Route("/ui", read(page), methods=EVERY_METHOD),
+            Route("/ui/", read(page), methods=EVERY_METHOD),
+            Route("/ui/static/{name}", read(page), methods=EVERY_METHOD),
+            Route("/ui/api/collections", read(collections), methods=EVERY_METHOD),
+            Route("/ui/api/evidence", _only("POST")(evidence), methods=EVERY_METHOD),
             # the rest of /ui is the page's too: unanswered here, the server's own mount
             # of the same prefix took the request and failed on a folder it does not have
             Route("/ui/{rest:path}", nothing_here, methods=EVERY_METHOD),
         ]
     )
+    app.add_middleware(_Secured)
+    return app
 
 
 async def nothing_here(request: Request) -> Response:

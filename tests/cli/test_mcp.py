@@ -149,6 +149,9 @@ async def test_every_tool_answers_json_over_stdio(collections, tmp_path: Path) -
         assert "no collection named 'nope'" in await tool_error(
             session, "search", query="x", collection="nope"
         )
+        huge = await tool_error(session, "search", query="x", collection="c" * 100_000)
+        assert "no collection named 'ccc" in huge and "known collections: " in huge
+        assert len(huge) <= 600  # the name is not echoed whole
         missing = await tool_error(session, "read_document", source="harbr.md", collection=ops)
         # the closest documents are named as served: nothing says where the server keeps them
         assert "no document" in missing and "'harbor.md'" in missing and str(docs) not in missing

@@ -8,7 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from arcana_loop.knowledge import KnowledgeBase
-from arcana_loop.ui.app import ASSETS, create_app
+from arcana_loop.ui.app import ASSETS, CONTENT_SECURITY_POLICY, create_app
 
 
 def _client(kb: KnowledgeBase | None = None) -> TestClient:
@@ -94,3 +94,38 @@ def test_evidence_of_an_empty_thread_is_an_empty_view() -> None:
 def test_the_evidence_route_takes_a_post_only() -> None:
     answered = _client().get("/ui/api/evidence")
     assert answered.status_code == 405 and answered.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("POST", "/ui", "GET, HEAD"),
+        ("DELETE", "/ui/static/app.js", "GET, HEAD"),
+        ("POST", "/ui/api/collections", "GET, HEAD"),
+        ("PUT", "/ui/api/evidence", "POST"),
+    ],
+)
+def test_a_route_asked_with_another_method_says_which_it_takes(
+    method: str, path: str, allowed: str
+) -> None:
+    answered = _client().request(method, path, follow_redirects=False)
+    assert answered.status_code == 405 and answered.headers["allow"] == allowed
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/ui/api/collections", None),  # a database that is down: a 503
+        ("POST", "/ui/api/evidence", b"not json"),
+        ("POST", "/ui/api/evidence", b'{"values": {}}'),
+        ("GET", "/ui/nothing/here", None),
+        ("POST", "/ui", None),
+    ],
+)
+def test_every_response_carries_the_policy_json_and_errors_too(
+    method: str, path: str, body: bytes | None
+) -> None:
+    down = KnowledgeBase("postgresql://nobody@127.0.0.1:9/none")
+    answered = _client(down).request(method, path, content=body, follow_redirects=False)
+    assert answered.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert answered.headers["x-content-type-options"] == "nosniff"
