@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,11 @@ from typing import Any
 ENV_PREFIX = "ARCANA_LOOP_"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+
+
+MODEL_SPEC = re.compile(r"offline|[^:]*\S[^:]*:.*\S.*")
+"""A chat model named in words: 'provider:model' (the parts not blank), or 'offline'."""
+MODEL_SPEC_SHAPE = "'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'"
 
 
 class SettingError(ValueError):
@@ -56,6 +62,8 @@ class Setting:
     """A string is one line, stripped (a value spliced into a configuration file)."""
     shape: str | None = None
     """What the value must be, in words, when the type and bounds do not say it well."""
+    pattern: re.Pattern[str] | None = None
+    """What a string must match whole (say it in `shape`)."""
 
     def given(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The variable's text, or ``None`` when it is unset or blank."""
@@ -144,6 +152,8 @@ class Setting:
             none = " or None" if self.default is None else ""
             raise TypeError(f"{name} must be a string{none}, got {type(value).__name__}")
         if self.one_line and (not value.strip() or "\n" in value or "\r" in value):
+            raise ValueError(f"{name} must be {self.expects()}, got {value!r}")
+        if self.pattern is not None and not self.pattern.fullmatch(value):
             raise ValueError(f"{name} must be {self.expects()}, got {value!r}")
 
     def expects(self) -> str:

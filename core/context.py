@@ -21,7 +21,7 @@ from dataclasses import Field, dataclass, field, fields
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from arcana_loop.settings import ENV_PREFIX, Setting
+from arcana_loop.settings import ENV_PREFIX, MODEL_SPEC, MODEL_SPEC_SHAPE, Setting
 
 Options = TypeVar("Options", bound=type[Any])
 
@@ -95,10 +95,14 @@ class LoopContext:
     controller_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = option(
         None,
         "Model of the controller that picks a tool each turn, as 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'.",
+        pattern=MODEL_SPEC,
+        shape=MODEL_SPEC_SHAPE,
     )
     answer_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = option(
         None,
         "Optional stronger model that rewrites the final answer and writes the fallback synthesis.",
+        pattern=MODEL_SPEC,
+        shape=MODEL_SPEC_SHAPE,
     )
     max_iterations: int = option(
         10, "Most controller turns before the run stops (then synthesis runs).", minimum=0
@@ -135,6 +139,8 @@ class LoopContext:
     judge_model: Annotated[str | None, {"__template_metadata__": {"kind": "llm"}}] = option(
         None,
         "Model of the 'llm_judge' grounder (defaults to the answer model, then the controller).",
+        pattern=MODEL_SPEC,
+        shape=MODEL_SPEC_SHAPE,
     )
     search_opts: dict[str, Any] = option(
         {}, "Extra keyword options for every search call (e.g. mode, threshold)."

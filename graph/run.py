@@ -41,6 +41,7 @@ from arcana_loop.graph.streaming import AnswerTokens, OnToken
 from arcana_loop.knowledge.types import Chunk
 from arcana_loop.nodes.deps import ConfigurationError
 from arcana_loop.nodes.lifecycle import exception_event
+from arcana_loop.nodes.models import check_model_spec
 from arcana_loop.tools.scoping import normalize_scope
 from arcana_loop.tools.search import check_search_opts
 
@@ -279,8 +280,11 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
         if name not in DEPS_OPTIONS and value is not None
     }
     for name, field_name in _NAMED_IN_CONTEXT.items():
-        if isinstance(deps[name], str):
-            context[field_name] = deps[name]
+        given = deps[name]
+        if isinstance(given, str):
+            if name == "controller_llm":  # said as the argument it is, naming no option
+                check_model_spec(given)
+            context[field_name] = given
     if isinstance(deps["grounder"], str):
         from arcana_loop.grounding.resolve import resolve_grounder
 

@@ -26,6 +26,7 @@ from arcana_loop.core import bridge
 from arcana_loop.core.text import scrub, scrub_deep
 from arcana_loop.core.usage import streams_usage
 from arcana_loop.providers import ProviderErrors, from_provider
+from arcana_loop.settings import MODEL_SPEC, MODEL_SPEC_SHAPE
 from arcana_loop.tools.arguments import (
     KEPT_ARGUMENT_CHARS,
     REFUSED_MARK,
@@ -261,16 +262,19 @@ MODEL_SPEC_ERRORS = ProviderErrors(
 """How a chat model that cannot be made from its spec is said: always a `ModelSpecError`."""
 
 
+def check_model_spec(spec: str) -> None:
+    """Raise `ModelSpecError` for a string that names no model: not 'provider:model' nor 'offline'."""
+    if not MODEL_SPEC.fullmatch(spec):
+        raise ModelSpecError(f"model spec {spec!r} is not of the form {MODEL_SPEC_SHAPE}")
+
+
 def _init_chat_model(spec: str, kwargs: Mapping[str, Any]) -> BaseChatModel:
     if spec == OFFLINE:
         from arcana_loop.nodes.offline import OfflineController
 
         offline: BaseChatModel = OfflineController(**kwargs)
         return offline
-    if ":" not in spec or not all(part.strip() for part in spec.split(":", 1)):
-        raise ModelSpecError(
-            f"model spec {spec!r} is not of the form 'provider:model' (e.g. 'openai:gpt-4o-mini') or 'offline'"
-        )
+    check_model_spec(spec)
     from langchain.chat_models import init_chat_model
 
     model: BaseChatModel = from_provider(init_chat_model, spec, kwargs, MODEL_SPEC_ERRORS)

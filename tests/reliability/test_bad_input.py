@@ -193,22 +193,14 @@ def test_bad_environment_defaults_are_rejected_before_anything_runs(
     assert model.calls == []
 
 
-def test_a_malformed_controller_model_option_ends_the_run_as_error_without_a_call():
-    # the option form is resolved per run (a served graph gets it in the run's context)
+@pytest.mark.parametrize("option", ["controller_model", "answer_model", "judge_model"])
+def test_a_malformed_model_option_is_refused_before_anything_runs(option: str) -> None:
+    # the option form, as a served graph gets it in the run's context: checked with the others
     found = ScriptedSearch([])
-    result = run("Q?", controller_model="gpt4", search_fn=found)
-    assert result.terminated_by == "error" and "provider:model" in (result.error or "")
-    assert result.answer is None and found.calls == [] and result.iterations == 1
-
-
-def test_a_malformed_answer_model_option_keeps_the_controllers_draft():
-    result = run(
-        "Q?",
-        controller_llm=ScriptedChatModel(responses=[answer("draft")]),
-        answer_model="gpt4",
-        search_fn=ScriptedSearch([]),
-    )
-    assert (result.terminated_by, result.answer) == ("answered", "draft")
+    model = ScriptedChatModel(responses=[answer("draft")])
+    with pytest.raises(ValueError, match=f"^{option} must be 'provider:model'.*got 'gpt4'$"):
+        run("Q?", controller_llm=model, search_fn=found, **{option: "gpt4"})
+    assert found.calls == [] and model.calls == []
 
 
 def test_zero_iterations_and_zero_chunk_cap_are_defined_outcomes():
