@@ -1527,10 +1527,13 @@ def _file_fate(source: str, skipped: set[str]) -> Literal["gone", "unread", "pre
     """What a sync knows of a stored document's file that its walk did not read.
 
     "gone" only when looking at the path says so: nothing there (`ENOENT`,
-    `ENOTDIR`) or a directory. A permission error or a loop of links says nothing
+    `ENOTDIR`), a directory, or a file emptied (skipped as empty: the document's
+    text is gone from it). A permission error or a loop of links says nothing
     about the file, so the document is "unread" and kept, as is one whose file or
     folder the walk skipped. "present": a file left out by the globs or as hidden.
     """
+    if source in skipped and _blank_file(source):
+        return "gone"  # emptied: read, and nothing is left of it to keep
     path = source
     while True:  # the file, or a folder holding it, skipped by the walk
         if path in skipped:
@@ -1546,6 +1549,21 @@ def _file_fate(source: str, skipped: set[str]) -> Literal["gone", "unread", "pre
     except OSError:
         return "unread"
     return "present" if stat.S_ISREG(info.st_mode) else "gone"
+
+
+_BLANK_FILE_BYTES = 4096
+"""Past this size a file is taken as holding text (it is never read to find out)."""
+
+
+def _blank_file(path: str) -> bool:
+    """Whether `path` is a file holding nothing but whitespace (an ingest skips it as empty)."""
+    try:
+        if os.path.getsize(path) > _BLANK_FILE_BYTES:
+            return False
+        with open(path, "rb") as file:
+            return not file.read().decode("utf-8-sig", "replace").strip()
+    except OSError:
+        return False
 
 
 def _matching(text: str, docs: list[DocumentInfo]) -> list[DocumentInfo]:

@@ -266,3 +266,21 @@ def test_the_cli_says_which_entries_it_skipped_and_how_many_documents_it_kept(
     finally:
         base.delete_collection("cli-kept")
         base.close()
+
+
+@pytest.mark.parametrize("emptied", ["", "  \n\n"])
+def test_a_sync_removes_a_document_whose_file_was_emptied(
+    kb: KnowledgeBase, tmp_path: Path, emptied: str
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "widget.md").write_text("# Widget\n\nThe widget number 5 is blue.")
+    (docs / "other.md").write_text("# Other\n\nThe other widget is green.")
+    kb.ingest(docs, collection="port", sync=True)
+    (docs / "widget.md").write_text(emptied)
+    result = kb.ingest(docs, collection="port", sync=True)
+    assert (result.documents_removed, result.documents_kept) == (1, 0)
+    assert {Path(p).name for p, _ in result.skipped_files} == {"widget.md"}  # said, as before
+    assert _names(kb) == ["other.md"]
+    found = kb.search("widget number 5 blue", collection="port", mode="fulltext")
+    assert not any("blue" in c["text"] for c in found)
