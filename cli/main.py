@@ -517,8 +517,9 @@ def _delete_collection(kb: Any, collection: str, *, dry_run: bool, yes: bool) ->
     from arcana_loop.knowledge.errors import KnowledgeBaseError
 
     what = f"collection {collection!r}"
-    if dry_run:
+    if dry_run or not yes:  # nobody is asked to confirm deleting what is not there
         require_collection(kb, collection, f"could not read {what}")
+    if dry_run:
         out.print(f"Would delete {shown(what)}.")
         return
     if not yes and not typer.confirm(f"Delete {what}?"):

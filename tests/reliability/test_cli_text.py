@@ -301,3 +301,13 @@ def test_a_collection_asked_with_a_space_too_many_is_named_as_meant(
     assert "did you mean 'team'?" in done.stderr
     assert "--collection team" in done.stderr and "--collection ' team'" not in done.stderr
     assert "x" * 200 not in done.stderr and "x" * 37 + "..." in done.stderr
+
+
+def test_deleting_a_collection_that_is_not_there_asks_nothing_and_says_so(
+    kb: KnowledgeBase, runner: CliRunner
+) -> None:
+    kb.ingest("A zorblat note.", collection="team")
+    done = runner.invoke(app, ["delete", "-c", "nosuch"], input="y\n")
+    assert done.exit_code == 1 and "Delete collection" not in done.stdout
+    assert done.stderr.startswith("Error: no collection named 'nosuch'.")
+    assert [c.name for c in kb.collections()] == ["team"]
