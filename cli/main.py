@@ -438,15 +438,24 @@ def _thread_note(thread_id: str, checkpointer: str | None) -> str:
 
 
 @app.command()
-def collections() -> None:
+def collections(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print every field of every collection as JSON.")
+    ] = False,
+) -> None:
     """List collections with document and chunk counts and their embedding model."""
     kb = knowledge_base()
     with database_errors("cannot list the collections"):
         infos = kb.collections()
-    # a name is what the user types next, so it is kept on one line; the model name folds
+    if as_json:
+        print(json.dumps([i.to_dict() for i in infos], ensure_ascii=False, indent=2))
+        return
+    # a name is what the user types next, so it is kept on one line up to 40 characters
+    # (a longer one folds: kept whole, it left the counts no room); the model name folds
     names = [cell(info.name) for info in infos]
+    width = min(max(map(len, names), default=4), 40)
     table = Table(box=box.HEAVY_HEAD)
-    table.add_column("name", no_wrap=True, min_width=min(max(map(len, names), default=4), 40))
+    table.add_column("name", overflow="fold", min_width=width, max_width=40)
     table.add_column("documents", justify="right")
     table.add_column("chunks", justify="right")
     table.add_column("embedding model", overflow="fold")

@@ -311,3 +311,23 @@ def test_deleting_a_collection_that_is_not_there_asks_nothing_and_says_so(
     assert done.exit_code == 1 and "Delete collection" not in done.stdout
     assert done.stderr.startswith("Error: no collection named 'nosuch'.")
     assert [c.name for c in kb.collections()] == ["team"]
+
+
+def test_collections_at_80_columns_keeps_its_counts_beside_a_long_name_and_prints_json(
+    kb: KnowledgeBase, runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    kb.ingest("A zorblat note.", collection="team")
+    kb.ingest("Another note.", collection="x" * 200)
+    monkeypatch.setenv("COLUMNS", "80")
+    shown = runner.invoke(app, ["collections"])
+    assert shown.exit_code == 0
+    header = next(line for line in shown.stdout.splitlines() if "name" in line)
+    assert "documents" in header and "chunks" in header  # the counts keep their columns
+    team_row = next(line for line in shown.stdout.splitlines() if " team " in line)
+    assert " 1 " in team_row
+    listed = json.loads(runner.invoke(app, ["collections", "--json"]).stdout)
+    by_name = {c["name"]: c for c in listed}
+    assert by_name["team"]["documents"] == 1 and by_name["x" * 200]["chunks"] == 1
+    assert set(by_name["team"]) == {"name", "documents", "chunks", "embedding_model", "dimension"}
