@@ -144,18 +144,21 @@ def create_app(
         if len(body) > MAX_EVIDENCE_BYTES:
             return JSONResponse({"error": "the state sent is too large"}, status_code=413)
         try:
-            values = json.loads(body).get("values")
-        except (ValueError, AttributeError):
-            values = None
+            sent = json.loads(body)
+        except ValueError:
+            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+        values = sent.get("values") if isinstance(sent, dict) else None
         if not isinstance(values, dict):
             return JSONResponse(
                 {"error": 'send {"values": <a thread\'s state values>}'}, status_code=400
             )
         try:
             view = evidence_view(values)
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        except (TypeError, ValueError, KeyError, AttributeError):
+            # which field was off is the reshaping's detail, not the caller's: said plainly
             return JSONResponse(
-                {"error": f"the values are not a thread's state: {exc}"}, status_code=400
+                {"error": "the values are not a thread's state (as GET /threads/{id}/state gives)"},
+                status_code=400,
             )
         return JSONResponse(view)
 
