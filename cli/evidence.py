@@ -83,7 +83,9 @@ def _side(value: Any, label: str) -> str:
 def _print_diff(diff: Any) -> None:
     out.print(f"A: {shown(diff.a)}\nB: {shown(diff.b)}")
     if diff.questions[0] != diff.questions[1]:
-        out.print(_side(diff.questions[0], "question A") + "\n" + _side(diff.questions[1], "B"))
+        out.print(
+            _side(diff.questions[0], "question A") + "\n" + _side(diff.questions[1], "question B")
+        )
     first = diff.first_difference
     if first is None:
         out.print("Decisions: the same every turn.")

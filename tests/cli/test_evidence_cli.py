@@ -71,9 +71,9 @@ def test_a_sync_counts_the_answers_it_made_stale_and_stale_lists_them(pg_url, tm
 def test_diff_of_two_record_files_needs_no_database(tmp_path):
     from arcana_loop.graph.replay import Record
 
-    def record(found):
+    def record(found, question="Q?"):
         return Record(
-            question="Q?",
+            question=question,
             collection="all",
             options={},
             controller_replies=[],
@@ -90,6 +90,9 @@ def test_diff_of_two_record_files_needs_no_database(tmp_path):
     assert "Search 'crane' found other chunks: only in A c1" in shown.stdout
     missing = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "nothing.json"), env=env)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    record([crane], question="Q2?").save(tmp_path / "c.json")
+    asked = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "c.json"), env=env).stdout
+    assert '  question A: "Q?"\n  question B: "Q2?"\n' in asked  # the two lines alike
 
 
 def test_the_chat_says_before_the_steps_that_earlier_evidence_changed():
