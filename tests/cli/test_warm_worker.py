@@ -29,8 +29,10 @@ from arcana_loop.cli.entry import is_served
 from arcana_loop.cli.worker import ORPHAN_GRACE
 
 ENTRY = [sys.executable, "-m", "arcana_loop.cli.entry"]
-PROMPTING = ["delete", "-c", "no-such-warm-collection"]
-"""A command that asks on stdin (``Delete ...? [y/N]``) and exits 1 on ``n``."""
+PROMPT_COLLECTION = "warm-prompt"
+PROMPTING = ["delete", "-c", PROMPT_COLLECTION]
+"""A command that asks on stdin (``Delete ...? [y/N]``) and exits 1 on ``n``: the collection,
+made by the `shared` worker's first commands, is never deleted (nobody says yes)."""
 FAILING = ["ingest", "no/such/file.md"]
 """A command that fails at once, on stderr, with status 1."""
 
@@ -137,8 +139,14 @@ def started() -> Iterator[Worker]:
 
 @pytest.fixture(scope="module")
 def shared() -> Iterator[Worker]:
-    """A worker the module's tests share: they leave it serving."""
+    """A worker the module's tests share, holding the collection `PROMPTING` asks about: they leave it serving."""
     with own_worker(started=True) as made:
+        note = made.folder / "note.md"
+        note.write_text("# Note\n\nA note to be asked about.\n")
+        ingested = made.run(
+            "ingest", str(note), "-c", PROMPT_COLLECTION, "--embeddings", "wordllama"
+        )
+        assert ingested[2] == 0, ingested[1]
         yield made
 
 
@@ -164,7 +172,7 @@ def test_a_command_runs_in_a_child_of_the_worker_with_the_clients_stdin_output_a
     served = client.communicate("n\n", timeout=120)
     in_process = started.run(*PROMPTING, input="n\n", warm_worker=False, cwd=tmp_path)
     assert (*served, client.returncode) == in_process
-    assert "Delete collection 'no-such-warm-collection'? [y/N]" in served[0]
+    assert f"Delete collection '{PROMPT_COLLECTION}'? [y/N]" in served[0]
     assert client.returncode == 1
 
 
