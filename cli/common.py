@@ -293,8 +293,13 @@ def controller_spec(model: str | None, *, announce: bool = True) -> str:
     the caller says it (`announce_offline`) once the run has passed its checks.
     """
     from arcana_loop.core.context import option_setting
+    from arcana_loop.settings import SettingError
 
-    spec = model or option_setting("controller_model").read() or _default_spec()
+    try:
+        configured = None if model else option_setting("controller_model").read()
+    except SettingError as exc:  # the variable's value, named: one line, not a traceback
+        fail(str(exc), MODEL_HINT)
+    spec = model or configured or _default_spec()
     if announce:
         announce_offline(model, spec)
     return spec

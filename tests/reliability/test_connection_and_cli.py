@@ -416,6 +416,17 @@ def test_the_model_hint_comes_only_with_model_errors(cli_db):
     assert "provider:model" in _error_line(bad_model) and "Hint: check --model" in bad_model.stderr
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("variable", ["CONTROLLER_MODEL", "ANSWER_MODEL", "JUDGE_MODEL"])
+def test_a_malformed_model_variable_is_one_line_naming_it(
+    cli_db, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(f"ARCANA_LOOP_{variable}", "gpt4")
+    said = _cli("ask", "Timeouts?", "-c", cli_db, "--checkpointer", "none")
+    line = _error_line(said)
+    assert line.startswith(f"Error: ARCANA_LOOP_{variable} must be 'provider:model'")
+
+
 def test_the_sqlite_checkpointer_error_of_run_names_the_path(tmp_path):
     directory = tmp_path / "dir.db"
     directory.mkdir()

@@ -370,6 +370,11 @@ def test_a_served_run_searches_through_the_filter_of_its_context(
         ({"question": "q", "collection": 5}, {}, "collection must be"),
         ({"question": "q"}, {"max_iterations": -1}, "max_iterations must be at least 0"),
         ({"question": "q"}, {"chunk_cap": "ten"}, "chunk_cap must be an integer"),
+        (
+            {"question": "q"},
+            {"controller_model": "nonsense"},
+            "controller_model must be 'provider:model'",
+        ),
     ],
     ids=[
         "no-question",
@@ -378,6 +383,7 @@ def test_a_served_run_searches_through_the_filter_of_its_context(
         "bad-collection",
         "negative-budget",
         "string-cap",
+        "bad-model-spec",
     ],
 )
 def test_bad_input_fails_the_run_with_a_clear_error(
@@ -387,19 +393,6 @@ def test_bad_input_fails_the_run_with_a_clear_error(
         None, server.graph_id, input=run_input, context=context, raise_error=False
     )
     assert expected in _error_message(result)
-
-
-def test_bad_model_spec_ends_the_run_with_an_error(
-    server: LangGraphServer, collection: str
-) -> None:
-    result: Any = server.sync_client().runs.wait(
-        None,
-        server.graph_id,
-        input={"question": "q", "collection": collection},
-        context={"controller_model": "nonsense"},
-    )
-    assert result["terminated_by"] == "error"
-    assert "provider:model" in result["error"]
 
 
 def test_unknown_context_keys_are_dropped_by_the_server(
