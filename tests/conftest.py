@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,12 @@ pytest_plugins = [
     "tests.fixtures.openai_server",
     "tests.fixtures.langgraph_server",
 ]
+
+# A suite started in the background inherits SIGINT ignored, and so would every command a test
+# interrupts as Ctrl-C does (Python then raises no KeyboardInterrupt in it): the session takes
+# SIGINT back, and a handler, unlike an ignored signal, is not passed on to a child process.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session", autouse=True)

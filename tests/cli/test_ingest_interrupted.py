@@ -93,9 +93,6 @@ def interrupt_while_held(
             stderr=subprocess.PIPE,
             text=True,
             env=env,
-            # Ctrl-C as a terminal sends it: a suite run in the background inherits SIGINT
-            # ignored, and Python then installs no KeyboardInterrupt for it
-            preexec_fn=_default_sigint,
         )
         # waits for a row (a transaction or a tuple), behind this one: an index build, say,
         # waits for every transaction (a "virtualxid"), and is not a batch
@@ -126,10 +123,6 @@ def interrupt_while_held(
                 process.kill()
                 process.wait()
     return process, errors
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def new_collection(env: dict[str, str], tmp_path: Path, name: str) -> None:
