@@ -161,11 +161,16 @@ SHOWN_NAME_CHARS = 40
 """Longest collection name a hint shows whole (the longest allowed is 200)."""
 
 
+def shortened(text: str, most: int) -> str:
+    """`text`, cut to at most `most` characters with ``...`` when it is longer."""
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def known_collections(asked: str, names: Iterable[str]) -> str:
     """A hint naming the collections there are: the one meant first when ``asked`` differs from it by spaces."""
     known = sorted(names)
     meant = next((n for n in known if n.strip() == asked.strip() and n != asked), None)
-    shown = [n if len(n) <= SHOWN_NAME_CHARS else n[: SHOWN_NAME_CHARS - 3] + "..." for n in known]
+    shown = [shortened(n, SHOWN_NAME_CHARS) for n in known]
     listed = ", ".join(shown[:SHOWN_NAMES]) or "none"
     if len(shown) > SHOWN_NAMES:
         listed += f" and {len(shown) - SHOWN_NAMES} more (arcana-loop collections)"

@@ -35,6 +35,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
 
+from arcana_loop.cli.common import shortened
 from arcana_loop.cli.stored import StoredChunk, document_chunks, find_document, place_of
 from arcana_loop.core.sources import Source, relative_sources
 
@@ -184,8 +185,7 @@ def _said(name: str) -> str:
 
 def _one_sentence(message: str) -> str:
     """A message on one line, at most `MAX_ERROR_CHARS` long."""
-    line = " ".join(message.split())
-    return line if len(line) <= MAX_ERROR_CHARS else line[: MAX_ERROR_CHARS - 3] + "..."
+    return shortened(" ".join(message.split()), MAX_ERROR_CHARS)
 
 
 @contextlib.contextmanager
@@ -356,9 +356,8 @@ def build_server(kb: Any, *, collections: tuple[str, ...] = (), **run_options: A
             searched = scope.collections(collection)
             try:
                 document = find_document(kb, source, searched)
-            except (
-                LookupError
-            ) as exc:  # it names documents: as served, not where the server keeps them
+            except LookupError as exc:
+                # it names documents: as served, not where the server keeps them
                 raise LookupError(_as_served(str(exc), kb, searched)) from None
             chunks = document_chunks(kb, document.id)
             served = served_sources(kb.documents(document.collection))[document.id]

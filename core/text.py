@@ -100,7 +100,7 @@ def scrub_deep(value: Any, _depth: int = 0) -> Any:
 def _holds_surrogate(value: Any, depth: int) -> bool:
     """Whether JSON-like data holds a lone surrogate in a string or key `scrub_deep` would reach."""
     if isinstance(value, str):
-        return not value.isascii() and _SURROGATE.search(value) is not None
+        return has_lone_surrogate(value)
     if depth >= MAX_SCRUB_DEPTH:
         return False
     if isinstance(value, dict):

@@ -236,8 +236,7 @@ def cut_query(query: str) -> str:
     cut = query[:MAX_QUERY_CHARS]
     if query[MAX_QUERY_CHARS].isspace():
         return cut
-    kept = cut.rsplit(None, 1)[0]
-    return kept if kept != cut else cut  # one word longer than the cut: its start, as before
+    return cut.rsplit(None, 1)[0]  # one word longer than the cut is kept as its start
 
 
 def scope_statement(req: SearchRequest) -> Statement:

@@ -729,13 +729,10 @@ def embedded_server_status(pgdata: Path | None = None) -> ServerStatus:
     cluster = target.resolve()
     process = postmaster(cluster) if cluster.is_dir() else None
     info = None
-    if process is not None:
-        try:
-            info = PostmasterInfo.read_from_pgdata(cluster)
-        except (AssertionError, ValueError, IndexError):
-            # a server starting this moment (another command started it) is still writing its
-            # pid file; pgserver's reader asserts on the lines not there yet: it runs, no more known
-            info = None
+    # a server starting this moment (another command started it) is still writing its pid
+    # file; pgserver's reader asserts on the lines not there yet: it runs, no more is known
+    with contextlib.suppress(AssertionError, ValueError, IndexError):
+        info = PostmasterInfo.read_from_pgdata(cluster) if process is not None else None
     state = keeper_state(target) or {}
     in_use = target.parent.is_dir() and not is_free(lock_path(target, "users"), exclusive=True)
     return ServerStatus(

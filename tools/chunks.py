@@ -34,13 +34,18 @@ CHUNK_TAG = "chunk"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, a plain dict told without the ABC check (every field of every result)."""
+    return isinstance(value, dict) or isinstance(value, Mapping)
+
+
 def _fields(obj: Any) -> Callable[[str], Any]:
     """Return how to read a search result's fields: a mapping's keys, else an object's attributes.
 
     Decided once per result, not once per field: ``isinstance(obj, Mapping)`` is an ABC
     check, and it ran seven times for each chunk of every search.
     """
-    if isinstance(obj, dict) or isinstance(obj, Mapping):  # a dict skips the ABC check
+    if _is_mapping(obj):
         return obj.get
     return lambda name: getattr(obj, name, None)
 
@@ -64,7 +69,7 @@ def _json_safe(value: Any) -> Any:
         return scrub(value)
     if value is None or isinstance(value, int | float | bool):
         return value
-    if isinstance(value, dict) or isinstance(value, Mapping):  # a dict skips the ABC check
+    if _is_mapping(value):
         return {scrub(str(k)): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
@@ -103,7 +108,7 @@ def to_chunk(obj: Any) -> Chunk | None:
     if isinstance(position, int) and not isinstance(position, bool):
         chunk["position"] = position
     metadata = field("metadata")
-    if isinstance(metadata, dict) or isinstance(metadata, Mapping):  # a dict skips the ABC check
+    if _is_mapping(metadata):
         chunk["metadata"] = _json_safe(metadata)
     return chunk
 

@@ -26,32 +26,34 @@ def memory_search(query, collection=None, limit=5, **_):
     ]
 
 
+def conversation(search_fn, *questions):
+    """The offline controller's results for `questions`, asked in turn on one thread."""
+    saver, results = InMemorySaver(), []
+    for question in questions:
+        thread_id = results[0].thread_id if results else None
+        results.append(
+            run(
+                question,
+                controller_llm="offline",
+                search_fn=search_fn,
+                checkpointer=saver,
+                thread_id=thread_id,
+            )
+        )
+    return results
+
+
 def test_a_follow_up_searches_with_the_earlier_subject_and_answers_it():
-    saver = InMemorySaver()
-    first = run(
+    first, second, third = conversation(
+        memory_search,
         "How do I parse a JSON document from a string?",
-        controller_llm="offline",
-        search_fn=memory_search,
-        checkpointer=saver,
+        "What error does it raise?",
+        "How do I run a coroutine with a timeout?",
     )
     assert "[json]" in first.answer
-    second = run(
-        "What error does it raise?",
-        controller_llm="offline",
-        search_fn=memory_search,
-        checkpointer=saver,
-        thread_id=first.thread_id,
-    )
     query = second.tool_history[0]["args"]["query"]
     assert "JSON document" in query and "error" in query
     assert second.terminated_by == "answered" and "JSONDecodeError" in second.answer
-    third = run(
-        "How do I run a coroutine with a timeout?",
-        controller_llm="offline",
-        search_fn=memory_search,
-        checkpointer=saver,
-        thread_id=first.thread_id,
-    )
     assert (
         third.tool_history[0]["args"]["query"] == "run a coroutine with a timeout"
     )  # a standalone question stays as asked
@@ -88,21 +90,10 @@ def frob_search(query, collection=None, limit=5, **_):
 
 
 def test_a_follow_up_that_asks_something_new_is_answered_with_it_not_the_earlier_answer():
-    saver = InMemorySaver()
-    first = run(
-        "How do I roll back a release?",
-        controller_llm="offline",
-        search_fn=frob_search,
-        checkpointer=saver,
+    first, second = conversation(
+        frob_search, "How do I roll back a release?", "And how do I scale it?"
     )
     assert "[rollback]" in first.answer
-    second = run(
-        "And how do I scale it?",
-        controller_llm="offline",
-        search_fn=frob_search,
-        checkpointer=saver,
-        thread_id=first.thread_id,
-    )
     queries = [e["args"]["query"] for e in second.tool_history if e["tool"] == "search"]
     assert "scale" in queries  # the follow-up's own words, searched alone too
     assert "[scale]" in second.answer and "[rollback]" not in second.answer
