@@ -8,7 +8,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, NotRequired
+from typing import Any, Literal, NotRequired, TypeGuard
 from xml.sax.saxutils import quoteattr
 
 from typing_extensions import TypedDict
@@ -34,7 +34,7 @@ CHUNK_TAG = "chunk"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
-def _is_mapping(value: Any) -> bool:
+def _is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
     """``isinstance(value, Mapping)``, a plain dict told without the ABC check (every field of every result)."""
     return isinstance(value, dict) or isinstance(value, Mapping)
 
