@@ -554,7 +554,7 @@ def _taken_runs(
     runs = len(layout.run_first)
     if previous is None or runs == 0 or len(stored.run_first) == 0:
         return np.full(runs, -1, dtype=np.int64)
-    before = _Layout(previous)
+    before = _Layout(previous, like=layout)
     if not (
         np.array_equal(before.run_first, stored.run_first)
         and np.array_equal(before.run_last, stored.run_last)
@@ -581,37 +581,65 @@ def _taken_runs(
     return np.where(ok, candidate, -1)
 
 
+def _walk_headings(
+    levels: list[int], titles: tuple[str, ...]
+) -> tuple[dict[tuple[str, ...], int], list[tuple[str, ...]], list[int]]:
+    """The section paths a document's headings open: the paths by number, and each heading's.
+
+    The one loop over a document's headings, as a stack: a heading closes those of its
+    level and deeper; one without a title only closes them.
+    """
+    stack_levels: list[int] = []
+    stack_titles: list[str] = []
+    ids: dict[tuple[str, ...], int] = {(): 0}
+    sections: list[tuple[str, ...]] = [()]
+    after: list[int] = []
+    for level, title in zip(levels, titles, strict=True):
+        while stack_levels and stack_levels[-1] >= level:
+            stack_levels.pop()
+            stack_titles.pop()
+        if title:
+            stack_levels.append(level)
+            stack_titles.append(title)
+        section = tuple(stack_titles)
+        number = ids.get(section)
+        if number is None:
+            number = ids[section] = len(sections)
+            sections.append(section)
+        after.append(number)
+    return ids, sections, after
+
+
 class _Layout:
     """Where a map's blocks are in the text, the section path each is under, and its runs."""
 
-    def __init__(self, map: MarkdownMap) -> None:
+    def __init__(self, map: MarkdownMap, like: _Layout | None = None) -> None:
+        """Lay `map` out; the section paths are taken over from `like` when its headings are the same.
+
+        The paths depend on the headings alone (their levels and titles, in order), and an
+        edit seldom touches one: the map before and after it then share them, and only one
+        of the two walks the headings (0.3 ms at 659 sections).
+        """
         segment_starts = np.concatenate(([0], np.cumsum(map.lengths)[:-1])).astype(np.int64)
         self.starts: np.ndarray[Any, Any] = (
             np.repeat(segment_starts, map.counts) + map.starts if len(map.starts) else _column([])
         )
         heading = map.codes < 8
         at = np.flatnonzero(heading)
-        # the one loop over the document: its headings, as a stack (a heading closes those
-        # of its level and deeper; one without a title only closes them)
-        stack_levels: list[int] = []
-        stack_titles: list[str] = []
-        ids: dict[tuple[str, ...], int] = {(): 0}
-        self.section_ids = ids
-        self.sections: list[tuple[str, ...]] = [()]
-        after: list[int] = []
-        for level, title in zip((map.codes[at] % 8).tolist(), map.titles, strict=True):
-            while stack_levels and stack_levels[-1] >= level:
-                stack_levels.pop()
-                stack_titles.pop()
-            if title:
-                stack_levels.append(level)
-                stack_titles.append(title)
-            section = tuple(stack_titles)
-            number = ids.get(section)
-            if number is None:
-                number = ids[section] = len(self.sections)
-                self.sections.append(section)
-            after.append(number)
+        self.levels: list[int] = (map.codes[at] % 8).tolist()
+        self.titles = map.titles
+        self.section_ids: dict[tuple[str, ...], int]
+        self.sections: list[tuple[str, ...]]
+        self.after: list[int]
+        if like is not None and like.titles == map.titles and like.levels == self.levels:
+            self.section_ids, self.sections, self.after = (
+                like.section_ids,
+                like.sections,
+                like.after,
+            )
+        else:
+            self.section_ids, self.sections, self.after = _walk_headings(self.levels, map.titles)
+        after = self.after
         # each block is under the section its last heading (itself, for a heading) left open
         latest = np.maximum.accumulate(np.where(heading, np.arange(len(heading)), -1))
         opened = np.zeros(len(heading), dtype=np.int64)
