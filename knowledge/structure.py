@@ -566,9 +566,12 @@ def _taken_runs(
     run_at[stored.run_first] = np.arange(len(stored.run_first))
     candidate = np.where(source_first >= 0, run_at[np.maximum(source_first, 0)], -1)
     known = np.maximum(candidate, 0)
-    same_section = np.asarray(
-        [layout.section_ids.get(section, -1) for section in before.sections], dtype=np.int64
-    )
+    if before.sections is layout.sections:  # the same headings (`_Layout`'s `like`)
+        same_section = np.arange(len(layout.sections), dtype=np.int64)
+    else:
+        same_section = np.asarray(
+            [layout.section_ids.get(section, -1) for section in before.sections], dtype=np.int64
+        )
     piece_at = np.concatenate(([0], np.cumsum(stored.run_pieces)))
     unsliced = np.concatenate(([0], np.cumsum(stored.piece_starts == 0)))
     ok = (
