@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -42,7 +43,7 @@ from pgvector.utils import SparseVector  # type: ignore[import-untyped]  # pgvec
 
 K1 = 1.2
 B = 0.75
-TERMS_REVISION = 1
+TERMS_REVISION = 2
 """The revision of `terms` (token pattern, splitting, stop words, stemmer) and `key`: raise it
 whenever any of them changes what a text's terms or keys are."""
 LEXICAL_VERSION = f"terms{TERMS_REVISION}-k1={K1}-b={B}"
@@ -54,7 +55,8 @@ DIMENSIONS = 1_000_000_000
 MAX_TERMS = 16_000
 """pgvector's limit of non-zero elements per sparse vector; longer chunks keep their most frequent terms."""
 
-_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*|[0-9]+")
+_TOKEN = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*|\d+")
+"""A word or a dotted name (letters of any script, digits, underscores), or a number."""
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _OPERATOR = re.compile(r'"[^"]*\w[^"]*"|(?:^|\s)-[^\W\d_]')
 
@@ -89,6 +91,13 @@ def _stem(word: str) -> str:
 
 
 def _words(piece: str) -> list[str]:
+    """The words of an identifier's piece: split at underscores, and at case changes when ASCII.
+
+    A piece in another script is split at underscores only: `_CAMEL` knows ASCII cases,
+    and would cut ``café`` to ``caf``.
+    """
+    if not piece.isascii():
+        return [w.lower() for w in piece.split("_") if w]
     return [w.lower() for sub in piece.split("_") for w in _CAMEL.findall(sub)]
 
 
@@ -108,8 +117,16 @@ def _expand(token: str) -> tuple[str, ...]:
 
 
 def terms(text: str) -> list[str]:
-    """Return the terms of `text`, in order, repeats kept (term frequency counts them)."""
-    return [term for token in _TOKEN.findall(text) for term in _expand(token)]
+    """Return the terms of `text`, in order, repeats kept (term frequency counts them).
+
+    Text beyond ASCII is read in Unicode NFC first, so an accent typed as its own mark
+    (``cafe`` + U+0301) is the same word as the composed letter.
+    """
+    return [term for token in _TOKEN.findall(_composed(text)) for term in _expand(token)]
+
+
+def _composed(text: str) -> str:
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def word_terms(text: str) -> dict[str, str]:
@@ -120,7 +137,7 @@ def word_terms(text: str) -> dict[str, str]:
     `unmatched_words` asks whether the scope holds each of these terms.
     """
     out: dict[str, str] = {}
-    for token in _TOKEN.findall(text):
+    for token in _TOKEN.findall(_composed(text)):
         for piece in (p for p in token.split(".") if p):
             # the piece's first term is the one it is indexed under whole (`_expand` says how)
             if indexed := _expand(piece):

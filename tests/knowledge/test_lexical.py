@@ -36,6 +36,26 @@ def test_terms_keep_identifiers_whole_and_split_them():
     assert lexical.terms("How do I use the timeouts?") == lexical.terms("timeout")
 
 
+def test_words_of_any_script_are_terms_and_accents_are_one_spelling():
+    assert lexical.terms("Le café résumé, Straße") == ["le", "café", "résumé", "straße"]
+    # an accent typed as its own mark is the composed letter
+    assert lexical.terms("cafe\u0301") == lexical.terms("café") == ["café"]
+    # CamelCase is split in ASCII only; underscores split any script
+    assert lexical.terms("Crème_Brûlée") == ["crème_brûlée", "crème", "brûlée"]
+    assert lexical.terms("東京都の地図") == ["東京都の地図"]
+
+
+def test_a_word_beyond_ascii_is_found_by_the_lexical_side(kb: KnowledgeBase):
+    kb.ingest("Отчёт о проекте занимает одну страницу.", collection="ru", name="report")
+    kb.ingest("Совещание начинается в девять часов.", collection="ru", name="meeting")
+    kb.ingest("Le résumé du projet tient en une page.", collection="ru", name="resume")
+    hits = kb.search("совещание", collection="ru", mode="fulltext", limit=3)
+    assert [h["metadata"]["source"] for h in hits][:1] == ["meeting"]
+    # typed with combining accents, the word is the one stored composed
+    hits = kb.search("re\u0301sume\u0301", collection="ru", mode="fulltext", limit=3)
+    assert [h["metadata"]["source"] for h in hits][:1] == ["resume"]
+
+
 def test_two_threads_stem_at_once_as_one_does():
     # an ingest's two writer threads weigh their batches' terms at the same time
     rng = random.Random(3)
