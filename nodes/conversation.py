@@ -210,7 +210,7 @@ def _readable(scope: Scope | None) -> frozenset[str] | None:
     return frozenset(scope.names)
 
 
-_FRESH: dict[str, Any] = {
+QUESTION_DEFAULTS: dict[str, Any] = {
     "iterations": 0,
     "terminated_by": None,
     "answer": None,
@@ -247,7 +247,9 @@ def fresh_state(asked: NewQuestion, state: LoopState) -> dict[str, Any]:
         "usage": {USAGE_RESET: True},
         "started_at": time.time(),
     }
-    writes.update({key: value for key, value in _FRESH.items() if state.get(key, value) != value})
+    writes.update(
+        {key: value for key, value in QUESTION_DEFAULTS.items() if state.get(key, value) != value}
+    )
     if state.get("tool_history"):
         writes["tool_history"] = replacing([])
     if state.get("chunks"):

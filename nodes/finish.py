@@ -8,7 +8,7 @@ adds the question's usage to the thread's, and sends the run's stop event.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langgraph.runtime import Runtime
@@ -22,9 +22,9 @@ from arcana_loop.core.sources import (
     noting_extracted,
     sources_of,
 )
-from arcana_loop.core.state import AnswerKind, EvidencePin, LoopState
+from arcana_loop.core.state import RESULT_KEYS, AnswerKind, EvidencePin, LoopState
 from arcana_loop.nodes.common import emit, offered_of
-from arcana_loop.nodes.conversation import closing_message, opening_index
+from arcana_loop.nodes.conversation import QUESTION_DEFAULTS, closing_message, opening_index
 from arcana_loop.nodes.deps import LoopDeps
 from arcana_loop.nodes.lifecycle import stop_event
 from arcana_loop.nodes.pins import pin_evidence
@@ -70,4 +70,19 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
     )
     if pins:  # a channel never written stays out of the checkpoints (`start` resets it)
         update["evidence"] = pins
-    return update
+    return cast(FinishUpdate, {**_never_written(state), **update})
+
+
+_UNWRITTEN_RESULTS = {
+    key: QUESTION_DEFAULTS[key] for key in RESULT_KEYS if key in QUESTION_DEFAULTS
+}
+
+
+def _never_written(state: LoopState) -> dict[str, Any]:
+    """The result fields no step of the thread has written yet, as a question starts them.
+
+    LangGraph's output leaves out a channel never written, so a served run's result lacked
+    ``error`` (and ``grounding``, ``coverage``...) whenever nothing had set it, and a client
+    reading ``output["error"]`` failed. Written once a thread, by its first question's end.
+    """
+    return {key: value for key, value in _UNWRITTEN_RESULTS.items() if key not in state}

@@ -10,11 +10,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+import pytest
 from langchain_core.tracers.context import register_configure_hook
 from langchain_core.tracers.run_collector import RunCollectorCallbackHandler
 from langchain_core.tracers.schemas import Run
 
 from arcana_loop.core.context import LoopContext
+from arcana_loop.core.state import AnswerOutput, LoopOutput
 from arcana_loop.graph import arun, build_graph, make_deps, run
 from arcana_loop.graph.build import GRAPH_DESCRIPTION, GRAPH_NAME
 from arcana_loop.graph.build import graph as served_graph
@@ -150,6 +152,23 @@ def test_the_served_output_puts_the_answer_first():
     # plain JSON data, nothing a client would see as a Python repr only; the messages are LangChain
     # messages, which a server sends in their dict form
     json.dumps({k: v for k, v in output.items() if k != "messages"})
+
+
+@pytest.mark.parametrize("brief", [False, True])
+def test_the_served_output_holds_every_field_even_one_nothing_wrote(brief: bool):
+    # a question that ends with no error, no grounding and no budget stop writes none of
+    # them; a client still reads output["error"] (the full output and the brief one)
+    model = scripted(search("timeouts"), answer("Use wait_for."))
+    compiled = build_graph(
+        make_deps(controller_llm=model, search_fn=ScriptedSearch(RESULTS)), brief=brief
+    ).compile(name=GRAPH_NAME)
+    output = compiled.invoke({"question": "Q?"}, context=LoopContext())
+    schema = AnswerOutput if brief else LoopOutput
+    assert list(output) == list(schema.__annotations__)
+    assert output["error"] is None and output["answer"] == "Use wait_for."
+    if not brief:
+        assert output["grounding"] is None and output["budget_stop"] is None
+        assert output["coverage"] is None and output["stale_evidence"] is None
 
 
 def test_the_served_graph_has_a_description():
