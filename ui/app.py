@@ -41,6 +41,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 """The page's files (``static/``) and their content types: nothing else is served."""
 CONTENT_SECURITY_POLICY = (

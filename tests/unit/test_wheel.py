@@ -83,6 +83,7 @@ def test_the_wheel_installs_only_arcana_loop(wheel: Path) -> None:
         "arcana_loop/ui/static/index.html",  # the page at /ui is served from the package
         "arcana_loop/ui/static/app.js",
         "arcana_loop/ui/static/app.css",
+        "arcana_loop/ui/static/favicon.svg",
     } <= files
 
 
