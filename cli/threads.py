@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 
 from arcana_loop.cli.common import cell, fail, out, print_result, shown
@@ -86,12 +87,15 @@ def trace_command(
     conversation = len({row.question for row in rows}) > 1
     every = rows if question is None else _steps(thread_id, checkpointer)
     length = unique_prefix_length([row.checkpoint_id for row in every])
-    table = Table("step")
-    table.add_column("node", no_wrap=True)
-    for header in ("turn", "what happened", "ended", "ms", "tokens"):
-        table.add_column(header)
+    # what happened is the one column that wraps, last and as wide as the terminal leaves it;
+    # the others are a word each (tokens only when a model counted some: offline runs have none)
+    with_tokens = any(row.tokens for row in rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("step", "node", "turn", "ms", *(("tokens",) if with_tokens else ())):
+        table.add_column(header, no_wrap=True)
     # kept whole on one line, as short as the thread allows: `replay --from` takes it as shown
     table.add_column("checkpoint", no_wrap=True, min_width=length)
+    table.add_column("what happened", overflow="fold", ratio=1, min_width=20)
     for row in rows:
         what = [
             f"{c['name']}({json.dumps(c['args'], ensure_ascii=False)[:80]})" for c in row.tool_calls
@@ -102,16 +106,19 @@ def trace_command(
             for s in row.searches
         ]
         what += [e for e in row.events if not e.startswith("search:")]
+        if row.error:
+            what.append(row.error)
+        if row.terminated_by:
+            what.append(f"ended: {row.terminated_by}")
         turn = row.iteration + 1  # turns from 1, as ask and chat count them
         table.add_row(
             str(row.step),
             row.node,
             f"q{row.question}.{turn}" if conversation else str(turn),
-            cell("\n".join(what) or (row.error or "")),
-            row.terminated_by or "",
             f"{row.seconds * 1000:.1f}" if row.seconds is not None else "",
-            str(row.tokens or ""),
+            *((str(row.tokens or ""),) if with_tokens else ()),
             row.checkpoint_id[:length],
+            cell("\n".join(what)),
         )
     out.print(table)
     out.print(

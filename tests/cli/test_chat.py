@@ -146,13 +146,20 @@ def test_trace_and_record_one_question_of_a_conversation(
 
 
 def _checkpoints(table: str) -> list[tuple[str, str, str]]:
-    """(step, turn, checkpoint) of each row of trace's table."""
-    rows = []
-    for line in table.splitlines():
-        cells = [cell.strip() for cell in line.split("│")[1:-1]]
-        if len(cells) == 8 and cells[0].isdigit():
-            rows.append((cells[0], cells[2], cells[7]))
-    return rows
+    """(step, turn, checkpoint) of each row of trace's table, read at its header's columns."""
+    lines = table.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["step", "node"])
+    names = ("step", "node", "turn", "ms", "checkpoint", "what")
+    starts = {name: header.index(name) for name in names}
+
+    def at(line: str, name: str, until: str) -> str:
+        return line[starts[name] : starts[until]].strip()
+
+    return [
+        (at(line, "step", "node"), at(line, "turn", "ms"), at(line, "checkpoint", "what"))
+        for line in lines[lines.index(header) + 1 :]
+        if at(line, "step", "node").isdigit()  # a step's first line; what happened wraps below
+    ]
 
 
 def test_trace_counts_turns_from_1_and_shows_checkpoints_that_replay_takes(
