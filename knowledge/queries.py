@@ -79,7 +79,7 @@ PARALLEL_EXACT_MIN_ROWS = 50_000
 DEFAULT_HYBRID_MIN_SIMILARITY = 0.35
 _WORD = re.compile(r"[^\W_]+")
 _JUNK = re.compile(r"[^\w\s\"-]+")
-_STRAY_DASH = re.compile(r"(?<![\s\"])-+|-+(?![^\W_])|-{2,}")
+_STRAY_DASH = re.compile(r"(?<=[^\s\"])-+|-+(?![^\W_])|-{2,}")
 
 Statement = tuple[sql.Composable, dict[str, Any]]
 

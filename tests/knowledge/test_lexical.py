@@ -306,6 +306,10 @@ def test_operators_never_fall_back_to_any_word(kb: KnowledgeBase, mode: str, ran
     kb.ingest("python programming facts: python runs scripts", collection="z", name="code")
     fulltext = {h["metadata"]["source"] for h in kb.search("python -snake", mode="fulltext")}
     assert fulltext == {"code"}
+    # an exclusion that opens the query excludes too (it was read as the word itself)
+    for query in ("-snake python", "-snake"):
+        found = {h["metadata"]["source"] for h in kb.search(query, mode="fulltext")}
+        assert found <= {"code"} and (query == "-snake" or found == {"code"}), query
     assert kb.search('"constrictor programming"', mode="fulltext") == []
     if mode == "hybrid":  # the semantic side may still find things; the lexical side adds none
         hits: list[Any] = kb.search('"zzqx nowhere phrase"', mode="hybrid")
