@@ -52,6 +52,11 @@ def format_for(path: Path) -> Format:
     return _BY_SUFFIX.get(path.suffix.lower(), TEXT)
 
 
+def is_known_suffix(suffix: str) -> bool:
+    """Whether an extension (with its dot, any case) names a format ingest reads."""
+    return suffix.lower() in _BY_SUFFIX
+
+
 def supported_types() -> str:
     """The supported types as one line: every extension, then text of any other name."""
     return ", ".join(_BY_SUFFIX) + ", or UTF-8 text under any other name"

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 
 from arcana_loop.knowledge.errors import IngestError, UnsupportedFormat
-from arcana_loop.knowledge.formats import Syntax, format_for, unsupported
+from arcana_loop.knowledge.formats import Syntax, format_for, is_known_suffix, unsupported
 from arcana_loop.knowledge.names import check_text
 from arcana_loop.knowledge.placed import NO_START, Placing, shifted_rows
 from arcana_loop.knowledge.sections import (
@@ -148,8 +148,10 @@ def is_path_source(source: str | os.PathLike[str]) -> bool:
     """Tell a path from text: `PathLike` is a path; a `str` is one if it exists or looks like one.
 
     A one-line string that ends with a path separator (``docs/``), or that holds no
-    whitespace and starts like a path (``/``, ``./``, ``../``, ``~``), is a path even when
-    nothing is there, so a mistyped folder is an error, not a document holding its name.
+    whitespace and starts like a path (``/``, ``./``, ``../``, ``~``), holds a separator
+    (``docs/a.md``) or ends with an extension ingest reads (``notes.md``, ``report.pdf``),
+    is a path even when nothing is there, so a mistyped path is an error, not a document
+    holding its name. (Text of one such word is ingested as a LangChain `Document`.)
     """
     if isinstance(source, os.PathLike):
         return True
@@ -167,7 +169,14 @@ def is_path_source(source: str | os.PathLike[str]) -> bool:
 def _looks_like_a_path(text: str) -> bool:
     if text.endswith(("/", os.sep)):
         return True
-    return not any(c.isspace() for c in text) and text.startswith(("/", "./", "../", "~"))
+    if any(c.isspace() for c in text):
+        return False
+    return (
+        text.startswith(("/", "./", "../", "~"))
+        or "/" in text
+        or os.sep in text
+        or is_known_suffix(PurePosixPath(text).suffix)
+    )
 
 
 def text_document(text: str, *, name: str | None, metadata: dict[str, Any]) -> SourceDoc:

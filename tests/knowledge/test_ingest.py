@@ -240,9 +240,13 @@ def test_other_bad_inputs(kb: KnowledgeBase, tmp_path: Path) -> None:
     with pytest.raises(IngestError, match="no such"):
         kb.ingest(tmp_path / "missing.txt")
     # a string shaped like a path is one, there or not: a typo is no document holding its name
-    for typo in ("no-such-docs/", str(tmp_path / "missing"), "./missing", "~/no-such-folder-xyz"):
+    typos = ("no-such-docs/", str(tmp_path / "missing"), "./missing", "~/no-such-folder-xyz")
+    # a file's name, with a folder or with an extension ingest reads, is a path too
+    typos += ("docs/no-such-file.md", "no-such-notes.md", "no-such-report.pdf")
+    for typo in typos:
         with pytest.raises(IngestError, match="no such file or directory"):
-            kb.ingest(typo)
+            kb.ingest(typo, collection="typos")
+    assert "typos" not in {c.name for c in kb.collections()}
     big = tmp_path / "big.txt"
     big.write_text("y" * 2048)
     with pytest.raises(IngestError, match="too large"):
