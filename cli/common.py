@@ -661,4 +661,24 @@ def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
             ensure_demo_corpus(kb)
         infos = kb.collections()
     check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
+    if not isinstance(scope, str):
+        check_one_embedder(scope, infos)
     return scope, kb
+
+
+def check_one_embedder(names: list[str], infos: Iterable[Any]) -> None:
+    """Refuse, before the loop runs, collections a search cannot embed one query for.
+
+    Every search of the question would fail with the same `EmbeddingMismatch`, and the
+    answer would read as though nothing was found.
+    """
+    from arcana_loop.knowledge.embeddings_scope import choose_record
+    from arcana_loop.knowledge.errors import EmbeddingMismatch
+
+    rows = [(i.name, i.embedding_model, i.dimension) for i in infos if i.name in names]
+    if not rows:
+        return
+    try:
+        choose_record(rows, names, "hybrid", default=(rows[0][1], rows[0][2]))
+    except EmbeddingMismatch as exc:
+        fail(str(exc), "or ask of each collection in turn")

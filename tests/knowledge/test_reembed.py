@@ -187,6 +187,23 @@ def test_reembed_on_the_command_line(pg_url: str) -> None:
     assert gone.exit_code == 1 and f"no collection named {name!r}" in gone.output
 
 
+def test_ask_over_collections_of_two_embedders_says_so_before_it_runs(pg_url: str) -> None:
+    # every search would fail alike, and the answer read as though nothing was found
+    runner = CliRunner()
+    with (
+        temporary_collection(pg_url, "bread", [(TOPICS["bread"], {})]) as plain,
+        temporary_collection(pg_url, "logs", [(TOPICS["logs"], {})]) as other,
+    ):
+        assert runner.invoke(app, ["reembed", other, "--embeddings", "minilm"]).exit_code == 0
+        asked = runner.invoke(app, ["ask", "How is bread baked?", "-c", plain, "-c", other])
+        said = " ".join(asked.output.split())
+        assert asked.exit_code == 1, asked.output
+        assert "were embedded with different models" in said
+        assert plain in said and other in said and "arcana-loop reembed" in said
+        alone = runner.invoke(app, ["ask", "How is bread made?", "-c", plain, "--json"])
+        assert alone.exit_code == 0, alone.output
+
+
 def test_a_reembed_into_the_embedder_it_has_drops_what_another_staged(kb: KnowledgeBase) -> None:
     for name, text in TOPICS.items():
         kb.ingest(text, collection="notes", name=name)
