@@ -6,7 +6,9 @@ and prints its id; these commands take that id.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,12 +29,29 @@ CheckpointerOption = Annotated[
 
 
 def _existing_store(spec: str) -> str:
-    """A SQLite file that is not there holds no thread: say so, rather than create it empty."""
-    if spec.startswith("sqlite:") and not Path(spec.split(":", 1)[1]).expanduser().is_file():
-        fail(
-            f"no checkpoint database at {spec.split(':', 1)[1]}.",
-            "pass the --checkpointer sqlite:PATH your runs were stored with",
-        )
+    """A SQLite file must hold threads already: these commands only read, and change no file.
+
+    A file that is not there, is no SQLite database, or holds no checkpoint table is
+    refused, rather than made one (LangGraph's saver writes its tables into any file it opens).
+    """
+    if not spec.startswith("sqlite:"):
+        return spec
+    named = spec.split(":", 1)[1]
+    hint = "pass the --checkpointer sqlite:PATH your runs were stored with"
+    path = Path(named).expanduser()
+    if not path.is_file():
+        fail(f"no checkpoint database at {named}.", hint)
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            found = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
+            ).fetchone()
+    except sqlite3.Error as exc:
+        fail(f"{named} is not a checkpoint database ({exc}).", hint)
+    if found is None:
+        fail(f"{named} holds no checkpoints: it is no checkpoint database.", hint)
     return spec
 
 

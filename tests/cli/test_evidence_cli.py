@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import uuid
 
 import pytest
@@ -116,3 +118,24 @@ def test_a_read_of_a_sqlite_file_that_is_not_there_says_so_and_creates_nothing(c
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"no checkpoint database at {store}." in done.stderr.replace("\n", "")
     assert not store.exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("command", [("stale",), ("diff", "t1", "t2"), ("trace", "t1")])
+@pytest.mark.parametrize("kind", ["empty", "other tables", "no database"])
+def test_a_read_of_a_file_that_holds_no_checkpoints_changes_nothing(command, kind, tmp_path):
+    store = tmp_path / "threads.sqlite"
+    if kind == "empty":
+        store.write_bytes(b"")
+    elif kind == "other tables":
+        with contextlib.closing(sqlite3.connect(store)) as db:
+            db.execute("CREATE TABLE mine (x)")
+            db.commit()
+    else:
+        store.write_text('{"question": "a record file, not a database"}' * 40)
+    before = store.read_bytes()
+    env = {**clean_env(), "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    done = cli(*command, "--checkpointer", f"sqlite:{store}", env=env, cwd=tmp_path)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "checkpoint database" in said and said.count("Error:") == 1
+    assert store.read_bytes() == before  # no table written into it
