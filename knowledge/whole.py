@@ -17,7 +17,8 @@ still the hit's offset in its document), and adds to the metadata:
 * ``merged_hits``: the ids of the search's other hits in this section, best first;
 * ``section_complete``: whether the text holds the whole section (else it was cut at
   the budget: the hit, the search's other hits, the section's first chunk, then
-  the chunks nearest the hit; a left-out stretch reads ``[...]``).
+  the chunks nearest the hit; a left-out stretch, or one of another section between
+  two parts of this one, reads ``[...]``).
 """
 
 from __future__ import annotations
@@ -196,7 +197,9 @@ def _joined(
     for piece in kept:
         body = piece.text
         if previous is not None:
-            if index[piece.id] != index[previous.id] + 1:
+            # a chunk read but left out, or a stretch of the document under another section
+            # (a heading repeated further down), stands between them
+            if index[piece.id] != index[previous.id] + 1 or piece.position != previous.position + 1:
                 text += GAP
             else:
                 overlap = _overlap(previous, piece)

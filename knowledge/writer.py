@@ -275,8 +275,10 @@ class _TermCounts:
 
 RESERVED_METADATA_KEYS = frozenset(
     {"start_index", "entity_enhanced", "entity_names", "matched_entities", "found_by"}
+    | {"hit_start", "hit_end", "section_chunks", "merged_hits", "section_complete"}
 )
-"""Keys the knowledge base writes into chunk metadata itself (at ingest or in entity search).
+"""Keys the knowledge base writes into chunk metadata itself (at ingest, in entity search,
+or when a search reads a hit's whole section, `knowledge.whole`).
 
 `source` is not among them: callers have long passed it, and it is replaced by
 the document's source name, as documented for ingest.

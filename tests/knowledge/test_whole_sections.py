@@ -90,6 +90,14 @@ def test_overlapping_neighbours_are_joined_without_repeating_the_overlap() -> No
     assert result["text"][meta["hit_start"] : meta["hit_end"]] == second
 
 
+def test_two_parts_of_a_section_apart_in_the_document_read_with_a_gap_between() -> None:
+    # the same heading twice: the chunk between the parts is under another section
+    first, second = "Install with pip.", "Install from source."
+    sections = {KEY: _section(("a", first, 0, 0), ("b", second, 2, 40))}
+    [result] = whole.read_whole([_hit("a", first, 0, 0)], sections, limit=5, budget=2000)
+    assert result["text"] == f"{first}{whole.GAP}{second}"
+
+
 def test_a_chunk_without_a_document_is_its_own_result() -> None:
     chunks: list[Chunk] = [
         {"id": "a", "text": "A", "score": 1.0},

@@ -107,6 +107,8 @@ BAD_METADATA = {
     "lone surrogate in a nested key": {"a": {"\udfff": 1}},
     "reserved entity_enhanced": {"entity_enhanced": True},
     "reserved start_index": {"start_index": 0},
+    "reserved hit_start (a whole-section result's)": {"hit_start": "mine"},
+    "reserved section_chunks": {"section_chunks": ["a"]},
     "non-string key": {1: "one"},
 }
 
