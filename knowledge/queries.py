@@ -420,12 +420,13 @@ _SECTION = """
        FROM kb_documents d CROSS JOIN LATERAL (
          SELECT c.id, c.text, c.position, c.metadata FROM kb_chunks c WHERE c.document_id = d.id
            AND coalesce(c.metadata ->> 'section', '') = coalesce(h.metadata ->> 'section', '')
+           AND coalesce(c.metadata ->> 'page', '') = coalesce(h.metadata ->> 'page', '')
            {where}) c
        WHERE d.id = h.document_id) s
  WHERE s.nth = 1 OR s.pos BETWEEN h.position - %(window)s AND h.position + %(window)s)
 """
 """The section of hit ``h`` (`knowledge.whole`): its document's chunks under the same section
-path (and the search's metadata filter), read as ``[id, text, position, start_index, total]``:
+path and on the same page (a PDF has pages, not sections), and the search's metadata filter, read as ``[id, text, position, start_index, total]``:
 the section's first chunk and those within `whole.SIBLING_WINDOW` of the hit; found through
 the chunks' document index. The document row comes first, read once: joined per chunk, it
 was looked up again for each of a section's chunks (200 lookups for a 200-chunk document)."""
@@ -434,7 +435,8 @@ hits (id, text, score, collection, document_id, position, metadata) AS ({select}
 ranked_hits AS (
   SELECT f.*, sum((f.rank = f.section_rank)::int) OVER (ORDER BY f.rank) AS section_no
   FROM (SELECT r.*, min(r.rank) OVER (
-          PARTITION BY r.document_id, coalesce(r.metadata ->> 'section', '')) AS section_rank
+          PARTITION BY r.document_id, coalesce(r.metadata ->> 'section', ''),
+            coalesce(r.metadata ->> 'page', '')) AS section_rank
         FROM (SELECT h.*, row_number() OVER (ORDER BY h.score DESC, h.id) AS rank FROM hits h) r) f)
 SELECT h.id, h.text, h.score, h.collection, h.document_id, h.position, h.metadata,
   CASE WHEN h.rank = h.section_rank AND h.section_no <= %(sections)s THEN {section} END

@@ -1,4 +1,4 @@
-"""A hit read whole: the section (a documented member, a Markdown section) it belongs to.
+"""A hit read whole: the section (a documented member, a Markdown section, a PDF's page) it belongs to.
 
 Chunks stay small for ranking: a short chunk that answers is not diluted by the
 rest of its section. But the answer a question needs is often in the chunk beside
@@ -93,10 +93,18 @@ def section_of(value: Any) -> Section | None:
 
 
 def section_key(chunk: Mapping[str, Any]) -> SectionKey:
-    """What makes two hits one result: the same document and the same section path."""
+    """What makes two hits one result: the same document, section path and page.
+
+    A PDF has no section path: its pages are its sections, so a hit on page 3 is read
+    with page 3, and is cited as page 3.
+    """
     metadata = chunk.get("metadata") or {}
     section = metadata.get("section")
-    return str(chunk.get("document_id") or chunk["id"]), section if isinstance(section, str) else ""
+    path = section if isinstance(section, str) else ""
+    page = metadata.get("page")
+    if page is not None:
+        path = f"{path}\x00{page}"
+    return str(chunk.get("document_id") or chunk["id"]), path
 
 
 def _groups(hits: Sequence[Chunk], limit: int) -> dict[SectionKey, list[Chunk]]:

@@ -84,6 +84,8 @@ def test_pdf_is_read_page_by_page_with_the_page_in_chunk_metadata(
     assert hit["metadata"]["title"] == "Frobnicator manual"
     (first,) = _hits(kb, "archive installer", "pdf")
     assert first["metadata"]["page"] == 1
+    # a PDF's page is its section: a hit on page 2 is read with page 2 alone, as cited
+    assert "Unpack the archive" not in hit["text"] and "quuxwheel" not in first["text"]
 
 
 @pytest.mark.parametrize("title", [None, "", "   ", "untitled", "Untitled document", "untitled 2"])
