@@ -11,6 +11,7 @@ or absent in the other), the answers, and the tokens and time each run took.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, messages_from_dict
 
-from arcana_loop.graph.replay import Record, record_of
+from arcana_loop.graph.replay import Record, ReplayError, record_of
 
 
 @dataclass
@@ -70,15 +71,17 @@ class RunDiff:
         return data
 
 
-def load_run(ref: str, checkpointer: Any) -> Record:
-    """A run to compare: a record file when ``ref`` names one, else the last question of thread ``ref``.
+def load_run(ref: str | os.PathLike[str], checkpointer: Any) -> Record:
+    """A run to compare: a record file when ``ref`` names one (a `Path` always does), else the last question of thread ``ref``.
 
     Raises:
-        ReplayError: for a file that is not a record, or a thread not finished.
+        ReplayError: for a file that is not a record, a folder, or a thread not finished.
         ThreadNotFoundError: when the checkpointer holds no such thread.
     """
-    if Path(ref).is_file():
+    if isinstance(ref, os.PathLike) or Path(ref).is_file():
         return Record.load(ref)
+    if Path(ref).is_dir():
+        raise ReplayError(f"{ref} is a folder, not a record file or a thread id")
     return record_of(ref, checkpointer)
 
 
@@ -175,7 +178,12 @@ def _seconds(usage: Mapping[str, Any]) -> float | None:
     return round(sum(float(s) for s in nodes.values() if isinstance(s, int | float)), 4)
 
 
-def diff_runs(a: str | Record, b: str | Record, *, checkpointer: Any = "postgres") -> RunDiff:
+def diff_runs(
+    a: str | os.PathLike[str] | Record,
+    b: str | os.PathLike[str] | Record,
+    *,
+    checkpointer: Any = "postgres",
+) -> RunDiff:
     """Compare two runs, each a thread id (its last question), a record file or a `Record`.
 
     Compared: the controller's decisions, the searches, the chunks found, the claims'
@@ -203,8 +211,10 @@ def diff_runs(a: str | Record, b: str | Record, *, checkpointer: Any = "postgres
     return diff
 
 
-def _label(side: str | Record) -> str:
-    return side if isinstance(side, str) else f"record of {side.question!r}"
+def _label(side: str | os.PathLike[str] | Record) -> str:
+    if isinstance(side, Record):
+        return f"record of {side.question!r}"
+    return os.fspath(side)
 
 
 def _plain(value: Any) -> Any:

@@ -12,10 +12,11 @@ as JSON makes a bug report reproducible anywhere.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,7 @@ class Record:
         return target
 
     @classmethod
-    def load(cls, path: str | Path) -> Record:
+    def load(cls, path: str | os.PathLike[str]) -> Record:
         """Read a record written by `save`.
 
         Raises:
@@ -246,7 +247,7 @@ class Record:
         """
         try:
             data = json.loads(Path(path).read_text())
-            record = cls(**data)
+            record = cls(**_record_fields(data))
             record._check_shapes()
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ReplayError(f"{path} is not a replay record: {exc}") from exc
@@ -273,6 +274,24 @@ class Record:
         # the messages are parsed as a replay parses them: a missing or unknown type raises
         messages_from_dict([r for r in self.controller_replies if "error" not in r])
         messages_from_dict(self.conversation)
+
+
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def _record_fields(data: object) -> dict[str, Any]:
+    """The fields of a record as a file holds them; `TypeError` naming what is wrong with any other JSON."""
+    if not isinstance(data, dict):
+        kind = "null" if data is None else _JSON_KINDS.get(type(data), "value")
+        raise TypeError(f"it holds a JSON {kind}, where a record is an object")
+    known = {f.name for f in fields(Record)}
+    missing = [name for name in ("question", "collection", "options") if name not in data]
+    if missing:
+        raise TypeError(f"it has no {missing[0]!r}, which every record holds")
+    other = sorted(str(key) for key in data if key not in known)
+    if other:
+        raise TypeError(f"it has a field no record has: {other[0]!r}")
+    return data
 
 
 def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None) -> Record:

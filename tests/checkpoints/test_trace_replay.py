@@ -311,6 +311,34 @@ def test_a_file_that_is_not_a_record_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("held", "said"),
+    [
+        ({"a": 1}, "it has no 'question', which every record holds"),
+        ([1, 2], "it holds a JSON array, where a record is an object"),
+        (None, "it holds a JSON null"),
+        ({"question": "q", "collection": None, "options": {}, "zz": 1}, "no record has: 'zz'"),
+    ],
+)
+def test_a_json_file_that_is_no_record_says_what_it_holds(tmp_path, held, said):
+    # in plain words, not a Python constructor's complaint
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(held))
+    with pytest.raises(ReplayError, match="not a replay record") as caught:
+        Record.load(bad)
+    assert said in str(caught.value) and "__init__" not in str(caught.value)
+
+
+def test_a_diff_takes_record_files_as_paths_and_refuses_a_folder(tmp_path):
+    from arcana_loop.graph.diff import diff_runs
+
+    record = Record(question="q", collection=None, options={})
+    path = record.save(tmp_path / "run.json")
+    assert diff_runs(path, path).same
+    with pytest.raises(ReplayError, match="is a folder"):
+        diff_runs(str(tmp_path), path, checkpointer="memory")
+
+
+@pytest.mark.parametrize(
     ("fields", "message"),
     [
         ({"controller_replies": [1]}, "controller_replies must be a list of objects"),
