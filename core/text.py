@@ -56,8 +56,8 @@ def check_thread_id(thread_id: Any) -> None:
         return
     if not isinstance(thread_id, str):
         raise TypeError(f"thread_id must be a str, got {type(thread_id).__name__}")
-    if not thread_id:
-        raise ValueError("thread_id must not be empty")
+    if not thread_id.strip():  # a blank id prints as nothing, and cannot be copied back
+        raise ValueError("thread_id must not be empty or blank")
     if len(thread_id) > MAX_THREAD_ID_CHARS:
         raise ValueError(
             f"thread_id is at most {MAX_THREAD_ID_CHARS} characters, got {len(thread_id)}"

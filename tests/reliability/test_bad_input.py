@@ -108,6 +108,12 @@ REJECTED = [
     ("max_iterations past 64 bits", {"max_iterations": 10**30}, ValueError, "at most 922"),
     ("chunk_cap past 64 bits", {"chunk_cap": 2**63}, ValueError, "chunk_cap must be at most"),
     ("thread_id without a checkpointer", {"thread_id": "t-1"}, ValueError, "needs a checkpointer"),
+    (
+        "thread_id blank",
+        {"thread_id": "   ", "checkpointer": "memory"},
+        ValueError,
+        "must not be empty or blank",
+    ),
     ("search_opts setting limit", {"search_opts": {"limit": 3}}, TypeError, "cannot set 'limit'"),
     (
         "search_opts a misspelt mode, for the knowledge base",
