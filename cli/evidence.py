@@ -47,6 +47,7 @@ def stale_command(
 ) -> None:
     """List the finished threads whose answer rests on text that has changed or been deleted since."""
     from arcana_loop.graph.stale import stale_answers
+    from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME
 
     kb = knowledge_base()
     try:
@@ -54,7 +55,8 @@ def stale_command(
             stale = stale_answers(checkpointer, collection=collection, knowledge_base=kb)
     except ValueError as exc:
         fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
-    if collection is not None and not stale:
+    every = collection is None or collection.strip().casefold() == RESERVED_COLLECTION_NAME
+    if collection is not None and not every and not stale:
         # a deleted collection's answers are listed above; a name never stored is a typo
         require_collection(kb, collection, "could not check the answers")
     if as_json:

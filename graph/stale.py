@@ -124,15 +124,33 @@ def stale_answers(
         checkpointer: where the threads are (a saver or a spec, as `run` takes it); the
             command line's ``ask`` and ``chat`` store theirs in ``"postgres"``.
         collection: only answers resting on chunks of this collection, and only those
-            chunks; every collection when ``None``.
+            chunks; every collection when ``None`` (or ``"all"``, as a run's scope says it).
+            A deleted collection's name still lists the answers that rested on it.
         knowledge_base: the `KnowledgeBase` the answers searched; the default one when ``None``.
 
     Raises:
-        ValueError: for an unknown checkpointer spec.
+        ValueError: for an unknown checkpointer spec, or a malformed collection name.
+        TypeError: for a collection that is not one name (a list of them, say).
     """
+    collection = _one_collection(collection)
     if knowledge_base is None:
         from arcana_loop import knowledge
 
         knowledge_base = knowledge.default_knowledge_base()
     answers = pinned_answers(checkpointer, collection=collection)
     return stale_among(answers, knowledge_base.chunk_versions)
+
+
+def _one_collection(collection: object) -> str | None:
+    """The collection to filter by, in the spelling stored: ``None`` for every one."""
+    if collection is None:
+        return None
+    if not isinstance(collection, str):
+        raise TypeError(
+            f"collection must be one collection's name, or None for every one; got {type(collection).__name__}"
+        )
+    from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME, normalize_collection_name
+
+    if collection.strip().casefold() == RESERVED_COLLECTION_NAME:
+        return None  # "all": every collection, as in a run's scope
+    return normalize_collection_name(collection)

@@ -124,6 +124,12 @@ def test_stale_names_exactly_the_threads_whose_evidence_changed(kb, corpus, save
     scoped = stale_answers(saver, collection="guides", knowledge_base=kb)
     assert {s.thread_id for s in scoped} == set(stale)
     assert stale_answers(saver, collection="other", knowledge_base=kb) == []
+    # "all" is every collection, as in a run's scope; a list of names is no collection
+    assert {s.thread_id for s in stale_answers(saver, collection="all", knowledge_base=kb)} == set(
+        stale
+    )
+    with pytest.raises(TypeError, match="one collection's name"):
+        stale_answers(saver, collection=["guides"], knowledge_base=kb)  # type: ignore[arg-type]
     assert arcana_loop.stale_answers is stale_answers
     assert json.loads(json.dumps([s.to_dict() for s in scoped]))[0].keys() >= {
         "thread_id",
