@@ -49,6 +49,7 @@ from arcana_loop.knowledge.placed import NO_START, Placing, shifted_rows
 from arcana_loop.knowledge.sections import (
     context_line,
     document_title,
+    front_matter,
     markdown_title,
     searchable_text,
 )
@@ -325,9 +326,13 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
         raise IngestError(f"{path}: file is empty")
     source = str(path.resolve())
     meta = {**metadata, "source": source}
-    if fmt.syntax == "markdown" and (heading := markdown_title(text)):
-        meta.setdefault("title", heading_words(heading))  # as the section path names it
-    utf8 = raw[len(_BOM) :] if raw.startswith(_BOM) else raw  # what `text.encode()` would give
+    utf8: bytes | None = raw[len(_BOM) :] if raw.startswith(_BOM) else raw  # `text.encode()`
+    if fmt.syntax == "markdown":
+        read, named = front_matter(text)
+        if read is not text:
+            text, utf8 = read, None
+        if heading := named or markdown_title(text):
+            meta.setdefault("title", heading_words(heading))  # as the section path names it
     return SourceDoc(source=source, text=text, syntax=fmt.syntax, metadata=meta, utf8=utf8)
 
 
@@ -719,13 +724,19 @@ def chunk_document(
     given = given_section(doc.metadata)
     doc_id = document_id(collection, doc.source)
     title = document_title(doc.source, doc.metadata)
+    structured = given is None
     if given is None and doc.syntax == "markdown" and not doc.page_starts:
         stored = MarkdownMap.load(previous) if previous is not None else None
         try:
-            return _chunk_markdown(doc, doc_id, title, stored, chunk_size, chunk_overlap)
+            chunked = _chunk_markdown(doc, doc_id, title, stored, chunk_size, chunk_overlap)
         except RecursionError:
             raise _too_deep(doc) from None
-    blocks = document_structure(doc, structured=given is None)
+        if chunked.rows or chunked.carried or not doc.text.strip():
+            return chunked
+        # headings alone (a section's heading is kept with what it heads, and here heads
+        # nothing): the document is one outline, read as plain text, or it could not be found
+        structured = False
+    blocks = document_structure(doc, structured=structured)
     pieces = pack(blocks, doc.text, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
     return Chunked(_rows(doc, doc_id, title, given, pieces), None)
 

@@ -40,6 +40,36 @@ def document_title(source: str, metadata: dict[str, object]) -> str:
     return path.stem if path.suffix else path.name or source
 
 
+_FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+"""YAML front matter (Jekyll, Hugo, MkDocs): a ``---`` line first, then up to a ``---`` or ``...`` line."""
+_FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_MAX_FRONT_MATTER_CHARS = 16_384
+_YAML_LINE = re.compile(r"\s*$|[\w.-]+:(?:\s|$)|[ \t]|- |#")
+"""A line of front matter: blank, ``key:``, indented (a value's next lines), a list item or a comment."""
+
+
+def front_matter(text: str) -> tuple[str, str | None]:
+    """A Markdown text with its YAML front matter blanked, and the front matter's ``title``.
+
+    Read as Markdown, the block's closing ``---`` turns its last line into a heading and
+    its opening one a chunk of its own. It is blanked in place (spaces, its line breaks
+    kept), so every offset into the text stays an offset into the file. Only the title
+    is read: a top-level ``title:`` line, its quotes taken off.
+    """
+    found = _FRONT_MATTER.match(text) if text.startswith("---") else None
+    if found is None or found.end() > _MAX_FRONT_MATTER_CHARS:
+        return text, None
+    if not all(_YAML_LINE.match(line) for line in (found.group(1) or "").splitlines()):
+        return text, None  # a rule, text, a rule: Markdown, not front matter
+    head = found.group(0)
+    title = _FRONT_TITLE.search(found.group(1) or "")
+    named = title.group(1).strip() if title else ""
+    if len(named) >= 2 and named[0] == named[-1] and named[0] in "'\"":
+        named = named[1:-1].strip()
+    blank = "".join(c if c in "\r\n" else " " for c in head)
+    return blank + text[found.end() :], named or None
+
+
 def markdown_title(text: str) -> str | None:
     """A Markdown document's own title: the level-1 heading it opens with, if it opens with one.
 

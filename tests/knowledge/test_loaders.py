@@ -138,6 +138,34 @@ def test_rst_and_markdown_headings_become_the_section_path(
     assert md["metadata"]["section"] == "Notes > Caching"
 
 
+def test_markdown_front_matter_titles_the_document_and_is_no_chunk(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    page = '---\ntitle: "Harbour: the guide"\ntags:\n  - port\n---\n# Cranes\n\nThe quaymaster lifts.\n'
+    (tmp_path / "page.md").write_text(page)
+    # a rule, a paragraph, a rule is Markdown, not front matter
+    (tmp_path / "rules.md").write_text("---\n\nA zyxt paragraph between rules.\n\n---\n")
+    kb.ingest(tmp_path, collection="site")
+    (hit,) = _hits(kb, "quaymaster", "site")
+    assert hit["metadata"]["title"] == "Harbour: the guide"
+    assert hit["metadata"]["section"] == "Cranes" and "tags" not in hit["text"]
+    (stored,) = [d for d in kb.documents("site") if d.source.endswith("page.md")]
+    assert (stored.title, stored.chunks) == ("Harbour: the guide", 1)
+    assert hit["text"] == "# Cranes\n\nThe quaymaster lifts."
+    assert "A zyxt paragraph between rules." in _hits(kb, "zyxt", "site")[0]["text"]
+
+
+def test_a_markdown_document_of_headings_alone_is_one_outline_chunk(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    # a heading is kept with what it heads; with nothing under any, the document was no chunk
+    (tmp_path / "outline.md").write_text("# Wolverines\n\n## Fisher cat\n\n## Marten habits\n")
+    result = kb.ingest(tmp_path, collection="outline")
+    assert result.chunks_added == 1
+    (hit,) = _hits(kb, "marten", "outline")
+    assert "## Fisher cat" in hit["text"] and hit["metadata"]["title"] == "Wolverines"
+
+
 def test_a_pdf_named_directly_without_its_extra_is_a_clear_error(
     kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
