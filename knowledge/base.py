@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import threading
+import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -1567,18 +1568,26 @@ def _blank_file(path: str) -> bool:
 
 
 def _matching(text: str, docs: list[DocumentInfo]) -> list[DocumentInfo]:
-    """The documents `text` names, tried as `KnowledgeBase.find_documents` says; `[]` for none."""
-    by_source = {d.source: d for d in docs}
+    """The documents `text` names, tried as `KnowledgeBase.find_documents` says; `[]` for none.
+
+    Names are compared in Unicode NFC: a file named ``café.md`` with a decomposed
+    accent (as macOS writes names) is found by the name typed with the composed one.
+    """
+    by_source = {_nfc(d.source): d for d in docs}
     for candidate in (text, _resolved(text)):
-        if candidate in by_source:
-            return [by_source[candidate]]
+        if _nfc(candidate) in by_source:
+            return [by_source[_nfc(candidate)]]
     # literal before glob: brackets, "*" and "?" are legal in file names, and a name
     # read as a pattern first would pick another document ("[draft]" matches "d")
-    tail = "/" + PurePosixPath(text).as_posix().removeprefix("./")
-    found = [d for d in docs if d.source.endswith(tail)]
+    tail = _nfc("/" + PurePosixPath(text).as_posix().removeprefix("./"))
+    found = [d for d in docs if _nfc(d.source).endswith(tail)]
     if not found and _GLOB_CHARS.search(text):
-        found = [d for d in docs if PurePosixPath(d.source).match(text)]
+        found = [d for d in docs if PurePosixPath(_nfc(d.source)).match(_nfc(text))]
     return found
+
+
+def _nfc(text: str) -> str:
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def _no_match(text: str, collection: str, docs: list[DocumentInfo]) -> KnowledgeBaseError:

@@ -176,6 +176,18 @@ def test_a_name_that_matches_a_document_exactly_means_that_document(
     assert [Path(d.source).name for d in kb.documents("notes")] == ["d notes.md"]
 
 
+def test_a_name_with_a_decomposed_accent_is_found_by_the_composed_spelling(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "cafe\u0301.md").write_text("# Menu\n\nEspresso all day.\n")  # as macOS writes it
+    kb.ingest(docs, collection="menu")
+    for typed in ("café.md", "docs/café.md", "caf*.md"):
+        found = kb.find_documents(typed, collection="menu")
+        assert [Path(d.source).name for d in found] == ["cafe\u0301.md"], typed
+
+
 def test_a_dry_run_of_a_pattern_that_matches_nothing_lists_nothing(
     kb: KnowledgeBase, tmp_path: Path
 ) -> None:
