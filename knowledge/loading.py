@@ -548,6 +548,13 @@ def _entries(
                     stack.append((Path(entry.path), parts))
             elif not _links_to_folder(entry):
                 yield Path(entry.path), parts
+            elif not _leads_inside(Path(entry.path), base):
+                # a link to a folder inside is walked where it is; one outside is not walked
+                # at all, and a user looking for its files should be told why
+                skip(
+                    Path(entry.path),
+                    "symbolic link to a folder outside the directory being ingested",
+                )
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
@@ -562,6 +569,13 @@ def _links_to_folder(entry: os.DirEntry[str]) -> bool:
         return entry.is_symlink() and entry.is_dir()
     except OSError:  # a loop of links, or a target that cannot be looked at
         return False
+
+
+def _leads_inside(link: Path, base: Path) -> bool:
+    try:
+        return link.resolve(strict=True).is_relative_to(base.resolve())
+    except (OSError, RuntimeError):
+        return True  # a link that cannot be followed leads nowhere to tell of
 
 
 def _inside(path: Path, base: Path) -> tuple[Path | None, str]:

@@ -92,6 +92,7 @@ def test_symlinks_never_lead_out_of_the_ingested_directory(kb, tmp_path):
     assert result.documents_added == 2 and result.documents_skipped == 0
     reasons = {Path(p).name: r for p, r in result.skipped_files}
     assert "outside the directory" in reasons["leak.md"]
+    assert "folder outside the directory" in reasons["leakdir"]  # not walked, and told
     assert all("1234" not in str(row) for row in _rows(kb, "SELECT text FROM kb_chunks"))
 
 
