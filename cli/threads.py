@@ -201,6 +201,12 @@ def replay_command(
     """Re-run a thread from a checkpoint into a new thread, or replay a record file exactly."""
     from arcana_loop.graph.replay import ReplayError, replay
 
+    if record is not None and (thread_id is not None or from_checkpoint is not None):
+        given = "a thread id" if thread_id is not None else "--from"
+        fail(
+            f"replay takes a thread id or --record FILE, not both: {given} was given with --record.",
+            "arcana-loop replay THREAD_ID [--from CHECKPOINT], or arcana-loop replay --record run.json",
+        )
     try:
         if record is not None:
             differences, result = _replay_file(record)

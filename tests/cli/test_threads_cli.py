@@ -95,6 +95,7 @@ def test_the_thread_note_names_the_checkpointer_a_follow_up_needs(env, tmp_path)
     [
         (("trace", "no-such-thread"), "no thread"),
         (("replay",), "needs a thread id"),
+        (("replay", "t-1", "--record", "run.json"), "not both"),  # neither is quietly dropped
         (("record", "no-such-thread", "--out", "x.json"), "no thread"),
     ],
 )
