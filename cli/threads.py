@@ -287,7 +287,12 @@ def record_command(
     try:
         written = record_of(thread_id, checkpointer, question=question).save(out_path)
     except ReplayError as exc:
-        fail(str(exc), "record a thread once its run has ended")
+        hint = (
+            "arcana-loop trace THREAD lists its questions (q0, q1...)"
+            if question is not None and "has no question" in str(exc)
+            else "record a thread once its run has ended"
+        )
+        fail(str(exc), hint)
     except OSError as exc:
         fail(f"cannot write {out_path} ({exc.strerror}).", "choose a writable path")
     out.print(
