@@ -602,6 +602,7 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
     and is never suggested as a name to ingest into (no collection may have it).
     """
     from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME as EVERY
+    from arcana_loop.knowledge.names import means_every_collection
 
     if EVERY in names:
         if len(names) > 1:
@@ -613,7 +614,7 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             )
         return
     for name in names:
-        if name not in chunks and name.strip().casefold() == EVERY:
+        if name not in chunks and means_every_collection(name):
             fail(f"no collection is named {name!r}: it is reserved.", "-c all searches every one")
         # a name with a space at either end is no name a collection can be made under
         made = name.strip() if name != name.strip() else name
@@ -648,8 +649,12 @@ def follow_up_scope(
     return [found] if isinstance(found, str) else list(found)
 
 
-def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
-    """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base."""
+def prepare_scope(collection: list[str] | None, *, one_search: bool = True) -> tuple[Any, Any]:
+    """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base.
+
+    `one_search`: every search covers them all (a question's), so they must share an
+    embedder; an MCP server's calls may each name one of them.
+    """
     from arcana_loop.knowledge.stdlib_docs import COLLECTION
 
     kb = knowledge_base()
@@ -661,7 +666,7 @@ def prepare_scope(collection: list[str] | None) -> tuple[Any, Any]:
             ensure_demo_corpus(kb)
         infos = kb.collections()
     check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
-    if not isinstance(scope, str):
+    if one_search and not isinstance(scope, str):
         check_one_embedder(scope, infos)
     return scope, kb
 

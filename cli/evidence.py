@@ -47,15 +47,20 @@ def stale_command(
 ) -> None:
     """List the finished threads whose answer rests on text that has changed or been deleted since."""
     from arcana_loop.graph.stale import stale_answers
-    from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME
+    from arcana_loop.knowledge.names import means_every_collection, normalize_collection_name
 
+    every = collection is None or means_every_collection(collection)
+    if collection is not None and not every:
+        try:
+            normalize_collection_name(collection)
+        except ValueError as exc:
+            fail(str(exc), "name a collection, or -c all for every one")
     kb = knowledge_base()
     try:
         with database_errors("could not check the answers"):
             stale = stale_answers(checkpointer, collection=collection, knowledge_base=kb)
     except ValueError as exc:
         fail(str(exc), "pass --checkpointer postgres, memory or sqlite:PATH")
-    every = collection is None or collection.strip().casefold() == RESERVED_COLLECTION_NAME
     if collection is not None and not every and not stale:
         # a deleted collection's answers are listed above; a name never stored is a typo
         require_collection(kb, collection, "could not check the answers")

@@ -389,7 +389,7 @@ def serve(
     from arcana_loop.nodes.models import ModelSpecError
 
     if collections:
-        _, kb = prepare_scope(collections)
+        _, kb = prepare_scope(collections, one_search=False)  # a call may search one of them
     else:
         kb = knowledge_base()
     try:

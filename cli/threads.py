@@ -29,10 +29,12 @@ CheckpointerOption = Annotated[
 
 
 def _existing_store(spec: str) -> str:
-    """A SQLite file must hold threads already: these commands only read, and change no file.
+    """A SQLite file must hold threads already: these commands only read, and leave the database as it was.
 
     A file that is not there, is no SQLite database, or holds no checkpoint table is
-    refused, rather than made one (LangGraph's saver writes its tables into any file it opens).
+    refused, rather than made one (LangGraph's saver writes its tables into any file it
+    opens). Reading a database kept in WAL mode may leave SQLite's ``-wal`` and ``-shm``
+    files beside it, as any reader does.
     """
     if not spec.startswith("sqlite:"):
         return spec
@@ -283,14 +285,17 @@ def record_command(
     """Save a finished question's model replies and search results (the thread's last by default), for an exact replay anywhere."""
     from arcana_loop.graph.replay import ReplayError, record_of
 
-    _steps(thread_id, checkpointer)  # a clear error for an unknown thread
+    asked = {
+        row.question for row in _steps(thread_id, checkpointer)
+    }  # an unknown thread fails here
     try:
         written = record_of(thread_id, checkpointer, question=question).save(out_path)
     except ReplayError as exc:
+        held = question is None or question in asked or 0 < -question <= len(asked)
         hint = (
-            "arcana-loop trace THREAD lists its questions (q0, q1...)"
-            if question is not None and "has no question" in str(exc)
-            else "record a thread once its run has ended"
+            "record a thread once its run has ended"
+            if held
+            else "arcana-loop trace THREAD lists its questions (q0, q1...)"
         )
         fail(str(exc), hint)
     except OSError as exc:

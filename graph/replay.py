@@ -16,7 +16,7 @@ import os
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +285,10 @@ def _record_fields(data: object) -> dict[str, Any]:
         kind = "null" if data is None else _JSON_KINDS.get(type(data), "value")
         raise TypeError(f"it holds a JSON {kind}, where a record is an object")
     known = {f.name for f in fields(Record)}
-    missing = [name for name in ("question", "collection", "options") if name not in data]
+    required = [
+        f.name for f in fields(Record) if f.default is MISSING and f.default_factory is MISSING
+    ]
+    missing = [name for name in required if name not in data]
     if missing:
         raise TypeError(f"it has no {missing[0]!r}, which every record holds")
     other = sorted(str(key) for key in data if key not in known)

@@ -124,7 +124,7 @@ def stale_answers(
         checkpointer: where the threads are (a saver or a spec, as `run` takes it); the
             command line's ``ask`` and ``chat`` store theirs in ``"postgres"``.
         collection: only answers resting on chunks of this collection, and only those
-            chunks; every collection when ``None`` (or ``"all"``, as a run's scope says it).
+            chunks; every collection when ``None`` or ``"all"``.
             A deleted collection's name still lists the answers that rested on it.
         knowledge_base: the `KnowledgeBase` the answers searched; the default one when ``None``.
 
@@ -149,8 +149,8 @@ def _one_collection(collection: object) -> str | None:
         raise TypeError(
             f"collection must be one collection's name, or None for every one; got {type(collection).__name__}"
         )
-    from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME, normalize_collection_name
+    from arcana_loop.knowledge.names import means_every_collection, normalize_collection_name
 
-    if collection.strip().casefold() == RESERVED_COLLECTION_NAME:
-        return None  # "all": every collection, as in a run's scope
+    if means_every_collection(collection):
+        return None
     return normalize_collection_name(collection)

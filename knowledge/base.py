@@ -1211,7 +1211,7 @@ class KnowledgeBase:
                 never widens it; a filtered search does not fuse in the knowledge
                 graph (its entities' chunks would bypass the filter).
             whole_sections: Read each hit as the section it belongs to (its
-                document's chunks under the same section path, `knowledge.whole`):
+                document's chunks under the same section path and page, `knowledge.whole`):
                 one result per section, at its best hit's rank, keeping that hit's
                 id, score and position; `False`: each hit is its chunk alone.
             section_chars: Most characters of a whole-section result (default

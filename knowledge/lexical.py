@@ -20,7 +20,7 @@ and adds its net change itself, once (`writer._TermCounts`).
 Terms are code-aware, because questions about code name things the way code
 spells them and prose does not: ``asyncio.wait_for`` yields the dotted name, its
 parts and their words (``asyncio``, ``wait_for``, ``wait``), ``CamelCase`` splits
-into its words, stop words are dropped and words are stemmed (Snowball English),
+into its words (in ASCII; a word of any script is a term whole), stop words are dropped and words are stemmed (Snowball English),
 so ``timeouts`` meets ``timeout``. A term is stored as an integer key (BLAKE2b of
 the term, modulo pgvector's 10**9 dimensions), since a sparse vector needs integer
 indices; two terms sharing a key are one term to the ranking, which for a
@@ -120,13 +120,33 @@ def terms(text: str) -> list[str]:
     """Return the terms of `text`, in order, repeats kept (term frequency counts them).
 
     Text beyond ASCII is read in Unicode NFC first, so an accent typed as its own mark
-    (``cafe`` + U+0301) is the same word as the composed letter.
+    (``cafe`` + U+0301) is the same word as the composed letter, and a word goes on
+    through the marks that write its vowels (Hindi, Hebrew, Arabic, Thai).
     """
-    return [term for token in _TOKEN.findall(_composed(text)) for term in _expand(token)]
+    return [term for token in _tokens(text) for term in _expand(token)]
 
 
-def _composed(text: str) -> str:
-    return text if text.isascii() else unicodedata.normalize("NFC", text)
+def _tokens(text: str) -> list[str]:
+    if text.isascii():
+        return _TOKEN.findall(text)
+    return _wide_token().findall(unicodedata.normalize("NFC", text))
+
+
+@lru_cache(maxsize=1)
+def _wide_token() -> re.Pattern[str]:
+    r"""`_TOKEN` with the combining marks inside words, which Python's ``\w`` leaves out.
+
+    ``हिन्दी`` is letters and vowel signs: with ``\w`` alone it fell into one-letter
+    pieces, and one-letter words are no terms. Made on the first text beyond ASCII (the
+    marks of the Basic Multilingual Plane, 20 ms).
+    """
+    marks = "".join(
+        re.escape(chr(c))
+        for c in range(0x300, 0x10000)
+        if unicodedata.category(chr(c)) in ("Mn", "Mc", "Me")
+    )
+    word = rf"[^\W\d][\w{marks}]*"
+    return re.compile(rf"{word}(?:\.{word})*|\d+")
 
 
 def word_terms(text: str) -> dict[str, str]:
@@ -137,7 +157,7 @@ def word_terms(text: str) -> dict[str, str]:
     `unmatched_words` asks whether the scope holds each of these terms.
     """
     out: dict[str, str] = {}
-    for token in _TOKEN.findall(_composed(text)):
+    for token in _tokens(text):
         for piece in (p for p in token.split(".") if p):
             # the piece's first term is the one it is indexed under whole (`_expand` says how)
             if indexed := _expand(piece):

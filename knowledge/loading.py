@@ -70,7 +70,7 @@ from arcana_loop.knowledge.structure import (
 DEFAULT_CHUNK_SIZE = 800
 DEFAULT_CHUNK_OVERLAP = 100
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
-STRUCTURE_VERSION = "blocks-2"
+STRUCTURE_VERSION = "blocks-3"
 """Names how documents are read and chunked; a change re-chunks every document on its next ingest."""
 _MAX_PATH_CHARS = 4096
 _HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
@@ -320,7 +320,7 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     if _control_share(raw) > MAX_CONTROL_SHARE:
         raise unsupported(
             str(path),
-            f"binary file (more than {MAX_CONTROL_SHARE:.0%} of its characters are control characters)",
+            f"binary file (more than {MAX_CONTROL_SHARE:.0%} of its first bytes are control characters)",
         )
     if not text or text.isspace():  # `strip()` would copy the whole text to say so
         raise IngestError(f"{path}: file is empty")
@@ -328,10 +328,10 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
     meta = {**metadata, "source": source}
     utf8: bytes | None = raw[len(_BOM) :] if raw.startswith(_BOM) else raw  # `text.encode()`
     if fmt.syntax == "markdown":
-        read, named = front_matter(text)
+        read, named, body = front_matter(text)
         if read is not text:
             text, utf8 = read, None
-        if heading := named or markdown_title(text):
+        if heading := named or markdown_title(text[body:]):
             meta.setdefault("title", heading_words(heading))  # as the section path names it
     return SourceDoc(source=source, text=text, syntax=fmt.syntax, metadata=meta, utf8=utf8)
 
@@ -548,7 +548,9 @@ def _entries(
                     stack.append((Path(entry.path), parts))
             elif not _links_to_folder(entry):
                 yield Path(entry.path), parts
-            elif not _leads_inside(Path(entry.path), base):
+            elif (descend_hidden or not entry.name.startswith(".")) and not _leads_inside(
+                Path(entry.path), base
+            ):
                 # a link to a folder inside is walked where it is; one outside is not walked
                 # at all, and a user looking for its files should be told why
                 skip(
@@ -573,7 +575,7 @@ def _links_to_folder(entry: os.DirEntry[str]) -> bool:
 
 def _leads_inside(link: Path, base: Path) -> bool:
     try:
-        return link.resolve(strict=True).is_relative_to(base.resolve())
+        return link.resolve(strict=True).is_relative_to(base)
     except (OSError, RuntimeError):
         return True  # a link that cannot be followed leads nowhere to tell of
 

@@ -66,6 +66,11 @@ def normalize_collection_name(name: Any) -> str:
     return normal
 
 
+def means_every_collection(name: str) -> bool:
+    """Whether `name` is the reserved ``all`` (any case or spacing): every collection, in a scope."""
+    return name.strip().casefold() == RESERVED_COLLECTION_NAME
+
+
 def new_collection_name(name: Any) -> str:
     """Return `name` normalised like `normalize_collection_name`, refusing the reserved `"all"`.
 
@@ -87,7 +92,7 @@ def new_collection_name(name: Any) -> str:
             f"collection names must not contain control characters; {normal!r} holds"
             f" {control!r} at index {normal.index(control)}"
         )
-    if normal.strip().casefold() == RESERVED_COLLECTION_NAME:
+    if means_every_collection(normal):
         raise ValueError(
             f"{normal!r} is reserved (it means every collection in a search scope)"
             " and cannot name a collection"

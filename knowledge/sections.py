@@ -46,28 +46,35 @@ _FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
 _MAX_FRONT_MATTER_CHARS = 16_384
 _YAML_LINE = re.compile(r"\s*$|[\w.-]+:(?:\s|$)|[ \t]|- |#")
 """A line of front matter: blank, ``key:``, indented (a value's next lines), a list item or a comment."""
+_YAML_KEY = re.compile(r"[\w.-]+:(?:\s|$)")
 
 
-def front_matter(text: str) -> tuple[str, str | None]:
-    """A Markdown text with its YAML front matter blanked, and the front matter's ``title``.
+def front_matter(text: str) -> tuple[str, str | None, int]:
+    """A Markdown text with its YAML front matter blanked, the front matter's ``title``, and where its body starts.
 
     Read as Markdown, the block's closing ``---`` turns its last line into a heading and
     its opening one a chunk of its own. It is blanked in place (spaces, its line breaks
-    kept), so every offset into the text stays an offset into the file. Only the title
-    is read: a top-level ``title:`` line, its quotes taken off.
+    kept), so every offset into the text stays an offset into the file. Front matter is a
+    mapping: a block without a top-level ``key:`` line (a rule, a list, a rule) is
+    Markdown. Only the title is read: a top-level ``title:`` on one line, its quotes
+    taken off (a ``|`` or ``>`` block value is none).
     """
     found = _FRONT_MATTER.match(text) if text.startswith("---") else None
     if found is None or found.end() > _MAX_FRONT_MATTER_CHARS:
-        return text, None
-    if not all(_YAML_LINE.match(line) for line in (found.group(1) or "").splitlines()):
-        return text, None  # a rule, text, a rule: Markdown, not front matter
-    head = found.group(0)
+        return text, None, 0
+    lines = (found.group(1) or "").splitlines()
+    if not all(_YAML_LINE.match(line) for line in lines) or not any(
+        _YAML_KEY.match(line) for line in lines
+    ):
+        return text, None, 0
     title = _FRONT_TITLE.search(found.group(1) or "")
     named = title.group(1).strip() if title else ""
     if len(named) >= 2 and named[0] == named[-1] and named[0] in "'\"":
         named = named[1:-1].strip()
-    blank = "".join(c if c in "\r\n" else " " for c in head)
-    return blank + text[found.end() :], named or None
+    if named.startswith(("|", ">")):
+        named = ""  # the title is on the lines below: not read
+    blank = "".join(c if c in "\r\n" else " " for c in found.group(0))
+    return blank + text[found.end() :], named or None, found.end()
 
 
 def markdown_title(text: str) -> str | None:

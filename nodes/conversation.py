@@ -230,8 +230,9 @@ QUESTION_DEFAULTS: dict[str, Any] = {
 def fresh_state(asked: NewQuestion, state: LoopState) -> dict[str, Any]:
     """Return the writes that start a question: its text and opening, and every per-question field afresh.
 
-    Only fields that hold something are written: a channel never written stays out of
-    every later checkpoint, which keeps a long conversation's checkpoints small.
+    Only fields that hold something are written, which keeps a long conversation's
+    checkpoints small (a result field no step wrote is written once a thread, by the
+    first question's `finish`).
     An earlier question left unfinished (a process killed mid-run) is closed first: its
     unanswered tool calls get a tool message each and it gets a closing message, so the
     conversation stays valid for OpenAI-style APIs and every question ends with an

@@ -22,7 +22,15 @@ from arcana_loop.core.sources import (
     noting_extracted,
     sources_of,
 )
-from arcana_loop.core.state import RESULT_KEYS, AnswerKind, EvidencePin, LoopState
+from arcana_loop.core.state import (
+    RESULT_KEYS,
+    AnswerKind,
+    BudgetStop,
+    Coverage,
+    EvidencePin,
+    LoopState,
+    StaleEvidence,
+)
 from arcana_loop.nodes.common import emit, offered_of
 from arcana_loop.nodes.conversation import QUESTION_DEFAULTS, closing_message, opening_index
 from arcana_loop.nodes.deps import LoopDeps
@@ -31,13 +39,20 @@ from arcana_loop.nodes.pins import pin_evidence
 
 
 class FinishUpdate(TypedDict, total=False):
-    """What finishing changes."""
+    """What finishing changes; and, once a thread, the result fields no step wrote (`_never_written`)."""
 
     messages: list[BaseMessage]
     thread_usage: dict[str, Any]
     sources: list[dict[str, Any]]
     answer_kind: AnswerKind | None
     evidence: list[EvidencePin]
+    iterations: int
+    error: str | None
+    grounding: dict[str, Any] | None
+    coverage: Coverage | None
+    repair: dict[str, Any] | None
+    budget_stop: BudgetStop | None
+    stale_evidence: StaleEvidence | None
 
 
 def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -> FinishUpdate:
@@ -68,7 +83,7 @@ def finish(state: LoopState, runtime: Runtime[LoopContext], *, deps: LoopDeps) -
         if update["answer_kind"] is not None
         else []
     )
-    if pins:  # a channel never written stays out of the checkpoints (`start` resets it)
+    if pins:  # written only when there are some (`start` resets it); `_never_written` once a thread
         update["evidence"] = pins
     return cast(FinishUpdate, {**_never_written(state), **update})
 

@@ -43,6 +43,9 @@ def test_words_of_any_script_are_terms_and_accents_are_one_spelling():
     # CamelCase is split in ASCII only; underscores split any script
     assert lexical.terms("Crème_Brûlée") == ["crème_brûlée", "crème", "brûlée"]
     assert lexical.terms("東京都の地図") == ["東京都の地図"]
+    # vowel signs are marks: a word goes on through them
+    assert lexical.terms("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+    assert lexical.terms("שָׁלוֹם") == ["שָׁלוֹם"]
 
 
 def test_a_word_beyond_ascii_is_found_by_the_lexical_side(kb: KnowledgeBase):
