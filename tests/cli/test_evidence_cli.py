@@ -120,6 +120,14 @@ def test_a_read_of_a_sqlite_file_that_is_not_there_says_so_and_creates_nothing(c
     assert not store.exists() and not (tmp_path / "r.json").exists()
 
 
+def test_stale_with_a_blank_collection_says_what_is_wrong_with_it(tmp_path):
+    env = {**clean_env(), "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    done = cli("stale", "-c", "   ", env=env, cwd=tmp_path)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 1 and "must not be empty or blank" in said
+    assert "--checkpointer" not in said  # the hint is about the name
+
+
 @pytest.mark.parametrize("command", [("stale",), ("diff", "t1", "t2"), ("trace", "t1")])
 @pytest.mark.parametrize("kind", ["empty", "other tables", "no database"])
 def test_a_read_of_a_file_that_holds_no_checkpoints_changes_nothing(command, kind, tmp_path):
