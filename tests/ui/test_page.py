@@ -109,8 +109,9 @@ def test_the_answer_streams_and_a_citation_opens_its_passage_highlighted(
     expect(page.locator("#passage-meta dd.backs")).to_have_text(PDF_SENTENCE)
     expect(page.locator("#passage mark")).to_have_text(PDF_SENTENCE)
     page.locator("#steps-section summary").click()
+    # the PDF's three pages are three sections, each a result (its page read whole)
     expect(page.locator("#steps li").first).to_have_text(
-        'Turn 1: search "container terminal capacity" → 1 chunk'
+        'Turn 1: search "container terminal capacity" → 3 chunks'
     )
     expect(page.locator("#steps-summary")).to_contain_text("1 search,")
     shot(page, "2-citation")
