@@ -614,6 +614,8 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             )
         return
     for name in names:
+        if not name.strip():
+            fail("collection name must not be empty or blank.", "name a collection, or -c all")
         if name not in chunks and means_every_collection(name):
             fail(f"no collection is named {name!r}: it is reserved.", "-c all searches every one")
         # a name with a space at either end is no name a collection can be made under

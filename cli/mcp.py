@@ -386,10 +386,13 @@ def serve(
     """
     from arcana_loop.cli.common import MODEL_HINT, err, fail, knowledge_base, prepare_scope
     from arcana_loop.graph.run import check_run_options
+    from arcana_loop.knowledge.names import RESERVED_COLLECTION_NAME
     from arcana_loop.nodes.models import ModelSpecError
 
     if collections:
         _, kb = prepare_scope(collections, one_search=False)  # a call may search one of them
+        if collections == [RESERVED_COLLECTION_NAME]:
+            collections = None  # "all" (checked alone above) is every collection: no lock
     else:
         kb = knowledge_base()
     try:

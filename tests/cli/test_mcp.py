@@ -180,6 +180,18 @@ async def test_a_locked_server_reads_only_its_collection(collections, tmp_path: 
         assert "no document" in await tool_error(session, "read_document", source="billing.md")
 
 
+async def test_a_server_for_all_collections_is_not_locked_to_one_named_all(
+    collections, tmp_path: Path
+) -> None:
+    ops, billing, _ = collections
+    async with connect("--collection", "all", errlog=tmp_path / "stderr.log") as session:
+        # it said "reads only 'all'", listed nothing and searched nothing, while ask read everything
+        listed = {c["name"] for c in (await call(session, "list_collections"))["collections"]}
+        assert {ops, billing} <= listed
+        found = await call(session, "search", query="invoices", collection=billing)
+        assert found["chunks"]
+
+
 async def test_ask_runs_the_model_the_server_was_started_with(
     collections, openai_server, tmp_path: Path, pg_url: str
 ) -> None:
@@ -287,3 +299,14 @@ def test_a_server_for_a_collection_that_does_not_exist_does_not_start(pg_url: st
     assert done.returncode == 1 and done.stdout == ""
     assert "no collection named 'no-such-collection'" in done.stderr
     assert "Traceback" not in done.stderr
+    blank = subprocess.run(
+        [sys.executable, "-m", "arcana_loop.cli.main", "mcp", "-c", "  "],
+        env=child_env(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    # not "ingest ... --collection ''": no collection can have a blank name
+    assert blank.returncode == 1 and "must not be empty or blank" in blank.stderr
