@@ -52,6 +52,23 @@ MAX_EVIDENCE_BYTES = 20_000_000
 """The largest state the evidence route reads (a long conversation's values are a few MB)."""
 
 
+_NOT_A_STATE = (
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    NotImplementedError,  # LangChain's answer to a message that is a number
+    OverflowError,  # a count of 1e999
+    RecursionError,  # values nested past Python's limit
+)
+"""What reshaping a body that is no thread's state raises: the caller's mistake (400), not the page's (500)."""
+
+
+def _no_constant(name: str) -> Any:
+    """Refuse ``NaN`` and ``Infinity``, which Python's JSON reads and JSON has not."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def asset(name: str) -> bytes:
     """One of the page's files, as shipped in the package."""
     return files("arcana_loop.ui").joinpath("static", name).read_bytes()
@@ -145,8 +162,8 @@ def create_app(
         if len(body) > MAX_EVIDENCE_BYTES:
             return JSONResponse({"error": "the state sent is too large"}, status_code=413)
         try:
-            sent = json.loads(body)
-        except ValueError:
+            sent = json.loads(body, parse_constant=_no_constant)
+        except (ValueError, RecursionError):  # RecursionError: arrays nested past Python's limit
             return JSONResponse({"error": "the body is not JSON"}, status_code=400)
         values = sent.get("values") if isinstance(sent, dict) else None
         if not isinstance(values, dict):
@@ -155,7 +172,7 @@ def create_app(
             )
         try:
             view = evidence_view(values)
-        except (TypeError, ValueError, KeyError, AttributeError):
+        except _NOT_A_STATE:
             # which field was off is the reshaping's detail, not the caller's: said plainly
             return JSONResponse(
                 {"error": "the values are not a thread's state (as GET /threads/{id}/state gives)"},

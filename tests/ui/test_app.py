@@ -76,14 +76,21 @@ def test_collections_of_a_database_that_is_down_is_a_503_saying_so() -> None:
         b'{"values": 3}',
         b'{"values": {"chunks": 5, "terminated_by": "answered"}}',
         b'{"values": {"answer": 5, "sources": "x", "tool_history": [1], "chunks": {"a": 1}}}',
+        # each was a bare 500 without the page's headers
+        b'{"values": {"messages": [5]}}',
+        b'{"values": {"tool_history": [{"tool": "search", "iteration": 1e999}]}}',
+        b'{"values": {"tool_history": [{"tool": "search", "duplicate_of": Infinity}]}}',
+        b'{"values": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
     ],
 )
 def test_evidence_refuses_what_is_not_a_thread_state_with_a_400(body: bytes) -> None:
     response = _client().post("/ui/api/evidence", content=body)
-    assert response.status_code == 400, response.text
+    assert response.status_code == 400, response.text[:200]
+    assert response.headers["x-content-type-options"] == "nosniff"
     error = response.json()["error"]
     assert "object has no attribute" not in error and "'str'" not in error  # no Python detail
-    assert (error == "the body is not JSON") == (body == b"not json")
+    not_json = body == b"not json" or b"Infinity" in body or b"[[[" in body
+    assert (error == "the body is not JSON") == not_json
 
 
 def test_evidence_of_an_empty_thread_is_an_empty_view() -> None:
