@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 from importlib.resources import files
 
 from starlette.applications import Starlette
@@ -64,7 +65,7 @@ _NOT_A_STATE = (
 """What reshaping a body that is no thread's state raises: the caller's mistake (400), not the page's (500)."""
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     """Refuse ``NaN`` and ``Infinity``, which Python's JSON reads and JSON has not."""
     raise ValueError(f"{name} is not JSON")
 
