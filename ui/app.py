@@ -23,8 +23,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
 from importlib.resources import files
+from typing import NoReturn
 
 from starlette.applications import Starlette
 from starlette.requests import Request
