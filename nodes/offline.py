@@ -36,6 +36,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from arcana_loop.core.sources import ANSWER_KIND_KEY, EXTRACTED, named
 from arcana_loop.grounding.local import content_terms
@@ -64,6 +65,8 @@ NOTHING_MATCHES = (
     "(best passage {score:.2f}, below {threshold:.2f})"
 )
 NOTHING_FOUND = "the searches found nothing to quote"
+SEARCHES_FAILED = "every search failed, so there is nothing to quote ({error})"
+NO_SEARCH_TOOL = "no search tool was offered, so there is nothing to quote"
 NEVER_MENTIONED = "the knowledge base never mentions {names}"
 NAMED_UNKNOWN_MAX_SCORE = 0.6
 """A question naming something the knowledge base never mentions (`unknown_names`) is given up
@@ -127,6 +130,15 @@ def subject_of(source: str | None, section: str | None) -> str:
         return section.rsplit(" > ", 1)[-1].strip()
     name = named(source)  # a text stored under a hash of itself has no name to lead with
     return document_title(name, {}) if name else ""
+
+
+def _failed_searches(messages: Sequence[BaseMessage]) -> list[str]:
+    """What each search that failed said (a tool message LangChain marks ``status="error"``)."""
+    return [
+        str(m.content)
+        for m in messages
+        if isinstance(m, ToolMessage) and m.name == search.NAME and m.status == "error"
+    ]
 
 
 def _results(messages: Sequence[BaseMessage]) -> list[Found]:
@@ -443,14 +455,17 @@ class OfflineController(ReplyingChatModel):
     """Deterministic controller: one turn of searches, then an extracted answer or a give-up."""
 
     tools_offered: bool = False
+    offered: frozenset[str] = frozenset()
+    """The names of the tools bound: it calls no other."""
 
     @property
     def _llm_type(self) -> str:
         return "offline"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, Any]:
-        """Return this model with tool calling on (the schemas are the loop's own)."""
-        return self.model_copy(update={"tools_offered": bool(tools)})
+        """Return this model with tool calling on, for the tools it was given."""
+        names = frozenset(convert_to_openai_tool(t)["function"]["name"] for t in tools)
+        return self.model_copy(update={"tools_offered": bool(tools), "offered": names})
 
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
         """This turn's decision: the searches, then an extracted answer or a give-up."""
@@ -462,13 +477,22 @@ class OfflineController(ReplyingChatModel):
             if isinstance(m, AIMessage)
             for c in m.tool_calls
         )
+        if self.tools_offered and search.NAME not in self.offered:
+            if give_up.NAME in self.offered:
+                return _reply("", [_call(give_up.NAME, 1, reason=NO_SEARCH_TOOL)])
+            return _reply(NO_ANSWER_TEXT)
         if self.tools_offered and not searched:
             queries = search_queries(question, own)
             calls = [_call(search.NAME, i, query=q) for i, q in enumerate(queries)]
             return _reply("", calls)
-        found = extract(question, _results(messages), own)
+        results = _results(messages)
+        found = extract(question, results, own)
         if not self.tools_offered:
             return _reply(found.text or NO_ANSWER_TEXT)
+        failed = _failed_searches(messages)
+        if not results and failed:
+            reason = SEARCHES_FAILED.format(error=failed[0])
+            return _reply("", [_call(give_up.NAME, 1, reason=reason)])
         names = unknown_names(messages)
         if names and (found.best is None or found.best < NAMED_UNKNOWN_MAX_SCORE):
             reason = NEVER_MENTIONED.format(names=", ".join(names))

@@ -111,7 +111,14 @@ def _fold(
     )
     outcomes = render_turn(outcomes, view)
     messages: list[BaseMessage] = [
-        ToolMessage(content=o.content, tool_call_id=o.call_id, name=o.name, artifact=o.artifact)
+        ToolMessage(
+            content=o.content,
+            tool_call_id=o.call_id,
+            name=o.name,
+            artifact=o.artifact,
+            # LangChain's own mark of a failed call: a controller tells "it failed" from "found nothing"
+            status="error" if o.error is not None else "success",
+        )
         for o in outcomes
     ]
     recorded = [o for o in outcomes if o.recorded]

@@ -58,6 +58,33 @@ def test_unanswerable_question_gives_up_saying_why():
     assert "closely enough" in result.tool_history[-1]["args"]["reason"]
 
 
+def test_searches_that_all_failed_are_given_up_as_failed_not_as_found_nothing():
+    def down(query, collection=None, limit=5, **_):
+        raise RuntimeError("search backend down")
+
+    result = run(
+        "How do I run a coroutine with a timeout?", controller_llm="offline", search_fn=down
+    )
+    assert result.terminated_by == "gave_up"
+    assert "every search failed" in result.answer and "search backend down" in result.answer
+    failed = [m for m in result.messages if getattr(m, "name", None) == "search"]
+    assert failed and all(m.status == "error" for m in failed)  # LangChain's mark, as data
+
+
+def test_a_toolset_without_search_is_given_up_without_calling_search():
+    from arcana_loop import DEFAULT_TOOLS
+
+    give_up_only = [t for t in DEFAULT_TOOLS if t.name == "give_up"]
+    result = run(
+        "How do I run a coroutine with a timeout?",
+        controller_llm="offline",
+        search_fn=memory_search,
+        tools=give_up_only,
+    )
+    assert [e["tool"] for e in result.tool_history] == ["give_up"]
+    assert "no search tool was offered" in result.answer
+
+
 def test_filler_is_dropped_from_queries():
     assert question_parts("Can you please tell me how do I parse JSON?") == ["parse JSON"]
 
