@@ -347,6 +347,22 @@ def _check_thread_kept(checkpointer: Any, thread_id: str | None) -> None:
         )
 
 
+def _check_listener(name: str, takes: str, listener: Any) -> None:
+    """Refuse a listener that is no plain function.
+
+    It is called from the loop's own thread, where nothing awaits: an ``async def``
+    one would make a coroutine per event that never runs, and its events would be lost.
+    """
+    if listener is None:
+        return
+    if not callable(listener):
+        raise TypeError(f"{name} must be a function of {takes}, got {type(listener).__name__}")
+    if inspect.iscoroutinefunction(listener):
+        raise TypeError(
+            f"{name} must be a plain function of {takes}: an async one would never be awaited"
+        )
+
+
 def _checked_inputs(
     thread_id: str | None,
     on_event: Any,
@@ -355,14 +371,8 @@ def _checked_inputs(
     options: Mapping[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Check a run's listeners, durability, thread id and options; return its dependencies and context fields."""
-    if on_event is not None and not callable(on_event):
-        raise TypeError(
-            f"on_event must be a function of one event dict, got {type(on_event).__name__}"
-        )
-    if on_token is not None and not callable(on_token):
-        raise TypeError(
-            f"on_token must be a function of one text piece, got {type(on_token).__name__}"
-        )
+    _check_listener("on_event", "one event dict", on_event)
+    _check_listener("on_token", "one text piece", on_token)
     if durability is not None and durability not in DURABILITIES:
         raise ValueError(f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}")
     check_thread_id(thread_id)
@@ -585,10 +595,7 @@ def ground(
     from arcana_loop.grounding.apply import ground_answer
     from arcana_loop.grounding.resolve import resolve_grounder
 
-    if on_event is not None and not callable(on_event):
-        raise TypeError(
-            f"on_event must be a function of one event dict, got {type(on_event).__name__}"
-        )
+    _check_listener("on_event", "one event dict", on_event)
     timeout = opts.pop("timeout", None)
     resolved = (
         resolve_grounder(grounder, **opts)

@@ -21,6 +21,11 @@ from tests.fixtures.openai_server import conversation_problem
 
 pytestmark = pytest.mark.reliability
 
+
+async def _async_listener(event: dict) -> None:  # the loop's thread has nothing to await it
+    return None
+
+
 # (kind, run() keywords, expected exception, message fragment)
 REJECTED = [
     ("empty question", {"question": ""}, ValueError, "must not be empty"),
@@ -104,6 +109,7 @@ REJECTED = [
     ("tools [42]", {"tools": [42]}, TypeError, "BaseTool instances, got int"),
     ("tools a string", {"tools": "search"}, TypeError, "BaseTool instances, got str"),
     ("on_event not callable", {"on_event": 5}, TypeError, "on_event must be a function"),
+    ("on_event async", {"on_event": _async_listener}, TypeError, "would never be awaited"),
     ("search_opts with int keys", {"search_opts": {1: 2}}, TypeError, "string keys"),
     ("max_iterations past 64 bits", {"max_iterations": 10**30}, ValueError, "at most 922"),
     ("chunk_cap past 64 bits", {"chunk_cap": 2**63}, ValueError, "chunk_cap must be at most"),
