@@ -286,9 +286,9 @@ async def test_streamable_http_on_loopback(collections, tmp_path: Path) -> None:
         server.wait(timeout=30)
 
 
-def test_a_server_for_a_collection_that_does_not_exist_does_not_start(pg_url: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", "mcp", "-c", "no-such-collection"],
+def _mcp_refused(collection: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arcana_loop.cli.main", "mcp", "-c", collection],
         env=child_env(),
         cwd=REPO,
         capture_output=True,
@@ -296,17 +296,13 @@ def test_a_server_for_a_collection_that_does_not_exist_does_not_start(pg_url: st
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
+
+
+def test_a_server_for_a_collection_that_does_not_exist_does_not_start(pg_url: str) -> None:
+    done = _mcp_refused("no-such-collection")
     assert done.returncode == 1 and done.stdout == ""
     assert "no collection named 'no-such-collection'" in done.stderr
     assert "Traceback" not in done.stderr
-    blank = subprocess.run(
-        [sys.executable, "-m", "arcana_loop.cli.main", "mcp", "-c", "  "],
-        env=child_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    blank = _mcp_refused("  ")
     # not "ingest ... --collection ''": no collection can have a blank name
     assert blank.returncode == 1 and "must not be empty or blank" in blank.stderr
