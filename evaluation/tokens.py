@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable
@@ -49,8 +49,9 @@ class EstimatingOfflineController(OfflineController):
     tool_schemas: list[Any] = []
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, Any]:
-        """Return this model with tool calling on, keeping the schemas to count them as input."""
-        return self.model_copy(update={"tools_offered": bool(tools), "tool_schemas": list(tools)})
+        """Return this model bound as the offline controller binds, keeping the schemas to count them as input."""
+        bound = cast(EstimatingOfflineController, super().bind_tools(tools, **kwargs))
+        return bound.model_copy(update={"tool_schemas": list(tools)})
 
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
         """The offline controller's reply, carrying the estimated usage of the call."""
