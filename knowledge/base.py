@@ -13,7 +13,6 @@ import os
 import re
 import stat
 import threading
-import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -69,7 +68,11 @@ from arcana_loop.knowledge.loading import (
     text_document,
     walk_directory,
 )
-from arcana_loop.knowledge.names import created_collection_name, normalize_collection_name
+from arcana_loop.knowledge.names import (
+    composed,
+    created_collection_name,
+    normalize_collection_name,
+)
 from arcana_loop.knowledge.pools import (
     AsyncFailFastPool,
     FailFastPool,
@@ -1573,21 +1576,19 @@ def _matching(text: str, docs: list[DocumentInfo]) -> list[DocumentInfo]:
     Names are compared in Unicode NFC: a file named ``café.md`` with a decomposed
     accent (as macOS writes names) is found by the name typed with the composed one.
     """
-    by_source = {_nfc(d.source): d for d in docs}
-    for candidate in (text, _resolved(text)):
-        if _nfc(candidate) in by_source:
-            return [by_source[_nfc(candidate)]]
+    named = [(composed(d.source), d) for d in docs]
+    by_source = dict(named)
+    for candidate in (composed(text), composed(_resolved(text))):
+        if candidate in by_source:
+            return [by_source[candidate]]
     # literal before glob: brackets, "*" and "?" are legal in file names, and a name
     # read as a pattern first would pick another document ("[draft]" matches "d")
-    tail = _nfc("/" + PurePosixPath(text).as_posix().removeprefix("./"))
-    found = [d for d in docs if _nfc(d.source).endswith(tail)]
+    tail = composed("/" + PurePosixPath(text).as_posix().removeprefix("./"))
+    found = [d for source, d in named if source.endswith(tail)]
     if not found and _GLOB_CHARS.search(text):
-        found = [d for d in docs if PurePosixPath(_nfc(d.source)).match(_nfc(text))]
+        pattern = composed(text)
+        found = [d for source, d in named if PurePosixPath(source).match(pattern)]
     return found
-
-
-def _nfc(text: str) -> str:
-    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def _no_match(text: str, collection: str, docs: list[DocumentInfo]) -> KnowledgeBaseError:

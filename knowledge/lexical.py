@@ -41,6 +41,8 @@ from functools import lru_cache
 import snowballstemmer  # type: ignore[import-untyped]
 from pgvector.utils import SparseVector  # type: ignore[import-untyped]  # pgvector ships no type hints
 
+from arcana_loop.knowledge.names import composed
+
 K1 = 1.2
 B = 0.75
 TERMS_REVISION = 2
@@ -129,7 +131,7 @@ def terms(text: str) -> list[str]:
 def _tokens(text: str) -> list[str]:
     if text.isascii():
         return _TOKEN.findall(text)
-    return _wide_token().findall(unicodedata.normalize("NFC", text))
+    return _wide_token().findall(composed(text))
 
 
 @lru_cache(maxsize=1)

@@ -172,8 +172,9 @@ def _looks_like_a_path(text: str) -> bool:
         return True
     if any(c.isspace() for c in text):
         return False
+    # "/", "./", "../" hold a separator: only "~" starts a path without one
     return (
-        text.startswith(("/", "./", "../", "~"))
+        text.startswith("~")
         or "/" in text
         or os.sep in text
         or is_known_suffix(PurePosixPath(text).suffix)

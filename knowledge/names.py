@@ -22,6 +22,11 @@ RESERVED_COLLECTION_NAME = "all"
 """Means "every collection" in a search or run scope, so no collection may be called that."""
 
 
+def composed(text: str) -> str:
+    """`text` in Unicode NFC: the one spelling names, words and paths are compared in (ASCII as it is)."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
 def check_text(value: str, what: str) -> None:
     r"""Raise `ValueError` if `value` cannot be stored as PostgreSQL text.
 
@@ -57,7 +62,7 @@ def normalize_collection_name(name: Any) -> str:
     if not name.strip():
         raise ValueError(f"collection name must not be empty or blank, got {name!r}")
     check_text(name, "collection name")
-    normal = unicodedata.normalize("NFC", name)
+    normal = composed(name)
     if len(normal) > MAX_COLLECTION_NAME_CHARS:
         raise ValueError(
             f"collection names are at most {MAX_COLLECTION_NAME_CHARS} characters,"

@@ -454,9 +454,8 @@ def _reply(text: str, calls: Sequence[ToolCall] = ()) -> AIMessage:
 class OfflineController(ReplyingChatModel):
     """Deterministic controller: one turn of searches, then an extracted answer or a give-up."""
 
-    tools_offered: bool = False
     offered: frozenset[str] = frozenset()
-    """The names of the tools bound: it calls no other."""
+    """The names of the tools bound: it calls no other (none bound: it answers in text)."""
 
     @property
     def _llm_type(self) -> str:
@@ -465,7 +464,7 @@ class OfflineController(ReplyingChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, Any]:
         """Return this model with tool calling on, for the tools it was given."""
         names = frozenset(convert_to_openai_tool(t)["function"]["name"] for t in tools)
-        return self.model_copy(update={"tools_offered": bool(tools), "offered": names})
+        return self.model_copy(update={"offered": names})
 
     def _reply(self, messages: list[BaseMessage], **kwargs: Any) -> AIMessage:
         """This turn's decision: the searches, then an extracted answer or a give-up."""
@@ -477,17 +476,17 @@ class OfflineController(ReplyingChatModel):
             if isinstance(m, AIMessage)
             for c in m.tool_calls
         )
-        if self.tools_offered and search.NAME not in self.offered:
+        if self.offered and search.NAME not in self.offered:
             if give_up.NAME in self.offered:
                 return _reply("", [_call(give_up.NAME, 1, reason=NO_SEARCH_TOOL)])
             return _reply(NO_ANSWER_TEXT)
-        if self.tools_offered and not searched:
+        if self.offered and not searched:
             queries = search_queries(question, own)
             calls = [_call(search.NAME, i, query=q) for i, q in enumerate(queries)]
             return _reply("", calls)
         results = _results(messages)
         found = extract(question, results, own)
-        if not self.tools_offered:
+        if not self.offered:
             return _reply(found.text or NO_ANSWER_TEXT)
         failed = _failed_searches(messages)
         if not results and failed:
