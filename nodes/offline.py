@@ -30,6 +30,7 @@ realistic evaluation set (`evaluation/README.md`, "The offline answer").
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -196,8 +197,15 @@ def unknown_names(messages: Sequence[BaseMessage]) -> list[str]:
         word
         for word in reported
         if word.replace("_", "").isalpha()
-        and any(part not in common for part in word.split("_") if part)
+        and any(_unaccented(part) not in common for part in word.split("_") if part)
     ]
+
+
+def _unaccented(word: str) -> str:
+    """`word` as the uncased vocabulary spells it: its accents taken off (``café`` is ``cafe``)."""
+    if word.isascii():
+        return word
+    return "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
 
 
 def _overlap(part: str, text: str) -> float:

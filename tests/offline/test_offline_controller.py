@@ -250,6 +250,16 @@ def test_a_name_no_document_mentions_is_given_up_unless_a_passage_answers_it_str
     assert strong.terminated_by == "answered"  # asyncio.wait_for answers it whatever anyio is
 
 
+def test_an_accented_common_word_the_documents_lack_is_no_name():
+    # "café" is "cafe" to the uncased vocabulary: a word, not a library the documents never mention
+    result = run(
+        "How do I stop a slow coroutine in a café?",
+        controller_llm="offline",
+        search_fn=_reporting("café"),
+    )
+    assert result.terminated_by == "answered"
+
+
 def test_without_the_word_list_no_unknown_word_is_taken_for_a_name(monkeypatch):
     from arcana_loop.knowledge.errors import EmbedderUnavailable
     from arcana_loop.nodes import offline
