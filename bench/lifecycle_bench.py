@@ -34,6 +34,7 @@ import os
 import random
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -149,18 +150,30 @@ def timed_ingest(kb: KnowledgeBase, path: Path) -> tuple[float, Any]:
 
 @contextmanager
 def stage_timer() -> Iterator[dict[str, float]]:
-    """Time the writer's steps (`STAGES`) while inside; the seconds are added up by step."""
+    """Time the writer's steps (`STAGES`) while inside; the seconds are added up by step.
+
+    A step run inside another (an edit is embedded inside its write transaction) counts
+    for itself only: the outer one is timed without it.
+    """
     spent: dict[str, float] = dict.fromkeys(STAGES, 0.0)
     real = {name: getattr(writer, name) for name in STAGES}
+    stacks = threading.local()  # a first ingest writes in threads of its own
 
     def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
+            running: list[str] = stacks.__dict__.setdefault("running", [])
+            outer = running[-1] if running else None
+            running.append(name)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[name] += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                running.pop()
+                spent[name] += seconds
+                if outer is not None:
+                    spent[outer] -= seconds
 
         return run
 

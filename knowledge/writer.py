@@ -48,7 +48,7 @@ import logging
 import math
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import psycopg
 from langchain_core.embeddings import Embeddings
-from psycopg import pq, sql
+from psycopg import sql
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -875,13 +875,13 @@ def _run_pipeline(load: _Load, writers: int) -> None:
     raised, so `load.result` tells what is stored: each writer thread counts its
     batch as it commits, where a `KeyboardInterrupt` (raised in the main thread
     only) cannot fall between the commit and the count. A single batch (an edit)
-    has nothing to overlap: it is embedded and written here, without a writer thread
-    to start and hand over to.
+    is written here, without a writer thread to start and hand over to, and embedded
+    inside its transaction, while the server runs its first statements (`_write_batch`).
     """
     if len(load.batches) == 1:
         (batch,) = load.batches
-        matrix = embed_matrix(load.embeddings, batch.texts(), load.coll.dimension)
-        _report(load.progress, _merge(load.result, _write_batch(load, batch, matrix)), load.total)
+        embed = functools.partial(embed_matrix, load.embeddings, batch.texts(), load.coll.dimension)
+        _report(load.progress, _merge(load.result, _write_batch(load, batch, embed)), load.total)
         return
     done = 0
     inflight: deque[Future[int]] = deque()
@@ -889,7 +889,7 @@ def _run_pipeline(load: _Load, writers: int) -> None:
 
     def write(batch: _Batch, matrix: np.ndarray[Any, Any]) -> int:
         """Write a batch, count it into `load.result`; its new chunks."""
-        delta = _write_batch(load, batch, matrix)
+        delta = _write_batch(load, batch, lambda: matrix)
         with counting:
             return _merge(load.result, delta)
 
@@ -924,20 +924,26 @@ def _report(progress: ProgressFn | None, done: int, total: int) -> None:
         progress(done, total)
 
 
-def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> IngestResult:
+def _write_batch(
+    load: _Load, batch: _Batch, embedded: Callable[[], np.ndarray[Any, Any]]
+) -> IngestResult:
     """Write one batch in one transaction and return its counts.
 
     A batch that replaces documents counts its BM25 terms itself (`_TermCounts`);
     one of at most `PIPELINE_MAX_CHUNKS` new chunks (an edit) runs in pipeline mode.
+    `embedded` gives the batch's vectors (`_Batch.texts`). It is called once the
+    document rows are written and, in pipeline mode, the chunk rows sent: the server
+    then deletes, writes the map and inserts the rows while the client embeds, where
+    each used to wait for the other (bench/README.md, Edits).
     """
     coll = load.coll
     delta = IngestResult()
-    parts = _split_rows(matrix, batch)
     counts = _TermCounts() if batch.replaces else None
     pipelined = counts is not None and batch.size <= PIPELINE_MAX_CHUNKS
     with (
         load.pool.connection() as conn,
         conn.pipeline() if pipelined else contextlib.nullcontext(),
+        _prepared_at_first_use(conn) if pipelined else contextlib.nullcontext(),
         # in pipeline mode `conn.transaction()` waits for the server twice more (a sync
         # after BEGIN and before COMMIT); the connection's own transaction commits below
         contextlib.nullcontext() if pipelined else conn.transaction(),
@@ -950,21 +956,21 @@ def _write_batch(load: _Load, batch: _Batch, matrix: np.ndarray[Any, Any]) -> In
             load.pending_seen.append(held.pending)
         gone: list[psycopg.Cursor[Any]] = []
         kept_ids = _upsert_documents(conn, coll, batch.items, delta, reads, gone)
-        writes = []
-        for item, vectors, kept in zip(batch.items, parts, kept_ids, strict=True):
-            if kept is None:
-                continue
-            new = [c for c in item.rows if c.id not in kept]
-            embedded = dict(zip((c.id for c in item.fresh), vectors, strict=True))
-            missing = [c for c in new if c.id not in embedded]
-            if missing:  # another writer changed the document since it was planned: rare
-                more = embed_matrix(
-                    load.embeddings, [c.searchable for c in missing], coll.dimension
-                )
-                embedded.update(zip((c.id for c in missing), more, strict=True))
-            rows = np.array([embedded[c.id] for c in new]).reshape(len(new), coll.dimension)
-            writes.append(_Write(item.doc_id, new, rows, item.offset))
-        _copy_chunks(conn, coll, writes, load.pending, held.average_length, counts, load.segment)
+        writes = [
+            _Write(item.doc_id, [c for c in item.rows if c.id not in kept], item.offset)
+            for item, kept in zip(batch.items, kept_ids, strict=True)
+            if kept is not None
+        ]
+        rows = _chunk_rows(conn, coll, writes, held.average_length, counts)
+        if pipelined:
+            _insert_chunk_rows(conn, coll, rows)
+        vectors = _new_vectors(load, batch, kept_ids, embedded())
+        # into the segment directly: no routing of each row through the parents
+        partition = sql.Identifier(load.segment or first_segment_name(coll.dimension, coll.id))
+        if pipelined:
+            _insert_embeddings(conn, coll, rows, partition, vectors, load.pending)
+        else:
+            _copy_chunks(conn, coll, rows, partition, vectors, load.pending)
         if counts is not None:
             # the deletes' terms are read only now: their results came while the rows were sent
             for cursor in gone:
@@ -1089,6 +1095,23 @@ def _hold_collection(conn: psycopg.Connection[Any], coll: CollectionRef) -> floa
             "UPDATE kb_collections SET stored = true WHERE id = %s AND NOT stored", (coll.id,)
         )
     return None if row[3] is None else float(row[3])
+
+
+@contextlib.contextmanager
+def _prepared_at_first_use(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Prepare each statement sent inside on its first use, not its sixth (psycopg's default).
+
+    For a connection in pipeline mode only: there a statement is prepared in the same
+    round trip as it runs. An edit's statements are the same from one edit to the next,
+    and the server then skips parsing them (0.3 ms of a 1 % edit's write, from a process's
+    second edit on). The checkpointers prepare every statement too (`graph.checkpoints`).
+    """
+    before = conn.prepare_threshold
+    conn.prepare_threshold = 0
+    try:
+        yield
+    finally:
+        conn.prepare_threshold = before
 
 
 def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
@@ -1290,10 +1313,12 @@ def _replace_from_map(
     """
     rows_at = item.chunked.rows_at
     assert rows_at is not None  # `placed_by_map`
+    item.offset = rows_at.placing.offset
+    # the map (tens of KB) first: sent behind the delete, it waited for the server to
+    # finish the delete before the client could go on
+    _record_document(conn, item, item.chunked.structure, rows_at.placing.shifts)
     _delete_stale(conn, rows_at.stale, delta, gone)
     delta.chunks_reused += rows_at.listed - len(rows_at.stale)
-    item.offset = rows_at.placing.offset
-    _record_document(conn, item, item.chunked.structure, rows_at.placing.shifts)
     delta.documents_replaced += 1
     return rows_at.found  # the built chunks it keeps (the carried ones are not written)
 
@@ -1357,45 +1382,54 @@ def _unplaced(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Write(NamedTuple):
-    """A document's new chunk rows in a batch, with their embeddings."""
+    """A document's new chunk rows in a batch."""
 
     doc_id: str
     chunks: list[ChunkRow]
-    vectors: np.ndarray[Any, Any]
     offset: int = 0
     """Added to each row's position (`_Planned.offset`)."""
+
+
+def _new_vectors(
+    load: _Load,
+    batch: _Batch,
+    kept_ids: list[frozenset[str] | None],
+    matrix: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """The vectors of the chunks a batch writes, in order: from `matrix` (its planned chunks'), or embedded now."""
+    dimension = load.coll.dimension
+    out = [np.zeros((0, dimension), dtype=np.float32)]
+    for item, vectors, kept in zip(batch.items, _split_rows(matrix, batch), kept_ids, strict=True):
+        if kept is None:
+            continue
+        new = [c for c in item.rows if c.id not in kept]
+        by_id = dict(zip((c.id for c in item.fresh), vectors, strict=True))
+        missing = [c for c in new if c.id not in by_id]
+        if missing:  # another writer changed the document since it was planned: rare
+            more = embed_matrix(load.embeddings, [c.searchable for c in missing], dimension)
+            by_id.update(zip((c.id for c in missing), more, strict=True))
+        out.append(np.array([by_id[c.id] for c in new], dtype=np.float32).reshape(-1, dimension))
+    return np.concatenate(out)
 
 
 def _copy_chunks(
     conn: psycopg.Connection[Any],
     coll: CollectionRef,
-    writes: list[_Write],
+    rows: list[_ChunkColumns],
+    partition: sql.Identifier,
+    vectors: np.ndarray[Any, Any],
     pending: bool,
-    average_length: float | None,
-    counts: _TermCounts | None = None,
-    segment: str | None = None,
 ) -> None:
-    """Write a batch's new chunk rows (document id, chunks, their embeddings), then the embeddings.
+    """Write a batch's new chunk rows, then their embeddings (`vectors`, in order) into `partition`, by binary COPY.
 
-    Binary COPY, or, on a connection in pipeline mode (an edit's few rows: see
-    `_write_batch`), which cannot COPY, one INSERT of arrays per table, sent with the
-    statements around it. ``pending``: the embeddings wait outside the collection's
-    live HNSW graph. ``average_length``: the collection's BM25 average chunk length,
-    if it has one yet. ``counts``: when the batch counts its BM25 terms itself, gets
-    the new chunks'. ``segment``: the new segment of a large load; else the
-    collection's first, which every collection has.
+    ``pending``: the embeddings wait outside the collection's live HNSW graph.
+    ``partition``: the new segment of a large load; else the collection's first,
+    which every collection has. (A connection in pipeline mode cannot COPY: an
+    edit's few rows go by `_insert_chunk_rows` and `_insert_embeddings`.)
     """
-    writes = [w for w in writes if w.chunks]
-    if not writes:
+    if not rows:
         return
-    rows = _chunk_rows(conn, coll, writes, average_length, counts)
     ids = [row[0] for row in rows]
-    vectors = np.concatenate([w.vectors for w in writes])
-    # into the segment directly: no routing of each row through the parents
-    partition = sql.Identifier(segment or first_segment_name(coll.dimension, coll.id))
-    if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
-        _insert_rows(conn, coll, rows, partition, vectors, pending)
-        return
     with conn.cursor() as cur:
         with cur.copy(
             "COPY kb_chunks (id, document_id, collection_id, position, text, metadata, lex, lex_keys)"
@@ -1453,19 +1487,12 @@ def _chunk_rows(
     return rows
 
 
-def _insert_rows(
-    conn: psycopg.Connection[Any],
-    coll: CollectionRef,
-    rows: list[_ChunkColumns],
-    partition: sql.Identifier,
-    vectors: np.ndarray[Any, Any],
-    pending: bool,
+def _insert_chunk_rows(
+    conn: psycopg.Connection[Any], coll: CollectionRef, rows: list[_ChunkColumns]
 ) -> None:
-    """Insert chunk rows and their embeddings with a statement each (pipeline mode, where COPY is not allowed).
-
-    Vectors go in binary (``%b``), as COPY sends them: the same float32 values, and
-    psycopg's text form of a vector cost 0.5 ms each.
-    """
+    """Insert chunk rows in one statement (pipeline mode, where COPY is not allowed)."""
+    if not rows:
+        return
     ids, doc_ids, _, positions, texts, metadata, lex, keys = (
         list(c) for c in zip(*rows, strict=True)
     )
@@ -1485,12 +1512,29 @@ def _insert_rows(
             ["{" + ",".join(map(str, k)) + "}" for k in keys],  # a ragged int4[][] cannot be passed
         ),
     )
+
+
+def _insert_embeddings(
+    conn: psycopg.Connection[Any],
+    coll: CollectionRef,
+    rows: list[_ChunkColumns],
+    partition: sql.Identifier,
+    vectors: np.ndarray[Any, Any],
+    pending: bool,
+) -> None:
+    """Insert the embeddings of `rows` (`vectors`, in order) in one statement (pipeline mode).
+
+    Vectors go in binary (``%b``), as COPY sends them: the same float32 values, and
+    psycopg's text form of a vector cost 0.5 ms each.
+    """
+    if not rows:
+        return
     conn.execute(
         sql.SQL(
             "INSERT INTO {p} (chunk_id, collection_id, embedding, pending)"
             " SELECT u.id, %s, u.e, %s FROM unnest(%s::text[], %b::vector[]) AS u(id, e)"
         ).format(p=partition),
-        (coll.id, pending, ids, list(vectors)),
+        (coll.id, pending, [row[0] for row in rows], list(vectors)),
     )
 
 

@@ -110,13 +110,14 @@ def test_failed_replace_leaves_old_document_intact(
 ) -> None:
     ingest_topic(kb, "chess", name="doc")
     before = _chunk_ids(kb, "doc")
-    real = ingest_mod._copy_chunks
+    # a replace of a few chunks is written in pipeline mode: the embeddings go last
+    real = ingest_mod._insert_embeddings
 
-    def copy_then_fail(*args: Any) -> None:
+    def write_then_fail(*args: Any) -> None:
         real(*args)  # rows are written inside the transaction, then it fails
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(ingest_mod, "_copy_chunks", copy_then_fail)
+    monkeypatch.setattr(ingest_mod, "_insert_embeddings", write_then_fail)
     with pytest.raises(RuntimeError, match="injected"):
         ingest_topic(kb, "bread", name="doc")
     assert _chunk_ids(kb, "doc") == before
@@ -499,3 +500,44 @@ def test_an_embedder_that_fails_is_said_as_the_knowledge_base_error_and_stores_n
     finally:
         failing.close()
     assert _rows(kb, "SELECT count(*) FROM kb_chunks")[0][0] == 0
+
+
+class _FailsWhenTold(HashEmbeddings):
+    """An embedder that works until `fail` is set."""
+
+    fail = False
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.fail:
+            raise ConnectionError("the service went away")
+        return super().embed_documents(texts)
+
+
+def test_an_edit_whose_embedding_fails_inside_its_transaction_keeps_the_stored_version(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    # an edit is embedded once its transaction has begun (the server writes while it embeds)
+    embedder = _FailsWhenTold()
+    edited = KnowledgeBase(kb.url, embeddings=embedder, schema=kb.schema)
+    note = tmp_path / "note.md"
+    sections = [
+        f"## Part {n}\n\nA note on topic number {n}, with words of its own.\n" for n in range(6)
+    ]
+    try:
+        note.write_text("\n".join(sections))
+        edited.ingest(note, collection="edits")
+        before = _chunk_ids(kb, str(note.resolve()))
+        note.write_text(
+            "\n".join([*sections[:3], sections[3] + "An added sentence.\n", *sections[4:]])
+        )
+        embedder.fail = True
+        with pytest.raises(EmbedderFailed, match="the service went away"):
+            edited.ingest(note, collection="edits")
+        assert _chunk_ids(kb, str(note.resolve())) == before
+        embedder.fail = False  # the pooled connection the failed write used works again
+        done = edited.ingest(note, collection="edits")
+        assert (done.documents_replaced, done.chunks_added, done.chunks_removed) == (1, 1, 1)
+        hits = edited.search("An added sentence", collection="edits", mode="fulltext")
+        assert "An added sentence." in hits[0]["text"]
+    finally:
+        edited.close()
