@@ -342,6 +342,15 @@ def _failed(exc: Exception) -> EmbedderFailed:
     return EmbedderFailed(f"the embedder failed: {type(exc).__name__}: {exc}")
 
 
+def embeds_in_process(embeddings: Embeddings) -> bool:
+    """Whether `embeddings` runs in this process (this package's embedders, with an `embed_array`), not as a service.
+
+    Only these embed inside a write's open transaction (`knowledge.writer`): a service's
+    call may take seconds, and the rows the transaction holds would wait with it.
+    """
+    return callable(getattr(embeddings, "embed_array", None))
+
+
 def embed_matrix(embeddings: Embeddings, texts: list[str], dimension: int) -> np.ndarray[Any, Any]:
     """Embed `texts` into a float32 matrix, checking the dimension.
 

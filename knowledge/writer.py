@@ -62,7 +62,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from arcana_loop.knowledge import lexical, settings
-from arcana_loop.knowledge.embeddings import embed_matrix
+from arcana_loop.knowledge.embeddings import embed_matrix, embeds_in_process
 from arcana_loop.knowledge.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -876,12 +876,14 @@ def _run_pipeline(load: _Load, writers: int) -> None:
     batch as it commits, where a `KeyboardInterrupt` (raised in the main thread
     only) cannot fall between the commit and the count. A single batch (an edit)
     is written here, without a writer thread to start and hand over to, and embedded
-    inside its transaction, while the server runs its first statements (`_write_batch`).
+    inside its transaction while the server runs its first statements (`_write_batch`),
+    when the embedder runs in this process: a service is called before it begins.
     """
     if len(load.batches) == 1:
         (batch,) = load.batches
         embed = functools.partial(embed_matrix, load.embeddings, batch.texts(), load.coll.dimension)
-        _report(load.progress, _merge(load.result, _write_batch(load, batch, embed)), load.total)
+        vectors = embed if embeds_in_process(load.embeddings) else embed()
+        _report(load.progress, _merge(load.result, _write_batch(load, batch, vectors)), load.total)
         return
     done = 0
     inflight: deque[Future[int]] = deque()
@@ -889,7 +891,7 @@ def _run_pipeline(load: _Load, writers: int) -> None:
 
     def write(batch: _Batch, matrix: np.ndarray[Any, Any]) -> int:
         """Write a batch, count it into `load.result`; its new chunks."""
-        delta = _write_batch(load, batch, lambda: matrix)
+        delta = _write_batch(load, batch, matrix)
         with counting:
             return _merge(load.result, delta)
 
@@ -925,14 +927,16 @@ def _report(progress: ProgressFn | None, done: int, total: int) -> None:
 
 
 def _write_batch(
-    load: _Load, batch: _Batch, embedded: Callable[[], np.ndarray[Any, Any]]
+    load: _Load,
+    batch: _Batch,
+    vectors: np.ndarray[Any, Any] | Callable[[], np.ndarray[Any, Any]],
 ) -> IngestResult:
     """Write one batch in one transaction and return its counts.
 
     A batch that replaces documents counts its BM25 terms itself (`_TermCounts`);
     one of at most `PIPELINE_MAX_CHUNKS` new chunks (an edit) runs in pipeline mode.
-    `embedded` gives the batch's vectors (`_Batch.texts`). It is called once the
-    document rows are written and, in pipeline mode, the chunk rows sent: the server
+    `vectors`: the batch's (`_Batch.texts`), or what embeds them. That is called once
+    the document rows are written and, in pipeline mode, the chunk rows sent: the server
     then deletes, writes the map and inserts the rows while the client embeds, where
     each used to wait for the other (bench/README.md, Edits).
     """
@@ -964,13 +968,15 @@ def _write_batch(
         rows = _chunk_rows(conn, coll, writes, held.average_length, counts)
         if pipelined:
             _insert_chunk_rows(conn, coll, rows)
-        vectors = _new_vectors(load, batch, kept_ids, embedded())
+        new_vectors = _new_vectors(
+            load, batch, kept_ids, vectors() if callable(vectors) else vectors
+        )
         # into the segment directly: no routing of each row through the parents
         partition = sql.Identifier(load.segment or first_segment_name(coll.dimension, coll.id))
         if pipelined:
-            _insert_embeddings(conn, coll, rows, partition, vectors, load.pending)
+            _insert_embeddings(conn, coll, rows, partition, new_vectors, load.pending)
         else:
-            _copy_chunks(conn, coll, rows, partition, vectors, load.pending)
+            _copy_chunks(conn, coll, rows, partition, new_vectors, load.pending)
         if counts is not None:
             # the deletes' terms are read only now: their results came while the rows were sent
             for cursor in gone:

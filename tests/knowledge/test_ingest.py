@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -503,7 +504,7 @@ def test_an_embedder_that_fails_is_said_as_the_knowledge_base_error_and_stores_n
 
 
 class _FailsWhenTold(HashEmbeddings):
-    """An embedder that works until `fail` is set."""
+    """An embedder run in this process (it has `embed_array`) that works until `fail` is set."""
 
     fail = False
 
@@ -512,24 +513,30 @@ class _FailsWhenTold(HashEmbeddings):
             raise ConnectionError("the service went away")
         return super().embed_documents(texts)
 
+    def embed_array(self, texts: list[str]) -> np.ndarray[Any, Any]:
+        return np.asarray(self.embed_documents(texts), dtype=np.float32)
+
+
+def _sections(count: int, extra: str = "") -> str:
+    parts = [
+        f"## Part {n}\n\nA note on topic number {n}, with words of its own.\n" for n in range(count)
+    ]
+    parts[count // 2] += extra
+    return "\n".join(parts)
+
 
 def test_an_edit_whose_embedding_fails_inside_its_transaction_keeps_the_stored_version(
     kb: KnowledgeBase, tmp_path: Path
 ) -> None:
-    # an edit is embedded once its transaction has begun (the server writes while it embeds)
+    # an in-process embedder embeds an edit once its transaction has begun
     embedder = _FailsWhenTold()
     edited = KnowledgeBase(kb.url, embeddings=embedder, schema=kb.schema)
     note = tmp_path / "note.md"
-    sections = [
-        f"## Part {n}\n\nA note on topic number {n}, with words of its own.\n" for n in range(6)
-    ]
     try:
-        note.write_text("\n".join(sections))
+        note.write_text(_sections(6))
         edited.ingest(note, collection="edits")
         before = _chunk_ids(kb, str(note.resolve()))
-        note.write_text(
-            "\n".join([*sections[:3], sections[3] + "An added sentence.\n", *sections[4:]])
-        )
+        note.write_text(_sections(6, "An added sentence.\n"))
         embedder.fail = True
         with pytest.raises(EmbedderFailed, match="the service went away"):
             edited.ingest(note, collection="edits")
@@ -539,5 +546,48 @@ def test_an_edit_whose_embedding_fails_inside_its_transaction_keeps_the_stored_v
         assert (done.documents_replaced, done.chunks_added, done.chunks_removed) == (1, 1, 1)
         hits = edited.search("An added sentence", collection="edits", mode="fulltext")
         assert "An added sentence." in hits[0]["text"]
+    finally:
+        edited.close()
+
+
+class _LockProbe(HashEmbeddings):
+    """A service-like embedder that notes, at each call, whether a writer holds the stored documents' rows."""
+
+    def __init__(self, url: str, schema: str) -> None:
+        self.url, self.schema = url, schema
+        self.locked: list[bool] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        with psycopg.connect(
+            self.url, autocommit=True, options=f"-c search_path={self.schema}"
+        ) as conn:
+            try:
+                conn.execute("SELECT 1 FROM kb_documents FOR UPDATE NOWAIT")
+                self.locked.append(False)
+            except psycopg.errors.LockNotAvailable:
+                self.locked.append(True)
+        return super().embed_documents(texts)
+
+
+class _InProcessLockProbe(_LockProbe):
+    def embed_array(self, texts: list[str]) -> np.ndarray[Any, Any]:
+        return np.asarray(self.embed_documents(texts), dtype=np.float32)
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_only_an_in_process_embedder_embeds_an_edit_inside_its_transaction(
+    kb: KnowledgeBase, tmp_path: Path, in_process: bool
+) -> None:
+    # a service may take seconds to answer: the document's row is not held while it does
+    probe = (_InProcessLockProbe if in_process else _LockProbe)(kb.url, kb.schema)
+    edited = KnowledgeBase(kb.url, embeddings=probe, schema=kb.schema)
+    note = tmp_path / "note.md"
+    try:
+        note.write_text(_sections(6))
+        edited.ingest(note, collection="edits")
+        note.write_text(_sections(6, "An added sentence.\n"))
+        probe.locked.clear()
+        done = edited.ingest(note, collection="edits")
+        assert done.chunks_added == 1 and probe.locked == [in_process]
     finally:
         edited.close()
