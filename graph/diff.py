@@ -82,7 +82,8 @@ def load_run(ref: str | os.PathLike[str], checkpointer: Any) -> Record:
         return Record.load(ref)
     if Path(ref).is_dir():
         raise ReplayError(f"{ref} is a folder, not a record file or a thread id")
-    return record_of(ref, checkpointer)
+    # a question that ended as it opened (nothing stored to search) compares as a run of no turn
+    return record_of(ref, checkpointer, replayable=False)
 
 
 def _decision(reply: Mapping[str, Any]) -> Any:

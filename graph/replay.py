@@ -297,7 +297,9 @@ def _record_fields(data: object) -> dict[str, Any]:
     return data
 
 
-def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None) -> Record:
+def record_of(
+    thread_id: str, checkpointer: Any, *, question: int | None = None, replayable: bool = True
+) -> Record:
     """Read one finished question of a thread as a record, from the thread's checkpoint history.
 
     Args:
@@ -305,10 +307,13 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
         checkpointer: the saver object or spec the thread ran with.
         question: which question of the thread's conversation (0-based; negative counts
             from the last); the last when ``None``.
+        replayable: refuse a question that ended as it opened (nothing stored to search:
+            no model call or search to replay). Without it, such a question is a record
+            of no turn and no search, which a diff can compare (`graph.diff`).
 
     Raises:
         ReplayError: when the question has not finished, ended as it opened (nothing
-            stored to search), or the thread has no such question.
+            stored to search, when `replayable`), or the thread has no such question.
     """
     snapshots = history(thread_id, checkpointer)
     tagged = [
@@ -330,7 +335,7 @@ def record_of(thread_id: str, checkpointer: Any, *, question: int | None = None)
         raise ReplayError(
             f"thread {thread_id!r} has not finished; only finished questions can be recorded"
         )
-    if {task.name for _, task in own} <= {"start", "finish"}:
+    if replayable and {task.name for _, task in own} <= {"start", "finish"}:
         raise ReplayError(
             f"question {wanted} of thread {thread_id!r} ended as it opened, before any model "
             f"call or search ({final.get('answer')}): there is nothing to replay"

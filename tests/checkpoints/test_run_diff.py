@@ -9,6 +9,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 import arcana_loop
 from arcana_loop.graph import diff_runs, replay, run, trace
 from arcana_loop.graph.replay import record_of
+from arcana_loop.nodes.deps import LoopDeps
 from tests.fakes import ScriptedChatModel, ScriptedSearch, answer, chunk, search
 
 SPOOL = chunk("s1", "The winding spool holds forty metres of copper wire.", score=0.9)
@@ -89,3 +90,25 @@ def test_the_first_differing_decision_and_the_searches_of_one_run_only():
     assert diff.searches_only_in_b == [{"query": "crane lifting limit", "collection": None}]
     assert diff.searches_changed == [] and diff.chunks_only_in_a == diff.chunks_only_in_b == []
     assert diff.claims == []
+
+
+def test_a_question_that_ended_as_it_opened_diffs_as_a_run_of_no_turn(monkeypatch):
+    # asked of an empty knowledge base, then again once its documents were in
+    saver = InMemorySaver()
+    with monkeypatch.context() as patched:
+        patched.setattr(LoopDeps, "unsearchable", lambda self, scope: "the knowledge base is empty")
+        empty = run(
+            "What do the spool and the crane hold?", controller_llm=_script(), checkpointer=saver
+        )
+    assert empty.terminated_by == "gave_up"
+    later = _first_run(saver)
+
+    diff = diff_runs(empty.thread_id, later.thread_id, checkpointer=saver)
+    assert diff.first_difference == {
+        "turn": 1,
+        "a": None,
+        "b": [{"name": "search", "args": {"query": "spool capacity"}}],
+    }
+    assert diff.searches_only_in_a == [] and len(diff.searches_only_in_b) == 2
+    assert diff.chunks_only_in_b == ["s1", "c1"] and diff.answers[1] == ANSWER
+    assert "empty" in diff.answers[0] and not diff.same
