@@ -648,7 +648,31 @@ def follow_up_scope(
         found = thread_collection(checkpointer, thread_id)
     if found is None:
         return None
-    return [found] if isinstance(found, str) else list(found)
+    scope = [found] if isinstance(found, str) else list(found)
+    _check_thread_collections(thread_id, scope)
+    return scope
+
+
+def _check_thread_collections(thread_id: str, scope: list[str]) -> None:
+    """Fail in one line when a collection the thread searched has been deleted since.
+
+    The follow-up would go on over documents that are gone: the user picks the
+    collection to ask on. The demo corpus is ingested again on use, and ``all`` is no name.
+    """
+    from arcana_loop.knowledge.names import means_every_collection
+    from arcana_loop.knowledge.stdlib_docs import COLLECTION
+
+    with database_errors("cannot read the collections"):
+        names = {c.name for c in knowledge_base().collections()}
+    gone = [
+        n for n in scope if n not in names and n != COLLECTION and not means_every_collection(n)
+    ]
+    if gone:
+        listed = ", ".join(repr(n) for n in gone)
+        fail(
+            f"thread {thread_id!r} searched {listed}, deleted since: its answers rest on documents that are gone.",
+            f"ask it on another collection with --collection NAME; {known_collections(gone[0], names)}",
+        )
 
 
 def prepare_scope(collection: list[str] | None, *, one_search: bool = True) -> tuple[Any, Any]:

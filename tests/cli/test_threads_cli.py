@@ -109,3 +109,24 @@ def test_replaying_a_file_that_is_not_a_record_fails_cleanly(env, tmp_path):  # 
     bad.write_text("[1, 2]")
     done = cli("replay", "--record", str(bad), env=env)
     assert done.returncode == 1 and "not a replay record" in done.stderr
+
+
+def test_a_follow_up_on_a_thread_whose_collection_was_deleted_says_so(env, tmp_path):  # noqa: F811
+    note = tmp_path / "tides.md"
+    note.write_text("# Tides\n\nThe harbour tide tables are printed every Monday at dawn.\n")
+    for name in ("tides-gone", "tides-kept"):
+        assert cli("ingest", str(note), "--collection", name, env=env).returncode == 0
+    question = "When are the tide tables printed?"
+    asked = cli("ask", question, "-c", "tides-gone", "--json", env=env)
+    assert asked.returncode == 0, asked.stderr
+    thread = json.loads(asked.stdout)["thread_id"]
+    assert cli("delete", "tides-gone", "--yes", env=env).returncode == 0
+
+    refused = cli("ask", question, "--thread-id", thread, env=env)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"thread {thread!r} searched 'tides-gone', deleted since" in refused.stderr
+    assert "--collection NAME" in refused.stderr and "tides-kept" in refused.stderr
+    # named, another collection takes the conversation on
+    again = cli("ask", question, "--thread-id", thread, "-c", "tides-kept", "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert {c["collection"] for c in json.loads(again.stdout)["chunks"]} == {"tides-kept"}
