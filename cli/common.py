@@ -395,7 +395,15 @@ def shown_path(source: str) -> str:
         return source
 
 
-def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
+EMPTIED_HINT = (
+    "A file emptied since it was stored keeps its stored version: ingest --sync removes it."
+)
+"""Said under the skipped files when one is empty and the ingest was no sync (it removes nothing)."""
+
+
+def print_ingest_summary(
+    collection: str, rows: list[tuple[str, Any]], *, sync: bool = False
+) -> None:
     """One table row per path (narrow enough for 80 columns), then each skipped file once."""
     table = Table(
         title=cell(f"Ingested into {collection!r}"), title_justify="left", box=box.SIMPLE_HEAD
@@ -431,6 +439,10 @@ def print_ingest_summary(collection: str, rows: list[tuple[str, Any]]) -> None:
             err.print(
                 f"  {shown(shown_path(file))}: {shown(reason)}", soft_wrap=False, highlight=False
             )
+        from arcana_loop.knowledge.loading import EMPTY_FILE
+
+        if not sync and any(reason == EMPTY_FILE for _, reason in skipped):
+            err.print(f"[dim]{EMPTIED_HINT}[/]", soft_wrap=True)
     kept = sum(result.documents_kept for _, result in rows)
     if kept:
         err.print(

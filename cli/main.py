@@ -244,7 +244,7 @@ def _ingest_paths(paths: list[Path], rows: list[tuple[str, Any]], asked: _Asked)
                         "text (UTF-8), Markdown, reStructuredText, HTML, PDF, Word and Excel files can be ingested",
                     )
             rows.append((str(path), result))
-    print_ingest_summary(collection, rows)
+    print_ingest_summary(collection, rows, sync=sync)
     if watch is not None:
         watch.report(collection)
 

@@ -77,6 +77,8 @@ _HEADING = re.compile(r"^#{1,6} \S", re.MULTILINE)
 CHUNK_ID_CHARS = 32
 """Every chunk id is this many hex characters (the writer's binary COPY relies on it)."""
 _DOC_NAMESPACE = uuid.UUID("5b0f8a52-3c1e-4d0e-9a51-6b6e6f776c65")
+EMPTY_FILE = "file is empty"
+"""The reason an empty file is refused, or skipped by a directory walk."""
 
 
 @dataclass
@@ -324,7 +326,7 @@ def read_file(path: Path, *, max_bytes: int, metadata: dict[str, Any]) -> Source
             f"binary file (more than {MAX_CONTROL_SHARE:.0%} of its first bytes are control characters)",
         )
     if not text or text.isspace():  # `strip()` would copy the whole text to say so
-        raise IngestError(f"{path}: file is empty")
+        raise IngestError(f"{path}: {EMPTY_FILE}")
     source = str(path.resolve())
     meta = {**metadata, "source": source}
     utf8: bytes | None = raw[len(_BOM) :] if raw.startswith(_BOM) else raw  # `text.encode()`

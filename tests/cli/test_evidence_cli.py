@@ -147,3 +147,29 @@ def test_a_read_of_a_file_that_holds_no_checkpoints_changes_nothing(command, kin
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "checkpoint database" in said and said.count("Error:") == 1
     assert store.read_bytes() == before  # no table written into it
+
+
+def test_an_emptied_file_keeps_its_stored_version_unless_synced_and_the_summary_says_so(
+    pg_url, tmp_path
+):
+    env = {**clean_env(), "DATABASE_URL": pg_url}
+    name = f"emptied-{uuid.uuid4().hex[:8]}"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "deploy.md").write_text(DEPLOY)
+    assert cli("ingest", str(docs), "-c", name, env=env).returncode == 0
+    (docs / "deploy.md").write_text("")
+
+    kept = cli("ingest", str(docs), "-c", name, env=env)
+    said = " ".join(kept.stderr.split())
+    assert kept.returncode == 0 and "deploy.md: file is empty" in said
+    assert (
+        "A file emptied since it was stored keeps its stored version: ingest --sync removes it."
+        in said
+    )
+    listed = cli("documents", "-c", name, "--json", env=env)
+    assert [d["source"] for d in json.loads(listed.stdout)] == [str((docs / "deploy.md").resolve())]
+
+    synced = cli("ingest", str(docs), "-c", name, "--sync", env=env)
+    assert synced.returncode == 0 and "--sync removes it" not in synced.stderr
+    assert json.loads(cli("documents", "-c", name, "--json", env=env).stdout) == []
