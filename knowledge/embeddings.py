@@ -358,6 +358,8 @@ def embed_matrix(embeddings: Embeddings, texts: list[str], dimension: int) -> np
         EmbedderFailed: if the embedder raises (its service unreachable, say).
         EmbeddingMismatch: if the embedder returns vectors of another dimension.
     """
+    if not texts:  # an edit that only removes chunks: an embedder may give no row shape for none
+        return np.zeros((0, dimension), dtype=np.float32)
     embed_array = getattr(embeddings, "embed_array", None)
     try:
         if callable(embed_array):

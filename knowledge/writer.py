@@ -935,15 +935,21 @@ def _write_batch(
 
     A batch that replaces documents counts its BM25 terms itself (`_TermCounts`);
     one of at most `PIPELINE_MAX_CHUNKS` new chunks (an edit) runs in pipeline mode.
-    `vectors`: the batch's (`_Batch.texts`), or what embeds them. That is called once
-    the document rows are written and, in pipeline mode, the chunk rows sent: the server
+    `vectors`: the batch's (`_Batch.texts`), or what embeds them. In pipeline mode that
+    is called once the document rows are written and the chunk rows sent: the server
     then deletes, writes the map and inserts the rows while the client embeds, where
-    each used to wait for the other (bench/README.md, Edits).
+    each used to wait for the other (bench/README.md, Edits). Otherwise it is called
+    before the transaction begins: its statements wait for their results, and there
+    would be nothing to overlap, only locks held longer.
     """
     coll = load.coll
     delta = IngestResult()
     counts = _TermCounts() if batch.replaces else None
     pipelined = counts is not None and batch.size <= PIPELINE_MAX_CHUNKS
+    # the chunks `vectors` are of: a replace may chunk its document again (`_replace_document`)
+    planned = [[c.id for c in item.fresh] for item in batch.items]
+    if callable(vectors) and not pipelined:
+        vectors = vectors()
     with (
         load.pool.connection() as conn,
         conn.pipeline() if pipelined else contextlib.nullcontext(),
@@ -969,7 +975,7 @@ def _write_batch(
         if pipelined:
             _insert_chunk_rows(conn, coll, rows)
         new_vectors = _new_vectors(
-            load, batch, kept_ids, vectors() if callable(vectors) else vectors
+            load, batch, planned, kept_ids, vectors() if callable(vectors) else vectors
         )
         # into the segment directly: no routing of each row through the parents
         partition = sql.Identifier(load.segment or first_segment_name(coll.dimension, coll.id))
@@ -1118,11 +1124,6 @@ def _prepared_at_first_use(conn: psycopg.Connection[Any]) -> Iterator[None]:
         yield
     finally:
         conn.prepare_threshold = before
-
-
-def _split_rows(matrix: np.ndarray[Any, Any], batch: _Batch) -> list[np.ndarray[Any, Any]]:
-    bounds = np.cumsum([len(item.fresh) for item in batch.items])[:-1]
-    return list(np.split(matrix, bounds))
 
 
 def _upsert_documents(
@@ -1399,17 +1400,20 @@ class _Write(NamedTuple):
 def _new_vectors(
     load: _Load,
     batch: _Batch,
+    planned: list[list[str]],
     kept_ids: list[frozenset[str] | None],
     matrix: np.ndarray[Any, Any],
 ) -> np.ndarray[Any, Any]:
-    """The vectors of the chunks a batch writes, in order: from `matrix` (its planned chunks'), or embedded now."""
+    """The vectors of the chunks a batch writes, in order: from `matrix` (of the `planned` chunks, by item), or embedded now."""
     dimension = load.coll.dimension
     out = [np.zeros((0, dimension), dtype=np.float32)]
-    for item, vectors, kept in zip(batch.items, _split_rows(matrix, batch), kept_ids, strict=True):
+    bounds = np.cumsum([len(ids) for ids in planned])[:-1]
+    parts = np.split(matrix, bounds)
+    for item, ids, vectors, kept in zip(batch.items, planned, parts, kept_ids, strict=True):
         if kept is None:
             continue
         new = [c for c in item.rows if c.id not in kept]
-        by_id = dict(zip((c.id for c in item.fresh), vectors, strict=True))
+        by_id = dict(zip(ids, vectors, strict=True))
         missing = [c for c in new if c.id not in by_id]
         if missing:  # another writer changed the document since it was planned: rare
             more = embed_matrix(load.embeddings, [c.searchable for c in missing], dimension)
@@ -1469,6 +1473,8 @@ def _chunk_rows(
 ) -> list[_ChunkColumns]:
     """The `kb_chunks` rows of a batch's new chunks, their BM25 weights computed (and counted into `counts`)."""
     found = [(w, row, lexical.terms(row.searchable)) for w in writes for row in w.chunks]
+    if not found:  # nothing to weigh: a collection's first average length is set by chunks
+        return []
     avg_len = average_length or _collection_average_length(
         conn, coll, lexical.average_length(t for _, _, t in found)
     )

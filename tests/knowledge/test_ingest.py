@@ -574,6 +574,38 @@ class _InProcessLockProbe(_LockProbe):
         return np.asarray(self.embed_documents(texts), dtype=np.float32)
 
 
+class _OpenTransactions(HashEmbeddings):
+    """An in-process embedder that notes, at each call, how many other sessions are inside a transaction."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.open: list[int] = []
+
+    def embed_array(self, texts: list[str]) -> np.ndarray[Any, Any]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND datname = current_database() AND state LIKE 'idle in transaction%%'"
+            ).fetchone()
+        self.open.append(row[0] if row is not None else -1)
+        return np.asarray(self.embed_documents(texts), dtype=np.float32)
+
+
+def test_a_new_document_is_embedded_before_its_transaction_begins(
+    kb: KnowledgeBase, tmp_path: Path
+) -> None:
+    # outside pipeline mode nothing would overlap the embedding: no transaction waits on it
+    probe = _OpenTransactions(kb.url)
+    new = KnowledgeBase(kb.url, embeddings=probe, schema=kb.schema)
+    note = tmp_path / "note.md"
+    try:
+        note.write_text(_sections(80))
+        done = new.ingest(note, collection="fresh")
+    finally:
+        new.close()
+    assert done.chunks_added > ingest_mod.PIPELINE_MAX_CHUNKS // 2 and probe.open == [0]
+
+
 @pytest.mark.parametrize("in_process", [True, False])
 def test_only_an_in_process_embedder_embeds_an_edit_inside_its_transaction(
     kb: KnowledgeBase, tmp_path: Path, in_process: bool

@@ -358,6 +358,59 @@ def test_an_edit_planned_against_a_version_stored_again_since_reads_its_rows(
     assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, "whole")
 
 
+def test_an_edit_planned_against_a_version_another_writer_changed_is_chunked_again(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the stored text changed between planning and writing: the document is chunked again
+    # inside the write, and the chunks the plan embedded are told apart from the others
+    guide = tmp_path / "guide.md"
+    guide.write_text(_guide(12))
+    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    other = KnowledgeBase(kb.url, schema=kb.schema)
+    real_load = writer._load
+
+    def another_writer_first(load: Any) -> None:
+        monkeypatch.setattr(writer, "_load", real_load)
+        guide.write_text(_guide(12, edited=9, preface="Pilots board at the buoy.\n\n" * 3))
+        other.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+        guide.write_text(_guide(12, edited=3))
+        real_load(load)
+
+    monkeypatch.setattr(writer, "_load", another_writer_first)
+    try:
+        guide.write_text(_guide(12, edited=3))
+        done = kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+    finally:
+        other.close()
+    assert done.documents_replaced == 1 and done.chunks_added >= 2  # the edit, and the buoy undone
+    kb.ingest(guide, collection="whole", chunk_size=200, chunk_overlap=0)
+    assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, "whole")
+
+
+class _ServiceLike(Embeddings):
+    """An embedder as a service's client is: no `embed_array`, and a list for no text."""
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[float(len(t) % 7 + 1), 1.0, 0.5] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def test_an_edit_that_only_removes_chunks_embeds_nothing(kb: KnowledgeBase, tmp_path: Path) -> None:
+    served = KnowledgeBase(kb.url, schema=kb.schema, embeddings=_ServiceLike())
+    guide = tmp_path / "guide.md"
+    text = _guide(12)
+    try:
+        guide.write_text(text)
+        served.ingest(guide, collection="served", chunk_size=200, chunk_overlap=0)
+        guide.write_text(text[: text.index("## Berth 11")])
+        done = served.ingest(guide, collection="served", chunk_size=200, chunk_overlap=0)
+    finally:
+        served.close()
+    assert (done.documents_replaced, done.chunks_added, done.chunks_removed) == (1, 0, 1)
+
+
 def _ingest_as_whole(kb: KnowledgeBase, guide: Path, whole: str, chunk_size: int = 200) -> None:
     """Ingest `guide` as an edit of collection ``harbour`` and whole into `whole`: both read alike."""
     for collection in ("harbour", whole):
