@@ -20,7 +20,7 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from arcana_loop.cli.main import app
-from arcana_loop.knowledge import KnowledgeBase, placed, writer
+from arcana_loop.knowledge import IngestResult, KnowledgeBase, placed, writer
 from arcana_loop.knowledge.loading import Chunked
 from arcana_loop.knowledge.placed import PLACED_CHUNK_SQL
 from arcana_loop.knowledge.schema import ensure_schema
@@ -318,30 +318,18 @@ def test_an_edit_places_kept_chunks_from_the_stored_map_without_reading_their_ro
         ).fetchone() == (len(steps),)  # a whole ingest writes every row where its chunk is
 
 
-def test_an_edit_planned_against_a_version_stored_again_since_reads_its_rows(
-    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    guide = tmp_path / "guide.md"
+def _edit_after_another_writer(
+    kb: KnowledgeBase, guide: Path, monkeypatch: pytest.MonkeyPatch, meanwhile: list[str]
+) -> IngestResult:
+    """Edit berth 3 of a stored guide; between its planning and its write another writer stores each of `meanwhile`."""
     guide.write_text(_guide(12))
     kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
-    reads: list[str] = []
-    real_read, real_load = writer._send_stored_chunks, writer._load
-    monkeypatch.setattr(
-        writer,
-        "_send_stored_chunks",
-        lambda conn, item: reads.append(item.doc_id) or real_read(conn, item),
-    )
     other = KnowledgeBase(kb.url, schema=kb.schema)
+    real_load = writer._load
 
     def another_writer_first(load: Any) -> None:
-        # planned against the stored text; meanwhile another writer edits it and stores it
-        # again: the same text and hash, but rows of its own, which the map planned against
-        # does not record
         monkeypatch.setattr(writer, "_load", real_load)
-        for text in (
-            _guide(12, edited=5, preface="Pilots board at the buoy.\n\n" * 12),
-            _guide(12),
-        ):
+        for text in meanwhile:
             guide.write_text(text)
             other.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
         guide.write_text(_guide(12, edited=3))
@@ -350,9 +338,26 @@ def test_an_edit_planned_against_a_version_stored_again_since_reads_its_rows(
     monkeypatch.setattr(writer, "_load", another_writer_first)
     try:
         guide.write_text(_guide(12, edited=3))
-        kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
+        return kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
     finally:
         other.close()
+
+
+def test_an_edit_planned_against_a_version_stored_again_since_reads_its_rows(
+    kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    real_read = writer._send_stored_chunks
+    monkeypatch.setattr(
+        writer,
+        "_send_stored_chunks",
+        lambda conn, item: reads.append(item.doc_id) or real_read(conn, item),
+    )
+    # meanwhile another writer edits the text and stores it again: the same text and hash,
+    # but rows of its own, which the map planned against does not record
+    guide = tmp_path / "guide.md"
+    buoy = _guide(12, edited=5, preface="Pilots board at the buoy.\n\n" * 12)
+    _edit_after_another_writer(kb, guide, monkeypatch, [buoy, _guide(12)])
     assert reads  # the rows were read, not taken from the map planned against
     kb.ingest(guide, collection="whole", chunk_size=200, chunk_overlap=0)
     assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, "whole")
@@ -364,24 +369,8 @@ def test_an_edit_planned_against_a_version_another_writer_changed_is_chunked_aga
     # the stored text changed between planning and writing: the document is chunked again
     # inside the write, and the chunks the plan embedded are told apart from the others
     guide = tmp_path / "guide.md"
-    guide.write_text(_guide(12))
-    kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
-    other = KnowledgeBase(kb.url, schema=kb.schema)
-    real_load = writer._load
-
-    def another_writer_first(load: Any) -> None:
-        monkeypatch.setattr(writer, "_load", real_load)
-        guide.write_text(_guide(12, edited=9, preface="Pilots board at the buoy.\n\n" * 3))
-        other.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
-        guide.write_text(_guide(12, edited=3))
-        real_load(load)
-
-    monkeypatch.setattr(writer, "_load", another_writer_first)
-    try:
-        guide.write_text(_guide(12, edited=3))
-        done = kb.ingest(guide, collection="harbour", chunk_size=200, chunk_overlap=0)
-    finally:
-        other.close()
+    buoy = _guide(12, edited=9, preface="Pilots board at the buoy.\n\n" * 3)
+    done = _edit_after_another_writer(kb, guide, monkeypatch, [buoy])
     assert done.documents_replaced == 1 and done.chunks_added >= 2  # the edit, and the buoy undone
     kb.ingest(guide, collection="whole", chunk_size=200, chunk_overlap=0)
     assert _placed_as_whole(kb, "harbour") == _placed_as_whole(kb, "whole")
