@@ -666,10 +666,11 @@ def follow_up_scope(
 
 
 def _check_thread_collections(thread_id: str, scope: list[str]) -> None:
-    """Fail in one line when a collection the thread searched has been deleted since.
+    """Fail in one line when a collection the thread was asked on has been deleted since.
 
-    The follow-up would go on over documents that are gone: the user picks the
-    collection to ask on. The demo corpus is ingested again on use, and ``all`` is no name.
+    The follow-up would go on over documents that are gone: the user picks what to ask
+    on, and the hint names the thread's collections still there, if any. The demo
+    corpus is ingested again on use, and ``all`` is no name.
     """
     from arcana_loop.knowledge.names import means_every_collection
     from arcana_loop.knowledge.stdlib_docs import COLLECTION
@@ -679,12 +680,17 @@ def _check_thread_collections(thread_id: str, scope: list[str]) -> None:
     gone = [
         n for n in scope if n not in names and n != COLLECTION and not means_every_collection(n)
     ]
-    if gone:
-        listed = ", ".join(repr(n) for n in gone)
-        fail(
-            f"thread {thread_id!r} searched {listed}, deleted since: its answers rest on documents that are gone.",
-            f"ask it on another collection with --collection NAME; {known_collections(gone[0], names)}",
-        )
+    if not gone:
+        return
+    kept = [n for n in scope if n not in gone]
+    listed = ", ".join(repr(n) for n in gone)
+    deleted = "was" if len(gone) == 1 else "were"
+    hint = (
+        "go on with the rest: " + " ".join(f"-c {shlex.quote(n)}" for n in kept)
+        if kept
+        else f"ask it on another collection with --collection NAME; {known_collections(gone[0], names)}"
+    )
+    fail(f"thread {thread_id!r} was asked on {listed}, which {deleted} deleted since.", hint)
 
 
 def prepare_scope(collection: list[str] | None, *, one_search: bool = True) -> tuple[Any, Any]:

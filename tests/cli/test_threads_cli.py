@@ -124,9 +124,23 @@ def test_a_follow_up_on_a_thread_whose_collection_was_deleted_says_so(env, tmp_p
 
     refused = cli("ask", question, "--thread-id", thread, env=env)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert f"thread {thread!r} searched 'tides-gone', deleted since" in refused.stderr
-    assert "--collection NAME" in refused.stderr and "tides-kept" in refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert f"thread {thread!r} was asked on 'tides-gone', which was deleted since." in said
+    assert "--collection NAME" in said and "tides-kept" in said
     # named, another collection takes the conversation on
     again = cli("ask", question, "--thread-id", thread, "-c", "tides-kept", "--json", env=env)
     assert again.returncode == 0, again.stderr
     assert {c["collection"] for c in json.loads(again.stdout)["chunks"]} == {"tides-kept"}
+
+    # a thread on two collections, one deleted: the hint names the other
+    both = cli("ask", question, "-c", "tides-kept", "-c", "tides-too", "--json", env=env)
+    assert both.returncode == 1  # not made yet: refused, and no thread
+    assert cli("ingest", str(note), "--collection", "tides-too", env=env).returncode == 0
+    both = cli("ask", question, "-c", "tides-kept", "-c", "tides-too", "--json", env=env)
+    assert both.returncode == 0, both.stderr
+    two = json.loads(both.stdout)["thread_id"]
+    assert cli("delete", "tides-too", "--yes", env=env).returncode == 0
+    refused = cli("ask", question, "--thread-id", two, env=env)
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and "was asked on 'tides-too', which was deleted since" in said
+    assert "go on with the rest: -c tides-kept" in said
