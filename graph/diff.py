@@ -20,6 +20,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, messages_from_dict
 
 from arcana_loop.graph.replay import Record, ReplayError, record_of
+from arcana_loop.graph.trace import ThreadNotFoundError
 
 
 @dataclass
@@ -75,15 +76,25 @@ def load_run(ref: str | os.PathLike[str], checkpointer: Any) -> Record:
     """A run to compare: a record file when ``ref`` names one (a `Path` always does), else the last question of thread ``ref``.
 
     Raises:
-        ReplayError: for a file that is not a record, a folder, or a thread not finished.
+        ReplayError: for a file that is not a record, a folder, a blank name, a name
+            that looks like a file's (``.json``, a path separator) and is neither a file
+            nor a thread, or a thread not finished.
         ThreadNotFoundError: when the checkpointer holds no such thread.
     """
     if isinstance(ref, os.PathLike) or Path(ref).is_file():
         return Record.load(ref)
+    if not ref.strip():
+        raise ReplayError("a run to compare is a record file or a thread id, not a blank name")
     if Path(ref).is_dir():
         raise ReplayError(f"{ref} is a folder, not a record file or a thread id")
-    # a question that ended as it opened (nothing stored to search) compares as a run of no turn
-    return record_of(ref, checkpointer, replayable=False)
+    try:
+        # a question that ended as it opened (nothing stored to search) compares as a run of no turn
+        return record_of(ref, checkpointer, replayable=False)
+    except ThreadNotFoundError:
+        if ref.endswith(".json") or any(s and s in ref for s in (os.sep, os.altsep)):
+            # what `record --out` writes: the file was meant, not a thread of that name
+            raise ReplayError(f"{ref}: no such record file (nor a thread of that name)") from None
+        raise
 
 
 def _decision(reply: Mapping[str, Any]) -> Any:

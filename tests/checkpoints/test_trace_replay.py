@@ -336,6 +336,11 @@ def test_a_diff_takes_record_files_as_paths_and_refuses_a_folder(tmp_path):
     assert diff_runs(path, path).same
     with pytest.raises(ReplayError, match="is a folder"):
         diff_runs(str(tmp_path), path, checkpointer="memory")
+    with pytest.raises(ReplayError, match="not a blank name"):
+        diff_runs(" ", path, checkpointer="memory")
+    missing = str(tmp_path / "gone.json")
+    with pytest.raises(ReplayError, match="gone.json: no such record file"):
+        diff_runs(missing, path, checkpointer="memory")
 
 
 @pytest.mark.parametrize(
