@@ -396,7 +396,8 @@ def shown_path(source: str) -> str:
 
 
 EMPTIED_HINT = (
-    "A file emptied since it was stored keeps its stored version: ingest --sync removes it."
+    "An empty file is skipped: one stored before keeps its stored version until ingest --sync"
+    " removes it."
 )
 """Said under the skipped files when one is empty and the ingest was no sync (it removes nothing)."""
 

@@ -283,13 +283,15 @@ def record_command(
     question: QuestionOption = None,
 ) -> None:
     """Save a finished question's model replies and search results (the thread's last by default), for an exact replay anywhere."""
-    from arcana_loop.graph.replay import ReplayError, record_of
+    from arcana_loop.graph.replay import NothingToReplay, ReplayError, record_of
 
     asked = {
         row.question for row in _steps(thread_id, checkpointer)
     }  # an unknown thread fails here
     try:
         written = record_of(thread_id, checkpointer, question=question).save(out_path)
+    except NothingToReplay as exc:
+        fail(str(exc), "arcana-loop diff still compares it with another run")
     except ReplayError as exc:
         held = question is None or question in asked or 0 < -question <= len(asked)
         hint = (

@@ -44,6 +44,10 @@ class ReplayError(ValueError):
     """A thread or record cannot be replayed (unknown checkpoint, unfinished record...)."""
 
 
+class NothingToReplay(ReplayError):
+    """A question that ended as it opened (nothing stored to search): no model call or search to record."""
+
+
 def fork(
     thread_id: str,
     *,
@@ -336,7 +340,7 @@ def record_of(
             f"thread {thread_id!r} has not finished; only finished questions can be recorded"
         )
     if replayable and {task.name for _, task in own} <= {"start", "finish"}:
-        raise ReplayError(
+        raise NothingToReplay(
             f"question {wanted} of thread {thread_id!r} ended as it opened, before any model "
             f"call or search ({final.get('answer')}): there is nothing to replay"
         )
