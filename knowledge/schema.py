@@ -69,6 +69,7 @@ import psycopg
 from psycopg import sql
 
 from arcana_loop.knowledge import lexical, settings
+from arcana_loop.knowledge.ddl import run_missing
 from arcana_loop.knowledge.entities.schema import create_entity_tables, create_entity_vectors
 from arcana_loop.knowledge.sections import context_line, document_title, searchable_text
 from arcana_loop.knowledge.types import checked_dimension
@@ -448,8 +449,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        for statement in _BASE_DDL:
-            conn.execute(statement)
+        run_missing(conn, _BASE_DDL)
         _place_moved_rows(conn)
         if not _lexical_per_collection(conn):
             _migrate_lexical(conn)

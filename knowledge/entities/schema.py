@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from arcana_loop.knowledge.ddl import run_missing
 from arcana_loop.knowledge.types import checked_dimension
 
 ENTITY_DDL = (
@@ -112,8 +113,7 @@ def entity_vectors_table(dimension: int) -> sql.Identifier:
 
 def create_entity_tables(conn: psycopg.Connection[Any]) -> None:
     """Create the dimension-free entity tables (called inside the schema transaction)."""
-    for statement in ENTITY_DDL:
-        conn.execute(statement)
+    run_missing(conn, ENTITY_DDL)
 
 
 def create_entity_vectors(conn: psycopg.Connection[Any], dimension: int, hnsw: bool) -> None:
@@ -127,14 +127,26 @@ def create_entity_vectors(conn: psycopg.Connection[Any], dimension: int, hnsw: b
             " embedding vector({d}) NOT NULL)"
         ).format(t=table, d=sql.Literal(dimension))
     )
-    conn.execute(
-        sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (collection_id)").format(
-            i=sql.Identifier(f"kb_graph_entity_vectors_{dimension}_collection_idx"), t=table
+    # looked up first: IF NOT EXISTS locks the table before it looks (`knowledge.ddl`)
+    if not _present(conn, f"kb_graph_entity_vectors_{dimension}_collection_idx"):
+        conn.execute(
+            sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (collection_id)").format(
+                i=sql.Identifier(f"kb_graph_entity_vectors_{dimension}_collection_idx"), t=table
+            )
         )
-    )
-    if hnsw:
+    if hnsw and not _present(conn, f"kb_graph_entity_vectors_{dimension}_hnsw"):
         conn.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {i} ON {t} USING hnsw (embedding vector_cosine_ops)"
             ).format(i=sql.Identifier(f"kb_graph_entity_vectors_{dimension}_hnsw"), t=table)
         )
+
+
+def _present(conn: psycopg.Connection[Any], name: str) -> bool:
+    """Whether a table or index of that name is in the current schema (the catalog read: no lock)."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relname = %s",
+        (name,),
+    ).fetchone()
+    return row is not None

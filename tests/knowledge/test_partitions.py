@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from arcana_loop.knowledge import KnowledgeBase
 
@@ -252,3 +254,40 @@ def test_collections_of_the_layout_before_segments_become_their_first_segment_on
     finally:
         upgraded.close()
     _moves_nothing_again(pg_url, kb.schema, caplog, "one segment per collection")
+
+
+def test_opening_waits_for_no_write_under_way(kb: KnowledgeBase) -> None:
+    # every table a write or a collection's delete writes is held as they hold it: an
+    # opening that locked them to look for its indexes and columns waited for the write
+    # (and, beside a delete, deadlocked); one that reads the catalog opens at once
+    kb.ingest("Tugs wait at the outer buoy.", collection="held", name="tugs")
+    with kb.pool().connection() as conn:
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname LIKE 'kb%%'",
+                (kb.schema,),
+            ).fetchall()
+        ]
+    assert {"kb_collections", "kb_chunks", "kb_graph_relationships"} <= set(tables)
+    opened = KnowledgeBase(kb.url, schema=kb.schema)
+    done = threading.Event()
+    with psycopg.connect(kb.url) as holder:
+        for table in tables:
+            holder.execute(
+                sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(
+                    sql.Identifier(kb.schema, table)
+                )
+            )
+        opening = threading.Thread(target=lambda: (opened.pool(), done.set()), daemon=True)
+        opening.start()
+        opening.join(timeout=20)
+        opened_while_held = done.is_set()
+        holder.rollback()  # a waiting opening goes on now
+    opening.join(timeout=20)
+    try:
+        assert opened_while_held
+        assert [c.name for c in opened.collections()] == ["held"]
+    finally:
+        opened.close()
