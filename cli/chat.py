@@ -118,7 +118,8 @@ def chat(
         check_thread_id(thread_id)
     except ValueError as exc:
         fail(str(exc), "pass the thread id that ask or chat printed")
-    scope, kb = prepare_scope(follow_up_scope(collection, saver, thread_id))
+    asked = follow_up_scope(collection, saver, thread_id)
+    scope, kb = prepare_scope(asked.collections, thread_id=asked.thread_id)
     model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
     options |= {  # every question's, checked once before the first

@@ -11,7 +11,7 @@ import os
 import shlex
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import typer
 from rich import box
@@ -645,28 +645,34 @@ def check_scope(names: list[str], chunks: dict[str, int]) -> None:
             fail(f"collection {name!r} is empty: it has no documents to search.", ingest_hint)
 
 
+class FollowUp(NamedTuple):
+    """What a question is asked on: the collections given, else its thread's."""
+
+    collections: list[str] | None
+    thread_id: str | None = None
+    """The thread the collections were read from (None: they were given, or there is none)."""
+
+
 def follow_up_scope(
     collection: list[str] | None, checkpointer: str | None, thread_id: str | None
-) -> list[str] | None:
+) -> FollowUp:
     """The collections given, else, for a follow-up, the ones its thread's last question searched.
 
     A conversation goes on over the documents it started on: ``ask --thread-id`` with no
     ``--collection`` does not turn to the demo corpus.
     """
     if collection or not thread_id or checkpointer is None:
-        return collection
+        return FollowUp(collection)
     from arcana_loop.graph.checkpoints import thread_collection
 
     with database_errors("cannot read the thread"):
         found = thread_collection(checkpointer, thread_id)
     if found is None:
-        return None
-    scope = [found] if isinstance(found, str) else list(found)
-    _check_thread_collections(thread_id, scope)
-    return scope
+        return FollowUp(None)
+    return FollowUp([found] if isinstance(found, str) else list(found), thread_id)
 
 
-def _check_thread_collections(thread_id: str, scope: list[str]) -> None:
+def _check_thread_collections(thread_id: str, scope: list[str], names: set[str]) -> None:
     """Fail in one line when a collection the thread was asked on has been deleted since.
 
     The follow-up would go on over documents that are gone: the user picks what to ask
@@ -676,8 +682,6 @@ def _check_thread_collections(thread_id: str, scope: list[str]) -> None:
     from arcana_loop.knowledge.names import means_every_collection
     from arcana_loop.knowledge.stdlib_docs import COLLECTION
 
-    with database_errors("cannot read the collections"):
-        names = {c.name for c in knowledge_base().collections()}
     gone = [
         n for n in scope if n not in names and n != COLLECTION and not means_every_collection(n)
     ]
@@ -694,11 +698,14 @@ def _check_thread_collections(thread_id: str, scope: list[str]) -> None:
     fail(f"thread {thread_id!r} was asked on {listed}, which {deleted} deleted since.", hint)
 
 
-def prepare_scope(collection: list[str] | None, *, one_search: bool = True) -> tuple[Any, Any]:
+def prepare_scope(
+    collection: list[str] | None, *, one_search: bool = True, thread_id: str | None = None
+) -> tuple[Any, Any]:
     """The collections a question searches, checked (and the demo corpus ingested) before the loop runs; with the knowledge base.
 
     `one_search`: every search covers them all (a question's), so they must share an
-    embedder; an MCP server's calls may each name one of them.
+    embedder; an MCP server's calls may each name one of them. `thread_id`: the thread
+    `collection` was read from (`FollowUp`), whose collections may have been deleted since.
     """
     from arcana_loop.knowledge.stdlib_docs import COLLECTION
 
@@ -710,6 +717,8 @@ def prepare_scope(collection: list[str] | None, *, one_search: bool = True) -> t
         if scope == COLLECTION:
             ensure_demo_corpus(kb)
         infos = kb.collections()
+    if thread_id is not None and collection:
+        _check_thread_collections(thread_id, collection, {c.name for c in infos})
     check_scope([scope] if isinstance(scope, str) else scope, {c.name: c.chunks for c in infos})
     if one_search and not isinstance(scope, str):
         check_one_embedder(scope, infos)

@@ -375,7 +375,8 @@ def ask(
             "--thread-id needs a checkpointer to keep the thread in.",
             "leave out --checkpointer none (postgres keeps threads), or pass sqlite:PATH",
         )
-    scope, kb = prepare_scope(follow_up_scope(collection, saver, thread_id))
+    asked = follow_up_scope(collection, saver, thread_id)
+    scope, kb = prepare_scope(asked.collections, thread_id=asked.thread_id)
     model = options.pop("controller_llm", None)
     spec = controller_spec(model, announce=False)
 

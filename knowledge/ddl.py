@@ -27,22 +27,21 @@ _ADDS_COLUMN = re.compile(
 def run_missing(conn: psycopg.Connection[Any], statements: Iterable[str]) -> None:
     """Run each statement, in order, unless the table, index or column it creates is already in the current schema.
 
-    Any other statement (a function replaced, say) always runs.
+    Any other statement (a function replaced, say) always runs. Only the names the
+    statements create are looked up.
     """
-    relations = {
-        name
-        for (name,) in conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = current_schema()"
-        ).fetchall()
-    }
+    statements = list(statements)
+    relations = present(conn, [found[1] for s in statements if (found := _CREATES.match(s))])
+    tables = [found[1] for s in statements if (found := _ADDS_COLUMN.match(s))]
     columns = {
         (table, column)
         for table, column in conn.execute(
             "SELECT c.relname, a.attname FROM pg_attribute a"
             " JOIN pg_class c ON c.oid = a.attrelid"
             " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = current_schema() AND a.attnum > 0 AND NOT a.attisdropped"
+            " WHERE n.nspname = current_schema() AND c.relname = ANY(%s)"
+            " AND a.attnum > 0 AND NOT a.attisdropped",
+            (tables,),
         ).fetchall()
     }
     for statement in statements:
@@ -51,3 +50,15 @@ def run_missing(conn: psycopg.Connection[Any], statements: Iterable[str]) -> Non
         if (found := _ADDS_COLUMN.match(statement)) and (found[1], found[2]) in columns:
             continue
         conn.execute(statement)
+
+
+def present(conn: psycopg.Connection[Any], names: list[str]) -> set[str]:
+    """Those of `names` that are tables or indexes in the current schema (the catalog read: no lock)."""
+    return {
+        name
+        for (name,) in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relname = ANY(%s)",
+            (names,),
+        ).fetchall()
+    }

@@ -33,7 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from arcana_loop.knowledge.ddl import run_missing
+from arcana_loop.knowledge.ddl import present, run_missing
 from arcana_loop.knowledge.types import checked_dimension
 
 ENTITY_DDL = (
@@ -127,26 +127,19 @@ def create_entity_vectors(conn: psycopg.Connection[Any], dimension: int, hnsw: b
             " embedding vector({d}) NOT NULL)"
         ).format(t=table, d=sql.Literal(dimension))
     )
+    by_collection = f"kb_graph_entity_vectors_{dimension}_collection_idx"
+    graph = f"kb_graph_entity_vectors_{dimension}_hnsw"
     # looked up first: IF NOT EXISTS locks the table before it looks (`knowledge.ddl`)
-    if not _present(conn, f"kb_graph_entity_vectors_{dimension}_collection_idx"):
+    indexes = present(conn, [by_collection, graph])
+    if by_collection not in indexes:
         conn.execute(
             sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (collection_id)").format(
-                i=sql.Identifier(f"kb_graph_entity_vectors_{dimension}_collection_idx"), t=table
+                i=sql.Identifier(by_collection), t=table
             )
         )
-    if hnsw and not _present(conn, f"kb_graph_entity_vectors_{dimension}_hnsw"):
+    if hnsw and graph not in indexes:
         conn.execute(
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {i} ON {t} USING hnsw (embedding vector_cosine_ops)"
-            ).format(i=sql.Identifier(f"kb_graph_entity_vectors_{dimension}_hnsw"), t=table)
+            ).format(i=sql.Identifier(graph), t=table)
         )
-
-
-def _present(conn: psycopg.Connection[Any], name: str) -> bool:
-    """Whether a table or index of that name is in the current schema (the catalog read: no lock)."""
-    row = conn.execute(
-        "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = current_schema() AND c.relname = %s",
-        (name,),
-    ).fetchone()
-    return row is not None
